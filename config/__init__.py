@@ -1,0 +1,5 @@
+"""Project configuration: settings, the Celery app and URLs."""
+
+from config.celery import app as celery_app
+
+__all__ = ["celery_app"]

@@ -1,0 +1,166 @@
+"""Django settings for Duecourse.
+
+Everything a deployment changes comes from the environment through the small typed readers in
+``config.env``; the defaults give the embedded mode (SQLite and a file-system broker under
+``var/``) so that a fresh checkout runs with no server at all.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from config.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_str,
+    parse_database_url,
+    persistent_secret_key,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("DUECOURSE_VAR_DIR", str(BASE_DIR / "var")))
+
+SECRET_KEY = env_str("SECRET_KEY", "") or persistent_secret_key(VAR_DIR / "secret_key")
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "scheduling",
+    "emailer",
+    "subscriptions",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "config.wsgi.application"
+
+DATABASES = {
+    "default": parse_database_url(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'duecourse.sqlite3'}")
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+# Storage is always UTC; TIME_ZONE only changes how the admin displays times.
+USE_TZ = True
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "duecourse@localhost")
+
+# --- Celery ---------------------------------------------------------------------------------
+# Broker: Redis or RabbitMQ in production; kombu's file-system transport needs no server.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+_broker_dir = VAR_DIR / "broker"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for _folder in (_broker_dir, VAR_DIR / "broker-control"):
+        _folder.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "data_folder_in": str(_broker_dir),
+        "data_folder_out": str(_broker_dir),
+        "control_folder": str(VAR_DIR / "broker-control"),
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # Longer than any task may run (timeouts are validated against it), so Redis never
+        # redelivers a message whose task is still running; the database claim absorbs any
+        # duplicate that still arrives.
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+        # kombu 5.7: scan for messages of dead workers every interval * throttle seconds.
+        "unacked_restore_interval": env_float("CELERY_UNACKED_RESTORE_INTERVAL", 10.0),
+        "unacked_restore_throttle": 1,
+        "socket_timeout": 10,
+        "socket_connect_timeout": 5,
+    }
+    _prefix = env_str("CELERY_REDIS_KEY_PREFIX", "")
+    if _prefix:
+        CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = _prefix
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+# At-least-once delivery; the database claim turns it into at-most-one run per occurrence.
+CELERY_TASK_ACKS_LATE = True
+# A killed pool child acks its message and reports WorkerLostError; the execution is retried
+# from its row. Requeueing instead would race the row's own retry and could loop forever.
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("CELERY_WORKER_PREFETCH_MULTIPLIER", 1)
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_PUBLISH_RETRY = False
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_MAX_LOOP_INTERVAL = env_float("SCHEDULING_MAX_SLEEP", 1.0)
+
+# --- Duecourse ------------------------------------------------------------------------------
+# App knobs are read lazily through scheduling.conf; the defaults are documented there.
+SCHEDULING: dict[str, object] = {
+    name.removeprefix("SCHEDULING_"): value
+    for name, value in os.environ.items()
+    if name.startswith("SCHEDULING_") and name != "SCHEDULING_LOG_LEVEL"
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "scheduling": {
+            "handlers": ["console"],
+            "level": env_str("SCHEDULING_LOG_LEVEL", "INFO"),
+            "propagate": False,
+        },
+        "emailer": {"handlers": ["console"], "level": "INFO"},
+        "subscriptions": {"handlers": ["console"], "level": "INFO"},
+    },
+}

@@ -1,0 +1,1 @@
+"""Scheduled email batches: seed 000's SendEmailTask table as a task-table target."""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class EmailerConfig(AppConfig):
+    name = "emailer"
+    verbose_name = "Emailer"

@@ -1,0 +1,1 @@
+"""Duecourse's scheduling engine: the ledger, the scheduler loop and the worker protocol."""

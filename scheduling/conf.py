@@ -1,0 +1,96 @@
+"""The scheduler's knobs, read lazily from ``settings.SCHEDULING`` with documented defaults.
+
+Every value may also come from the environment as ``SCHEDULING_<NAME>`` (see
+``config/settings.py``). Values are read on each access, never at import time, so tests and
+management commands can override settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+
+@dataclass(frozen=True)
+class Knob:
+    default: Any
+    kind: type
+    doc: str
+
+
+KNOBS: dict[str, Knob] = {
+    "BATCH_SIZE": Knob(500, int, "Due jobs claimed per transaction."),
+    "MAX_SLEEP": Knob(1.0, float, "Longest sleep between scheduler ticks, in seconds."),
+    "PENDING_GRACE": Knob(
+        10.0, float, "Seconds a claimed execution may stay unpublished before it is re-published."
+    ),
+    "REQUEUE_AFTER": Knob(
+        600.0,
+        float,
+        "Seconds a queued execution may wait unstarted before its message is published again "
+        "(a broker that restarted empty lost it; an extra message is harmless).",
+    ),
+    "HEARTBEAT_INTERVAL": Knob(10.0, float, "Seconds between a worker process's heartbeats."),
+    "STALE_AFTER": Knob(
+        60.0, float, "A running execution whose heartbeat is older than this is reaped."
+    ),
+    "MISFIRE_GRACE": Knob(
+        60.0,
+        float,
+        "An occurrence dispatched later than this after its due time counts as missed "
+        "(matters for the skip policy).",
+    ),
+    "RETRY_BACKOFF_BASE": Knob(5.0, float, "First retry delay in seconds; doubles per attempt."),
+    "RETRY_BACKOFF_CAP": Knob(600.0, float, "Longest retry delay in seconds."),
+    "DEFAULT_TIMEOUT": Knob(300, int, "Per-job execution time limit in seconds."),
+    "DEFAULT_MAX_RETRIES": Knob(3, int, "Retries after the first attempt."),
+    "HARD_TIMEOUT_GRACE": Knob(
+        10, int, "Seconds between the soft time limit and the hard kill."
+    ),
+    "RECORD_ADHOC": Knob(
+        False, bool, "Record executions of schedulable tasks called outside any job."
+    ),
+    "FAST_PUBLISH": Knob(
+        True, bool, "Publish batches through a Redis pipeline when the broker is Redis."
+    ),
+    "CATCH_UP_LIMIT": Knob(
+        100, int, "Missed occurrences a catch_up job with overlap=allow creates per claim."
+    ),
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _coerce(name: str, raw: Any, kind: type) -> Any:
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    else:
+        try:
+            value = kind(raw)
+        except (TypeError, ValueError):
+            pass
+        else:
+            if value >= 0:
+                return value
+    raise ImproperlyConfigured(
+        f"SCHEDULING_{name}: expected a non-negative {kind.__name__}, got {raw!r}"
+    )
+
+
+def get(name: str) -> Any:
+    """Return the current value of knob ``name`` (such as ``"STALE_AFTER"``)."""
+    knob = KNOBS[name]
+    overrides: dict[str, Any] = getattr(settings, "SCHEDULING", {}) or {}
+    if name not in overrides:
+        return knob.default
+    return _coerce(name, overrides[name], knob.kind)

@@ -1,0 +1,37 @@
+"""``manage.py executions [--job NAME] [--status S] [--limit N]``: the history, newest first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from scheduling import selectors
+from scheduling.management.base import DuecourseCommand
+
+
+class Command(DuecourseCommand):
+    help = "List executions, newest first."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("--job", help="Only this job's executions.")
+        parser.add_argument("--owner", help="The job's owner, when names collide.")
+        parser.add_argument("--status", help="Only executions in this status.")
+        parser.add_argument("--limit", type=int, default=50, help="At most N rows (50).")
+        parser.add_argument("--attempts", action="store_true", help="Include every attempt.")
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        job = selectors.find_job(o["job"], owner=o["owner"]) if o["job"] else None
+        rows = selectors.list_executions(job=job, status=o["status"], limit=o["limit"])
+        data = [selectors.execution_summary(e, attempts=o["attempts"]) for e in rows]
+        lines = []
+        for e in data:
+            error = (e["last_error"] or "").splitlines()[0][:60] if e["last_error"] else ""
+            lines.append(
+                f"{e['scheduled_for']} {e['job'] or e['task']:24.24} {e['status']:9} "
+                f"retries={e['retry_count']} worker={e['worker'] or '-'} "
+                f"started={e['started_at'] or '-'} finished={e['finished_at'] or '-'} "
+                f"heartbeat={e['last_heartbeat_at'] or '-'} task_id={e['task_id']} {error}"
+            )
+        self.emit(data, "\n".join(lines) or "no executions", as_json=o["json"])

@@ -1,0 +1,363 @@
+"""The ledger: schedules, jobs, executions and their attempts.
+
+Every occurrence of a job is an Execution row, unique on ``(job, scheduled_for)``; the broker
+only carries doorbells that point at these rows. State changes are compare-and-set updates in
+``scheduling.services``; the models hold the shapes, the rules of valid input (``clean``) and the
+indexes, each of which names the query that needs it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxLengthValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils.timezone import now as current_time
+
+from scheduling import schedules
+from scheduling.schedules import Misfire, ScheduleError, Timing
+
+
+def _timing_error(exc: ScheduleError) -> ValidationError:
+    return ValidationError({exc.field: exc.reason})
+
+
+class Schedule(models.Model):
+    """*When*: an interval, a cron expression in a zone, or one instant; shared by many jobs."""
+
+    name = models.CharField(max_length=200, blank=True, help_text="Optional label for reuse.")
+    interval = models.CharField(
+        max_length=64, blank=True, help_text="ISO-8601 duration such as PT3H (exact elapsed time)."
+    )
+    cron = models.CharField(
+        max_length=200, blank=True, help_text="Five-field cron expression, in the zone below."
+    )
+    timezone = models.CharField(max_length=64, default="UTC", help_text="IANA zone for cron.")
+    run_at = models.DateTimeField(null=True, blank=True, help_text="A single instant (one-off).")
+    starts_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=current_time, editable=False)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                name="schedule_exactly_one_kind",
+                condition=(
+                    Q(~Q(interval=""), cron="", run_at__isnull=True)
+                    | Q(~Q(cron=""), interval="", run_at__isnull=True)
+                    | Q(interval="", cron="", run_at__isnull=False)
+                ),
+            ),
+            models.CheckConstraint(
+                name="schedule_end_after_start",
+                condition=Q(starts_at__isnull=True)
+                | Q(ends_at__isnull=True)
+                | Q(ends_at__gt=models.F("starts_at")),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.describe()
+
+    def describe(self) -> str:
+        if self.interval:
+            text = f"every {self.interval}"
+        elif self.cron:
+            text = f"cron {self.cron!r} ({self.timezone})"
+        else:
+            text = f"once at {self.run_at:%Y-%m-%d %H:%M:%S %Z}" if self.run_at else "once"
+        return text
+
+    @property
+    def kind(self) -> str:
+        return "interval" if self.interval else "cron" if self.cron else "once"
+
+    def timing(self) -> Timing:
+        """The pure view of this schedule; raises ScheduleError naming the bad field."""
+        zone = schedules.parse_zone(self.timezone or "UTC")
+        for name in ("run_at", "starts_at", "ends_at"):
+            value = getattr(self, name)
+            if value is not None:
+                schedules.require_aware(value, field=name)
+        if sum(bool(x) for x in (self.interval, self.cron, self.run_at)) != 1:
+            raise ScheduleError(
+                "interval", "give exactly one of an interval, a cron expression or one instant"
+            )
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            raise ScheduleError("ends_at", "must be after starts_at")
+        try:
+            return Timing(
+                interval=schedules.parse_duration(self.interval) if self.interval else None,
+                cron=schedules.parse_cron(self.cron) if self.cron else None,
+                zone=zone,
+                at=self.run_at,
+                start=self.starts_at,
+                end=self.ends_at,
+            )
+        except ScheduleError as exc:
+            renamed = {"at": "run_at", "start": "starts_at", "end": "ends_at"}
+            raise ScheduleError(renamed.get(exc.field, exc.field), exc.reason) from None
+
+    def clean(self) -> None:
+        self.interval = self.interval.strip()
+        self.cron = " ".join(self.cron.split())
+        try:
+            self.timing()
+        except ScheduleError as exc:
+            raise _timing_error(exc) from None
+
+
+class JobStatus(models.TextChoices):
+    ACTIVE = "active"  # claimed whenever next_due_at has passed
+    PAUSED = "paused"  # never claimed; resume re-plans from its misfire policy
+    COMPLETED = "completed"  # its schedule is over (one-off done, or past its end)
+
+
+class Overlap(models.TextChoices):
+    FORBID = "forbid"  # the next occurrence waits until the current execution finishes
+    ALLOW = "allow"  # occurrences run side by side
+
+
+class Job(models.Model):
+    """*What + when*: a schedule joined to a target, with its next due time and policies.
+
+    The target is either a registered schedulable Celery task (``task`` with JSON ``args`` and
+    ``kwargs``) or a row of a task table (``task_table`` + ``task_row_id``, seed 000's
+    TaskTable + TaskId), which the ``scheduling.run_task_row`` task runs.
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="scheduled_jobs"
+    )
+    name = models.CharField(max_length=200)
+    schedule = models.ForeignKey(Schedule, on_delete=models.PROTECT, related_name="jobs")
+    task = models.CharField(max_length=200, help_text="Registered schedulable Celery task name.")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    task_table = models.CharField(
+        max_length=200, blank=True, help_text="app_label.Model of a task table row, if any."
+    )
+    task_row_id = models.BigIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.ACTIVE)
+    next_due_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the next occurrence is dispatched (with jitter)."
+    )
+    next_occurrence_at = models.DateTimeField(
+        null=True, blank=True, help_text="Nominal time of the next occurrence (without jitter)."
+    )
+    current_execution = models.ForeignKey(
+        "Execution",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="With overlap=forbid, the unfinished execution the next occurrence waits for.",
+    )
+    execute_count = models.PositiveIntegerField(default=0)
+    last_keepalive_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True, validators=[MaxLengthValidator(500)])
+    misfire = models.CharField(
+        max_length=16,
+        choices=[(m.value, m.value.replace("_", " ")) for m in Misfire],
+        default=Misfire.CATCH_UP.value,
+    )
+    overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.FORBID)
+    jitter = models.DurationField(default=timedelta(0))
+    timeout = models.PositiveIntegerField(
+        default=300, validators=[MinValueValidator(1)], help_text="Seconds per attempt."
+    )
+    max_retries = models.PositiveIntegerField(default=3, help_text="Retries after the first try.")
+    retry_backoff = models.FloatField(
+        null=True, blank=True, help_text="First retry delay in seconds (default from settings)."
+    )
+    retry_backoff_max = models.FloatField(
+        null=True, blank=True, help_text="Longest retry delay in seconds (default from settings)."
+    )
+    queue = models.CharField(max_length=200, default="celery")
+    priority = models.PositiveSmallIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=current_time, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "name"], name="job_name_unique_per_owner"),
+            models.CheckConstraint(
+                name="job_status_valid", condition=Q(status__in=JobStatus.values)
+            ),
+            models.CheckConstraint(
+                name="job_misfire_valid", condition=Q(misfire__in=[m.value for m in Misfire])
+            ),
+            models.CheckConstraint(
+                name="job_overlap_valid", condition=Q(overlap__in=Overlap.values)
+            ),
+            models.CheckConstraint(
+                name="job_task_row_complete",
+                condition=Q(task_table="", task_row_id__isnull=True)
+                | Q(~Q(task_table=""), task_row_id__isnull=False),
+            ),
+            models.CheckConstraint(
+                name="job_jitter_not_negative", condition=Q(jitter__gte=timedelta(0))
+            ),
+        ]
+        indexes = [
+            # claim_due_jobs: "active jobs not waiting on an execution, due by now, oldest first".
+            # Paused, completed and busy jobs are not in the index, so a tick's cost follows the
+            # number of due jobs, never the number of jobs.
+            models.Index(
+                fields=["next_due_at"],
+                name="job_due_idx",
+                condition=Q(status="active", current_execution__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def targets_task_row(self) -> bool:
+        return bool(self.task_table)
+
+    def clean(self) -> None:
+        from scheduling import validation
+
+        validation.validate_job(self)
+
+
+class ExecutionStatus(models.TextChoices):
+    PENDING = "pending"  # claimed; its message is not yet known to be published
+    QUEUED = "queued"  # its message was published; waiting for a worker
+    RUNNING = "running"  # a worker started it and keeps its heartbeat fresh
+    RETRY = "retry"  # an attempt failed; re-published once retry_at passes
+    COMPLETED = "completed"  # an attempt succeeded
+    FAILED = "failed"  # retries spent, a permanent error, or nothing to run
+    SKIPPED = "skipped"  # missed occurrences dropped by the skip misfire policy
+    CANCELLED = "cancelled"  # stopped by a person before it finished
+
+
+EXECUTION_STARTABLE = (ExecutionStatus.PENDING, ExecutionStatus.QUEUED, ExecutionStatus.RETRY)
+EXECUTION_UNFINISHED = (*EXECUTION_STARTABLE, ExecutionStatus.RUNNING)
+EXECUTION_FINISHED = (
+    ExecutionStatus.COMPLETED,
+    ExecutionStatus.FAILED,
+    ExecutionStatus.SKIPPED,
+    ExecutionStatus.CANCELLED,
+)
+
+
+class Execution(models.Model):
+    """One occurrence of a job and its history: at most one per ``(job, scheduled_for)``.
+
+    ``job`` is empty only for ad-hoc calls of schedulable tasks (recorded when
+    ``SCHEDULING_RECORD_ADHOC`` is on).
+    """
+
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="executions"
+    )
+    task = models.CharField(max_length=200, help_text="Celery task name at dispatch.")
+    scheduled_for = models.DateTimeField(help_text="Nominal due time of the occurrence.")
+    status = models.CharField(
+        max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.PENDING
+    )
+    retry_count = models.PositiveIntegerField(default=0)
+    task_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    worker = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(default=current_time)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+    duplicates = models.PositiveIntegerField(
+        default=0, help_text="Extra messages for this execution, acknowledged and ignored."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "scheduled_for"], name="execution_one_per_occurrence"
+            ),
+            models.CheckConstraint(
+                name="execution_status_valid", condition=Q(status__in=ExecutionStatus.values)
+            ),
+        ]
+        indexes = [
+            # republish_pending / republish_queued: "unpublished or long-queued executions".
+            models.Index(
+                fields=["status", "queued_at"],
+                name="execution_waiting_idx",
+                condition=Q(status__in=["pending", "queued"]),
+            ),
+            # republish_due_retries: "executions in retry whose retry_at has passed".
+            models.Index(
+                fields=["retry_at"], name="execution_retry_idx", condition=Q(status="retry")
+            ),
+            # reap_stale_executions: "running executions whose heartbeat is older than X".
+            models.Index(
+                fields=["last_heartbeat_at"],
+                name="execution_running_idx",
+                condition=Q(status="running"),
+            ),
+            # The history views and `executions --job`: newest first per job.
+            models.Index(fields=["job", "-scheduled_for"], name="execution_job_recent_idx"),
+        ]
+        ordering = ["-scheduled_for", "-id"]
+
+    def __str__(self) -> str:
+        job = self.job.name if self.job_id and self.job else self.task
+        return f"{job} @ {self.scheduled_for:%Y-%m-%d %H:%M:%S}"
+
+
+class AttemptOutcome(models.TextChoices):
+    RUNNING = "running"  # still going (or its worker died and the reaper has not seen it yet)
+    COMPLETED = "completed"  # returned normally
+    FAILED = "failed"  # raised an error
+    TIMEOUT = "timeout"  # exceeded the job's timeout
+    ABANDONED = "abandoned"  # its worker died; found by a stale heartbeat or a lost worker
+    INTERRUPTED = "interrupted"  # the worker shut down under it; the message was requeued
+    CANCELLED = "cancelled"  # revoked
+
+
+class Attempt(models.Model):
+    """One try at an execution: who ran it, when it ended and how (the retry history)."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField(help_text="1 for the first try.")
+    worker = models.CharField(max_length=255, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=16, choices=AttemptOutcome.choices, default=AttemptOutcome.RUNNING
+    )
+    error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["execution", "number"], name="attempt_number_unique"
+            ),
+        ]
+        ordering = ["execution", "number"]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.execution_id}: {self.outcome}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "worker": self.worker,
+            "pid": self.pid,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "outcome": self.outcome,
+            "error": self.error,
+        }

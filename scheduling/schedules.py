@@ -1,0 +1,262 @@
+"""Schedule arithmetic: when occurrences fall, and what a claim does about missed ones.
+
+Pure by design: plain values in, aware UTC datetimes out; no ORM and no clock. Everything that
+decides *when* lives here so it can be tested exhaustively with a fixed ``now``.
+
+Rules worth knowing:
+
+- Interval schedules count exact elapsed time from their anchor (the schedule's start, or the
+  job's creation), so daylight-saving changes never make them run twice or skip a run.
+  ``P1D`` is 24 hours, not "the same wall time tomorrow"; use cron for wall-clock times.
+  Months and years have no fixed length and are refused.
+- Cron schedules follow the wall clock of their zone; see ``scheduling.cron`` for the spring
+  gap (runs once, shifted past the gap) and the autumn overlap (runs once, the first time).
+- A window ``[start, end]`` bounds every kind: nothing before start, nothing after end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from scheduling.cron import CronError, CronExpression
+
+_EPSILON = timedelta(microseconds=1)
+
+_DURATION = re.compile(
+    r"^P(?!$)(?:(?P<years>\d+(?:[.,]\d+)?)Y)?(?:(?P<months>\d+(?:[.,]\d+)?)M)?"
+    r"(?:(?P<weeks>\d+(?:[.,]\d+)?)W)?(?:(?P<days>\d+(?:[.,]\d+)?)D)?"
+    r"(?:T(?=\d)(?:(?P<hours>\d+(?:[.,]\d+)?)H)?(?:(?P<minutes>\d+(?:[.,]\d+)?)M)?"
+    r"(?:(?P<seconds>\d+(?:[.,]\d+)?)S)?)?$"
+)
+
+
+class ScheduleError(ValueError):
+    """Invalid schedule input; ``field`` names the offending field for forms and commands."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class Misfire(StrEnum):
+    CATCH_UP = "catch_up"
+    COALESCE = "coalesce"
+    SKIP = "skip"
+
+
+def parse_duration(text: str, *, field: str = "interval") -> timedelta:
+    """Parse an ISO-8601 duration such as ``PT3H`` or ``P1DT12H`` into a positive timedelta."""
+    raw = text.strip().upper()
+    if raw.startswith("-"):
+        raise ScheduleError(field, f"{text!r} is negative; an interval must be positive")
+    match = _DURATION.match(raw)
+    if not match:
+        raise ScheduleError(
+            field, f"{text!r} is not an ISO-8601 duration (examples: PT30S, PT3H, P1DT12H, P1W)"
+        )
+    parts = {k: float(v.replace(",", ".")) for k, v in match.groupdict().items() if v}
+    if parts.get("years") or parts.get("months"):
+        raise ScheduleError(
+            field,
+            f"{text!r} uses months or years, which have no fixed length; "
+            "use a cron expression for calendar schedules",
+        )
+    value = timedelta(
+        weeks=parts.get("weeks", 0),
+        days=parts.get("days", 0),
+        hours=parts.get("hours", 0),
+        minutes=parts.get("minutes", 0),
+        seconds=parts.get("seconds", 0),
+    )
+    if value < timedelta(seconds=1):
+        raise ScheduleError(field, f"{text!r} is shorter than one second; it must be at least PT1S")
+    return value
+
+
+def format_duration(value: timedelta) -> str:
+    """The canonical ISO-8601 spelling of ``value`` (``PT3H``, ``P1DT30M``)."""
+    total = value.total_seconds()
+    days, rest = divmod(int(total), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    fraction = total - int(total)
+    out = "P" + (f"{days}D" if days else "")
+    time = ""
+    if hours:
+        time += f"{hours}H"
+    if minutes:
+        time += f"{minutes}M"
+    if seconds or fraction:
+        time += f"{seconds + fraction:g}S"
+    return out + ("T" + time if time else "") if (days or time) else "PT0S"
+
+
+def parse_zone(name: str, *, field: str = "timezone") -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleError(field, f"{name!r} is not a known IANA time zone") from None
+
+
+def parse_cron(text: str, *, field: str = "cron") -> CronExpression:
+    try:
+        return CronExpression.parse(text)
+    except CronError as exc:
+        raise ScheduleError(field, str(exc)) from None
+
+
+def require_aware(value: datetime, *, field: str) -> datetime:
+    """Reject naive datetimes at the boundary and normalise to UTC."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ScheduleError(
+            field, "must include a time zone offset (for example 2030-01-01T09:00Z)"
+        )
+    return value.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Everything that decides when a schedule fires, in plain values.
+
+    Exactly one of ``interval``, ``cron`` and ``at`` is set. ``anchor`` is where interval
+    counting starts when the schedule has no start of its own (the job's creation time).
+    """
+
+    interval: timedelta | None = None
+    cron: CronExpression | None = None
+    zone: ZoneInfo = field(default_factory=lambda: ZoneInfo("UTC"))
+    at: datetime | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def __post_init__(self) -> None:
+        kinds = sum(x is not None for x in (self.interval, self.cron, self.at))
+        if kinds != 1:
+            raise ScheduleError(
+                "schedule", "give exactly one of an interval, a cron expression or one instant"
+            )
+        for name in ("at", "start", "end"):
+            value = getattr(self, name)
+            if value is not None:
+                require_aware(value, field=name)
+        if self.start and self.end and self.end <= self.start:
+            raise ScheduleError("end", "must be after start")
+        if self.at and self.start and self.at < self.start:
+            raise ScheduleError("at", "is before the schedule's start")
+        if self.at and self.end and self.at > self.end:
+            raise ScheduleError("at", "is after the schedule's end")
+
+    def occurrence_at_or_after(self, when: datetime, *, anchor: datetime) -> datetime | None:
+        """The first occurrence at or after ``when``, or None when the schedule is over."""
+        return self.next_after(when - _EPSILON, anchor=anchor)
+
+    def next_after(self, after: datetime, *, anchor: datetime) -> datetime | None:
+        """The first occurrence strictly after ``after``, or None when the schedule is over."""
+        if self.start is not None and after < self.start:
+            after = self.start - _EPSILON
+        candidate: datetime | None
+        if self.interval is not None:
+            base = self.start if self.start is not None else anchor
+            if after < base:
+                candidate = base
+            else:
+                steps = (after - base) // self.interval + 1
+                candidate = base + self.interval * steps
+        elif self.cron is not None:
+            candidate = self.cron.next_after(after, self.zone)
+        else:
+            assert self.at is not None
+            candidate = self.at if self.at > after else None
+        if candidate is None or (self.end is not None and candidate > self.end):
+            return None
+        return candidate.astimezone(UTC)
+
+    def occurrences(self, after: datetime, *, anchor: datetime) -> Iterator[datetime]:
+        """Occurrences strictly after ``after``, in order, until the schedule ends."""
+        current = self.next_after(after, anchor=anchor)
+        while current is not None:
+            yield current
+            current = self.next_after(current, anchor=anchor)
+
+
+def jitter_offset(job_id: int, occurrence: datetime, jitter: timedelta) -> timedelta:
+    """A stable offset in ``[0, jitter)`` for one occurrence of one job.
+
+    Derived from a hash, not a random draw, so every scheduler process (and every restart of
+    one) agrees on when a jittered occurrence is due.
+    """
+    span = int(jitter.total_seconds() * 1_000_000)
+    if span <= 0:
+        return timedelta(0)
+    key = f"{job_id}:{occurrence.astimezone(UTC).isoformat()}".encode()
+    digest = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+    return timedelta(microseconds=digest % span)
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What one claim of a due job does.
+
+    ``run`` are the occurrences to execute now, ``skipped`` the first missed occurrence when the
+    skip policy dropped some (recorded once so the history shows the gap), and ``next_occurrence``
+    where the job goes next (None: its schedule is over).
+    """
+
+    run: tuple[datetime, ...]
+    skipped: datetime | None
+    next_occurrence: datetime | None
+
+
+def plan_claim(
+    timing: Timing,
+    *,
+    anchor: datetime,
+    due: datetime,
+    now: datetime,
+    misfire: Misfire,
+    allow_overlap: bool,
+    grace: timedelta,
+    catch_up_limit: int,
+) -> ClaimPlan:
+    """Decide which occurrences a claim at ``now`` runs for a job whose next one is ``due``.
+
+    - On time (within ``grace``) every policy runs ``due``.
+    - ``catch_up`` runs every missed occurrence in order. With overlap forbidden they come one
+      claim at a time (each waits for the previous to finish, as seed 000's NextDueTime did);
+      with overlap allowed a single claim creates up to ``catch_up_limit`` of them.
+    - ``coalesce`` runs once for all missed occurrences (recorded at the first missed one), then
+      waits for the next future occurrence.
+    - ``skip`` runs nothing for missed occurrences and waits for the next future one.
+    """
+    late = now - due > grace
+    if not late or misfire is Misfire.CATCH_UP:
+        runs = [due]
+        nxt = timing.next_after(due, anchor=anchor)
+        if allow_overlap:
+            while nxt is not None and nxt <= now and len(runs) < catch_up_limit:
+                runs.append(nxt)
+                nxt = timing.next_after(nxt, anchor=anchor)
+        return ClaimPlan(run=tuple(runs), skipped=None, next_occurrence=nxt)
+    after_now = timing.next_after(now, anchor=anchor)
+    if misfire is Misfire.COALESCE:
+        return ClaimPlan(run=(due,), skipped=None, next_occurrence=after_now)
+    return ClaimPlan(run=(), skipped=due, next_occurrence=after_now)
+
+
+def retry_delay(*, attempt: int, base: float, cap: float, key: int) -> timedelta:
+    """Capped exponential backoff with deterministic jitter before retry number ``attempt``.
+
+    The delay is ``min(cap, base * 2**(attempt-1))`` scaled into ``[50%, 100%]`` by a hash of
+    ``key`` (the execution), so a burst of failures does not come back as a burst.
+    """
+    raw = min(cap, base * (2 ** max(0, attempt - 1)))
+    digest = hashlib.blake2b(f"{key}:{attempt}".encode(), digest_size=4).digest()
+    spread = int.from_bytes(digest, "big") / 2**32
+    return timedelta(seconds=raw * (0.5 + spread / 2))

@@ -1,0 +1,112 @@
+"""Reads for the command line and the admin: plain dictionaries, newest first."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+
+from scheduling.models import Execution, ExecutionStatus, Job
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def find_job(name: str, *, owner: str | None = None) -> Job:
+    """The job called ``name`` (of ``owner`` when given); errors name the field."""
+    jobs = Job.objects.select_related("schedule", "owner").filter(name=name)
+    if owner:
+        jobs = jobs.filter(owner__username=owner)
+    found = list(jobs[:2])
+    if not found:
+        suffix = f" owned by {owner!r}" if owner else ""
+        raise ValidationError({"name": f"no job named {name!r}{suffix}"})
+    if len(found) > 1:
+        raise ValidationError({"name": f"several owners have a job named {name!r}; pass --owner"})
+    return found[0]
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    schedule = job.schedule
+    return {
+        "id": job.pk,
+        "name": job.name,
+        "owner": job.owner.get_username(),
+        "status": job.status,
+        "task": job.task,
+        "args": job.args,
+        "kwargs": job.kwargs,
+        "task_table": job.task_table or None,
+        "task_row_id": job.task_row_id,
+        "schedule": {
+            "kind": schedule.kind,
+            "interval": schedule.interval or None,
+            "cron": schedule.cron or None,
+            "timezone": schedule.timezone,
+            "at": _iso(schedule.run_at),
+            "start": _iso(schedule.starts_at),
+            "end": _iso(schedule.ends_at),
+            "description": schedule.describe(),
+        },
+        "next_due_at": _iso(job.next_due_at),
+        "next_occurrence_at": _iso(job.next_occurrence_at),
+        "execute_count": job.execute_count,
+        "last_keepalive_at": _iso(job.last_keepalive_at),
+        "misfire": job.misfire,
+        "overlap": job.overlap,
+        "jitter": job.jitter.total_seconds(),
+        "timeout": job.timeout,
+        "max_retries": job.max_retries,
+        "queue": job.queue,
+        "priority": job.priority,
+        "note": job.note,
+        "created_at": _iso(job.created_at),
+    }
+
+
+def list_jobs() -> QuerySet[Job]:
+    return Job.objects.select_related("schedule", "owner").order_by("name", "owner__username")
+
+
+def execution_summary(execution: Execution, *, attempts: bool = False) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": execution.pk,
+        "job": execution.job.name if execution.job_id and execution.job else None,
+        "task": execution.task,
+        "scheduled_for": _iso(execution.scheduled_for),
+        "status": execution.status,
+        "retry_count": execution.retry_count,
+        "task_id": str(execution.task_id),
+        "worker": execution.worker or None,
+        "queued_at": _iso(execution.queued_at),
+        "started_at": _iso(execution.started_at),
+        "finished_at": _iso(execution.finished_at),
+        "last_heartbeat_at": _iso(execution.last_heartbeat_at),
+        "retry_at": _iso(execution.retry_at),
+        "last_error": execution.last_error or None,
+        "checkpoint": execution.checkpoint,
+        "duplicates": execution.duplicates,
+    }
+    if attempts:
+        data["attempts"] = [a.as_dict() for a in execution.attempts.all()]
+    return data
+
+
+def list_executions(
+    *, job: Job | None = None, status: str | None = None, limit: int = 50
+) -> QuerySet[Execution]:
+    if status and status not in ExecutionStatus.values:
+        raise ValidationError(
+            {"status": f"{status!r} is not one of {', '.join(ExecutionStatus.values)}"}
+        )
+    if limit < 1:
+        raise ValidationError({"limit": "must be at least 1"})
+    rows = Execution.objects.select_related("job").order_by("-scheduled_for", "-id")
+    if job is not None:
+        rows = rows.filter(job=job)
+    if status:
+        rows = rows.filter(status=status)
+    return rows[:limit]

@@ -1,0 +1,747 @@
+"""Every write to the ledger, as named verbs.
+
+Each verb takes keyword arguments and an explicit ``now``; each state change is a
+compare-and-set (``filter(pk=..., status__in=FROM).update(...)``), so zero rows updated means
+someone else moved the row first, which is a normal outcome. No verb talks to the broker while
+it holds row locks: claims commit first and ``scheduling.dispatch`` publishes afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.db.models import F, Q
+
+from scheduling import conf, schedules
+from scheduling.models import (
+    EXECUTION_STARTABLE,
+    Attempt,
+    AttemptOutcome,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    Overlap,
+    Schedule,
+)
+from scheduling.schedules import Misfire, ScheduleError, Timing
+from scheduling.validation import check_target
+
+logger = logging.getLogger("scheduling")
+
+TASK_ROW_TASK = "scheduling.run_task_row"
+PUBLISHABLE = [ExecutionStatus.PENDING, ExecutionStatus.QUEUED, ExecutionStatus.RETRY]
+MAX_ERROR = 4000
+
+
+def _lock(queryset: Any) -> Any:
+    """Lock rows for a claim: skip rows another scheduler holds; never block on a foreign key."""
+    return queryset.select_for_update(skip_locked=True, no_key=True, of=("self",))
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+
+def create_job(
+    *,
+    owner: Any,
+    name: str,
+    task: str = "",
+    args: list[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    every: str = "",
+    cron: str = "",
+    tz: str = "UTC",
+    at: datetime | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    task_table: str = "",
+    task_row_id: int | None = None,
+    max_retries: int | None = None,
+    timeout: int | None = None,
+    jitter: timedelta | None = None,
+    misfire: str = Misfire.CATCH_UP.value,
+    overlap: str = Overlap.FORBID.value,
+    queue: str = "celery",
+    priority: int | None = None,
+    note: str = "",
+    schedule: Schedule | None = None,
+    now: datetime,
+) -> Job:
+    """Validate and save a job (and its schedule unless one is given), planned from ``now``."""
+    if schedule is None:
+        schedule = Schedule(
+            interval=every or "",
+            cron=cron or "",
+            timezone=tz or "UTC",
+            run_at=at,
+            starts_at=start,
+            ends_at=end,
+        )
+    job = Job(
+        owner=owner,
+        name=name,
+        schedule=schedule,
+        task=task or (TASK_ROW_TASK if task_table else ""),
+        args=[] if args is None else args,
+        kwargs={} if kwargs is None else kwargs,
+        task_table=task_table,
+        task_row_id=task_row_id,
+        max_retries=conf.get("DEFAULT_MAX_RETRIES") if max_retries is None else max_retries,
+        timeout=conf.get("DEFAULT_TIMEOUT") if timeout is None else timeout,
+        jitter=jitter or timedelta(0),
+        misfire=misfire,
+        overlap=overlap,
+        queue=queue,
+        priority=priority,
+        note=note,
+        created_at=now,
+    )
+    errors: dict[str, list[str]] = {}
+    try:
+        schedule.full_clean()
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    try:
+        job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            errors.setdefault(field, []).extend(messages)
+    if owner is not None and name and Job.objects.filter(owner=owner, name=name).exists():
+        errors.setdefault("name", []).append(f"{owner} already has a job named {name!r}")
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        if schedule.pk is None:
+            schedule.save()
+        job.schedule = schedule
+        job.save()
+        _plan_from(job, schedule.timing(), now=now, first=True)
+        job.save()
+    logger.info("job.created job=%s name=%s next_due_at=%s", job.pk, job.name, job.next_due_at)
+    return job
+
+
+def _plan_from(job: Job, timing: Timing, *, now: datetime, first: bool = False) -> None:
+    """Set the job's next occurrence to the first one at or after ``now``.
+
+    A one-off whose instant has already passed still runs once at creation (seed 000: a due
+    time in the past runs at once).
+    """
+    if first and timing.at is not None:
+        occurrence = timing.at if timing.end is None or timing.at <= timing.end else None
+    else:
+        occurrence = timing.occurrence_at_or_after(now, anchor=job.created_at)
+    _set_next(job, occurrence)
+
+
+def _set_next(job: Job, occurrence: datetime | None) -> None:
+    job.next_occurrence_at = occurrence
+    if occurrence is None:
+        job.next_due_at = None
+        job.status = JobStatus.COMPLETED
+    else:
+        job.next_due_at = occurrence + schedules.jitter_offset(job.pk, occurrence, job.jitter)
+
+
+def pause_job(*, job: Job, now: datetime) -> bool:
+    changed = Job.objects.filter(pk=job.pk, status=JobStatus.ACTIVE).update(
+        status=JobStatus.PAUSED, updated_at=now
+    )
+    if changed:
+        logger.info("job.paused job=%s", job.pk)
+    return bool(changed)
+
+
+def resume_job(*, job: Job, now: datetime) -> bool:
+    """Make a paused job active again; its misfire policy decides what the pause missed."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PAUSED).first()
+        if locked is None:
+            return False
+        locked.status = JobStatus.ACTIVE
+        if locked.next_occurrence_at is None:
+            _plan_from(locked, locked.schedule.timing(), now=now)
+        locked.save(update_fields=["status", "next_due_at", "next_occurrence_at", "updated_at"])
+    logger.info("job.resumed job=%s next_due_at=%s", job.pk, locked.next_due_at)
+    job.refresh_from_db()
+    return True
+
+
+def remove_job(*, job: Job) -> None:
+    job_id = job.pk
+    with transaction.atomic():
+        schedule = job.schedule
+        job.delete()
+        if not schedule.jobs.exists():
+            schedule.delete()
+    logger.info("job.removed job=%s", job_id)
+
+
+def run_job_now(*, job: Job, now: datetime) -> Execution:
+    """Create one extra occurrence at ``now``; the scheduler's next tick publishes it."""
+    check_target(job)
+    execution = Execution.objects.create(
+        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=now
+    )
+    logger.info("job.run_now job=%s execution=%s", job.pk, execution.pk)
+    return execution
+
+
+# --- claim ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Doorbell:
+    """Everything needed to publish the message for one execution."""
+
+    execution_id: int
+    task_id: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    priority: int | None
+    timeout: int
+
+
+def _doorbell(execution: Execution, job: Job | None) -> Doorbell:
+    return Doorbell(
+        execution_id=execution.pk,
+        task_id=str(execution.task_id),
+        task=execution.task,
+        args=list(job.args) if job else [],
+        kwargs=dict(job.kwargs) if job else {},
+        queue=job.queue if job else "celery",
+        priority=job.priority if job else None,
+        timeout=job.timeout if job else conf.get("DEFAULT_TIMEOUT"),
+    )
+
+
+def claim_due_jobs(*, now: datetime, limit: int) -> list[Doorbell]:
+    """Claim up to ``limit`` due jobs: create their executions and advance them, in one commit.
+
+    Returns the doorbells to publish once the transaction has committed. A job whose schedule
+    or target is broken gets a FAILED execution naming the reason; the others are unaffected.
+    """
+    grace = timedelta(seconds=conf.get("MISFIRE_GRACE"))
+    catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
+    timings: dict[int, Timing | ScheduleError] = {}
+    with transaction.atomic():
+        jobs = list(
+            _lock(
+                Job.objects.filter(
+                    status=JobStatus.ACTIVE,
+                    current_execution__isnull=True,
+                    next_due_at__lte=now,
+                )
+            )
+            .select_related("schedule")
+            .order_by("next_due_at")[:limit]
+        )
+        if not jobs:
+            return []
+        new: list[Execution] = []
+        owners: list[tuple[Job, Execution | None]] = []
+        for job in jobs:
+            due = job.next_occurrence_at or job.next_due_at
+            assert due is not None
+            timing = timings.get(job.schedule_id)
+            if timing is None:
+                try:
+                    timing = job.schedule.timing()
+                except ScheduleError as exc:
+                    timing = exc
+                timings[job.schedule_id] = timing
+            if isinstance(timing, ScheduleError):
+                failed = _failed_occurrence(job, due, now, f"schedule is invalid: {timing}")
+                new.append(failed)
+                job.status = JobStatus.PAUSED
+                owners.append((job, None))
+                continue
+            plan = schedules.plan_claim(
+                timing,
+                anchor=job.created_at,
+                due=due,
+                now=now,
+                misfire=Misfire(job.misfire),
+                allow_overlap=job.overlap == Overlap.ALLOW,
+                grace=grace,
+                catch_up_limit=catch_up_limit,
+            )
+            target_error = _target_error(job)
+            first_run: Execution | None = None
+            for occurrence in plan.run:
+                if target_error:
+                    new.append(_failed_occurrence(job, occurrence, now, target_error))
+                    continue
+                execution = Execution(
+                    job=job,
+                    task=job.task,
+                    scheduled_for=occurrence,
+                    status=ExecutionStatus.PENDING,
+                    created_at=now,
+                    queued_at=now,
+                )
+                new.append(execution)
+                first_run = first_run or execution
+            if plan.skipped is not None:
+                new.append(
+                    Execution(
+                        job=job,
+                        task=job.task,
+                        scheduled_for=plan.skipped,
+                        status=ExecutionStatus.SKIPPED,
+                        created_at=now,
+                        finished_at=now,
+                        last_error=(
+                            "missed while the scheduler was away or the job was paused; "
+                            "skipped by the misfire policy"
+                        ),
+                    )
+                )
+            _set_next(job, plan.next_occurrence)
+            owners.append((job, first_run if job.overlap == Overlap.FORBID else None))
+        Execution.objects.bulk_create(new)
+        for job, current in owners:
+            job.current_execution = current
+        _save_claimed_jobs([job for job, _ in owners], now=now)
+    pending = [e for e in new if e.status == ExecutionStatus.PENDING]
+    by_id = {job.pk: job for job, _ in owners}
+    for execution in new:
+        logger.info(
+            "job.claimed job=%s execution=%s scheduled_for=%s status=%s",
+            execution.job_id,
+            execution.pk,
+            execution.scheduled_for.isoformat(),
+            execution.status,
+        )
+    return [_doorbell(e, by_id[e.job_id]) for e in pending]
+
+
+def _target_error(job: Job) -> str:
+    try:
+        check_target(job)
+    except ValidationError as exc:
+        return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+    return ""
+
+
+def _failed_occurrence(job: Job, occurrence: datetime, now: datetime, error: str) -> Execution:
+    logger.error("execution.failed job=%s scheduled_for=%s error=%s", job.pk, occurrence, error)
+    return Execution(
+        job=job,
+        task=job.task,
+        scheduled_for=occurrence,
+        status=ExecutionStatus.FAILED,
+        created_at=now,
+        finished_at=now,
+        last_error=error,
+    )
+
+
+def _save_claimed_jobs(jobs: Sequence[Job], *, now: datetime) -> None:
+    """Write the claimed jobs' new positions in one statement."""
+    if connection.vendor == "postgresql":
+        rows = [
+            (
+                job.pk,
+                job.next_due_at,
+                job.next_occurrence_at,
+                job.current_execution_id,
+                job.status,
+            )
+            for job in jobs
+        ]
+        table = Job._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                UPDATE {table} AS j
+                   SET next_due_at = v.next_due_at,
+                       next_occurrence_at = v.next_occurrence_at,
+                       current_execution_id = v.current_execution_id,
+                       status = v.status,
+                       updated_at = %s
+                  FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[],
+                              %s::bigint[], %s::varchar[])
+                       AS v(id, next_due_at, next_occurrence_at, current_execution_id, status)
+                 WHERE j.id = v.id
+                """,
+                [now, *[list(col) for col in zip(*rows, strict=True)]],
+            )
+        return
+    for job in jobs:
+        job.updated_at = now
+    Job.objects.bulk_update(
+        jobs,
+        ["next_due_at", "next_occurrence_at", "current_execution", "status", "updated_at"],
+    )
+
+
+# --- dispatch bookkeeping -------------------------------------------------------------------
+
+
+def mark_queued(*, execution_ids: Iterable[int], now: datetime) -> int:
+    """Record that the messages of these executions reached the broker."""
+    ids = list(execution_ids)
+    if not ids:
+        return 0
+    return Execution.objects.filter(pk__in=ids, status=ExecutionStatus.PENDING).update(
+        status=ExecutionStatus.QUEUED, queued_at=now, updated_at=now
+    )
+
+
+def reclaim_for_publish(*, now: datetime, limit: int) -> list[Doorbell]:
+    """Take back executions whose message must be published (again).
+
+    - PENDING past the grace: a scheduler died between its commit and its publish.
+    - QUEUED for longer than REQUEUE_AFTER: the broker may have lost the message.
+    - RETRY whose retry_at has passed: the next attempt is due.
+
+    Each row is moved to PENDING with a fresh ``queued_at`` under SKIP LOCKED, so concurrent
+    schedulers do not publish the same row in the same tick.
+    """
+    pending_before = now - timedelta(seconds=conf.get("PENDING_GRACE"))
+    queued_before = now - timedelta(seconds=conf.get("REQUEUE_AFTER"))
+    due = (
+        Q(status=ExecutionStatus.PENDING, queued_at__lt=pending_before)
+        | Q(status=ExecutionStatus.QUEUED, queued_at__lt=queued_before)
+        | Q(status=ExecutionStatus.RETRY, retry_at__lte=now)
+    )
+    with transaction.atomic():
+        rows = list(_lock(Execution.objects.filter(due)).select_related("job")[:limit])
+        if not rows:
+            return []
+        for row in rows:
+            logger.info(
+                "execution.republished execution=%s status=%s retry_count=%s",
+                row.pk,
+                row.status,
+                row.retry_count,
+            )
+        Execution.objects.filter(pk__in=[r.pk for r in rows]).update(
+            status=ExecutionStatus.PENDING, queued_at=now, updated_at=now
+        )
+    return [_doorbell(row, row.job) for row in rows]
+
+
+# --- worker side ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Started:
+    execution_id: int
+    job_id: int | None
+    attempt: int
+    checkpoint: Any
+
+
+def start_execution(
+    *, execution_id: int, worker: str, pid: int, now: datetime
+) -> Started | None:
+    """Claim an execution for one attempt; None means another message already did.
+
+    Only PENDING, QUEUED and due RETRY executions may start, so a duplicate or early doorbell
+    is acknowledged and does nothing.
+    """
+    startable = Q(status__in=[ExecutionStatus.PENDING, ExecutionStatus.QUEUED]) | Q(
+        status=ExecutionStatus.RETRY, retry_at__lte=now
+    )
+    with transaction.atomic():
+        changed = Execution.objects.filter(startable, pk=execution_id).update(
+            status=ExecutionStatus.RUNNING,
+            started_at=now,
+            finished_at=None,
+            last_heartbeat_at=now,
+            retry_at=None,
+            worker=worker,
+            updated_at=now,
+        )
+        if not changed:
+            Execution.objects.filter(pk=execution_id).update(duplicates=F("duplicates") + 1)
+            logger.warning(
+                "execution.duplicate execution=%s worker=%s: already started or finished; "
+                "message acknowledged and ignored",
+                execution_id,
+                worker,
+            )
+            return None
+        row = Execution.objects.values("job_id", "checkpoint").get(pk=execution_id)
+        number = Attempt.objects.filter(execution_id=execution_id).count() + 1
+        Attempt.objects.create(
+            execution_id=execution_id, number=number, worker=worker, pid=pid, started_at=now
+        )
+        if row["job_id"] is not None:
+            Job.objects.filter(pk=row["job_id"]).update(last_keepalive_at=now)
+    logger.info(
+        "execution.started execution=%s job=%s attempt=%s worker=%s",
+        execution_id,
+        row["job_id"],
+        number,
+        worker,
+    )
+    return Started(execution_id, row["job_id"], number, row["checkpoint"])
+
+
+def record_adhoc_start(
+    *, task: str, task_id: str, worker: str, pid: int, now: datetime
+) -> Started | None:
+    """Record a call of a schedulable task outside any job, then start it."""
+    execution, _ = Execution.objects.get_or_create(
+        task_id=task_id,
+        defaults={
+            "task": task,
+            "scheduled_for": now,
+            "status": ExecutionStatus.QUEUED,
+            "queued_at": now,
+            "created_at": now,
+        },
+    )
+    return start_execution(execution_id=execution.pk, worker=worker, pid=pid, now=now)
+
+
+def save_checkpoint(*, execution_id: int, checkpoint: Any) -> None:
+    Execution.objects.filter(pk=execution_id, status=ExecutionStatus.RUNNING).update(
+        checkpoint=checkpoint
+    )
+
+
+def _release_job(execution: Execution, *, now: datetime) -> None:
+    """Let a forbid-overlap job's next occurrence be claimed, and count the run."""
+    if execution.job_id is None:
+        return
+    updates: dict[str, Any] = {"last_keepalive_at": now}
+    if execution.status == ExecutionStatus.COMPLETED:
+        updates["execute_count"] = F("execute_count") + 1
+    Job.objects.filter(pk=execution.job_id).update(**updates)
+    Job.objects.filter(pk=execution.job_id, current_execution_id=execution.pk).update(
+        current_execution=None
+    )
+
+
+def complete_execution(*, execution_id: int, now: datetime) -> bool:
+    """Finish a running execution successfully."""
+    with transaction.atomic():
+        changed = Execution.objects.filter(
+            pk=execution_id, status=ExecutionStatus.RUNNING
+        ).update(
+            status=ExecutionStatus.COMPLETED, finished_at=now, last_error="", updated_at=now
+        )
+        if not changed:
+            return False
+        execution = Execution.objects.get(pk=execution_id)
+        _finish_attempt(execution_id, AttemptOutcome.COMPLETED, "", now)
+        _release_job(execution, now=now)
+    logger.info("execution.completed execution=%s job=%s", execution_id, execution.job_id)
+    return True
+
+
+def _finish_attempt(execution_id: int, outcome: str, error: str, now: datetime) -> None:
+    Attempt.objects.filter(
+        execution_id=execution_id, outcome=AttemptOutcome.RUNNING
+    ).update(outcome=outcome, finished_at=now, error=error[:MAX_ERROR])
+
+
+def format_error(exc: BaseException | None, tb: Any = None, *, limit: int = 6) -> str:
+    """``Class: message`` and the innermost frames of the traceback, short enough to read."""
+    if exc is None:
+        return ""
+    head = f"{type(exc).__name__}: {exc}".strip()
+    if tb is None:
+        tb = exc.__traceback__
+    if tb is None:
+        return head
+    frames = "".join(traceback.format_tb(tb)[-limit:])
+    return f"{head}\n{frames}"[:MAX_ERROR]
+
+
+def fail_attempt(
+    *,
+    execution_id: int,
+    error: str,
+    outcome: str,
+    now: datetime,
+    permanent: bool = False,
+    retry_in: float | None = None,
+    from_statuses: Sequence[str] = (ExecutionStatus.RUNNING,),
+) -> str | None:
+    """End the running attempt with ``outcome``; retry the execution or fail it.
+
+    The execution goes to RETRY with ``retry_count + 1`` and a ``retry_at`` from capped
+    exponential backoff (or ``retry_in`` seconds when the task asked for a delay), until the
+    job's ``max_retries`` are spent or the error is permanent; then it is FAILED and the job is
+    released. Returns the new status, or None if the execution was no longer running.
+    """
+    with transaction.atomic():
+        execution = (
+            Execution.objects.select_for_update(of=("self",))
+            .select_related("job")
+            .filter(pk=execution_id, status__in=list(from_statuses))
+            .first()
+        )
+        if execution is None:
+            return None
+        job = execution.job
+        max_retries = job.max_retries if job else conf.get("DEFAULT_MAX_RETRIES")
+        execution.last_error = error[:MAX_ERROR]
+        execution.updated_at = now
+        if permanent or execution.retry_count >= max_retries:
+            execution.status = ExecutionStatus.FAILED
+            execution.finished_at = now
+            execution.retry_at = None
+        else:
+            execution.retry_count += 1
+            if retry_in is None:
+                base = job.retry_backoff if job and job.retry_backoff is not None else None
+                cap = job.retry_backoff_max if job and job.retry_backoff_max is not None else None
+                delay = schedules.retry_delay(
+                    attempt=execution.retry_count,
+                    base=conf.get("RETRY_BACKOFF_BASE") if base is None else base,
+                    cap=conf.get("RETRY_BACKOFF_CAP") if cap is None else cap,
+                    key=execution.pk,
+                )
+            else:
+                delay = timedelta(seconds=max(0.0, retry_in))
+            execution.status = ExecutionStatus.RETRY
+            execution.retry_at = now + delay
+            execution.finished_at = now
+        execution.save(
+            update_fields=[
+                "status",
+                "retry_count",
+                "retry_at",
+                "finished_at",
+                "last_error",
+                "updated_at",
+            ]
+        )
+        _finish_attempt(execution_id, outcome, error, now)
+        if execution.status == ExecutionStatus.FAILED:
+            _release_job(execution, now=now)
+    logger.log(
+        logging.ERROR if execution.status == ExecutionStatus.FAILED else logging.WARNING,
+        "execution.%s execution=%s outcome=%s retry_count=%s retry_at=%s error=%s",
+        "failed" if execution.status == ExecutionStatus.FAILED else "retry",
+        execution_id,
+        outcome,
+        execution.retry_count,
+        execution.retry_at,
+        error.splitlines()[0] if error else "",
+    )
+    return execution.status
+
+
+def cancel_execution(*, execution_id: int, now: datetime, reason: str = "cancelled") -> bool:
+    with transaction.atomic():
+        execution = (
+            Execution.objects.select_for_update(of=("self",))
+            .filter(pk=execution_id, status__in=[*EXECUTION_STARTABLE, ExecutionStatus.RUNNING])
+            .first()
+        )
+        if execution is None:
+            return False
+        execution.status = ExecutionStatus.CANCELLED
+        execution.finished_at = now
+        execution.last_error = reason
+        execution.save(update_fields=["status", "finished_at", "last_error", "updated_at"])
+        _finish_attempt(execution_id, AttemptOutcome.CANCELLED, reason, now)
+        _release_job(execution, now=now)
+    logger.info("execution.cancelled execution=%s reason=%s", execution_id, reason)
+    return True
+
+
+def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
+    """The worker is shutting down under a running attempt and requeues its message.
+
+    The attempt is recorded as interrupted and the execution goes back to QUEUED, so the
+    requeued message (or a republish) starts it again without waiting for the reaper.
+    """
+    with transaction.atomic():
+        changed = Execution.objects.filter(
+            pk=execution_id, status=ExecutionStatus.RUNNING
+        ).update(status=ExecutionStatus.QUEUED, queued_at=now, updated_at=now)
+        if changed:
+            _finish_attempt(
+                execution_id, AttemptOutcome.INTERRUPTED, "worker shut down during the run", now
+            )
+    if changed:
+        logger.warning("execution.interrupted execution=%s", execution_id)
+    return bool(changed)
+
+
+def heartbeat(*, execution_ids: Sequence[int], now: datetime) -> int:
+    """Prove that these running executions are alive: one statement per beat."""
+    if not execution_ids:
+        return 0
+    ids = list(execution_ids)
+    with transaction.atomic():
+        changed = Execution.objects.filter(pk__in=ids, status=ExecutionStatus.RUNNING).update(
+            last_heartbeat_at=now
+        )
+        Job.objects.filter(executions__pk__in=ids).update(last_keepalive_at=now)
+    return changed
+
+
+def reap_stale_executions(*, now: datetime, stale_after: float, limit: int = 500) -> list[int]:
+    """Give back running executions whose worker stopped proving it is alive."""
+    cutoff = now - timedelta(seconds=stale_after)
+    with transaction.atomic():
+        stale = list(
+            _lock(
+                Execution.objects.filter(
+                    status=ExecutionStatus.RUNNING, last_heartbeat_at__lt=cutoff
+                )
+            ).values_list("pk", "worker", "last_heartbeat_at")[:limit]
+        )
+    reaped = []
+    for execution_id, worker, last in stale:
+        status = fail_attempt(
+            execution_id=execution_id,
+            error=(
+                f"abandoned: worker {worker or '?'} sent no heartbeat since "
+                f"{last.isoformat() if last else 'start'} (stale after {stale_after:g}s)"
+            ),
+            outcome=AttemptOutcome.ABANDONED,
+            now=now,
+            retry_in=0,
+        )
+        if status is not None:
+            logger.warning("execution.reaped execution=%s status=%s", execution_id, status)
+            reaped.append(execution_id)
+    return reaped
+
+
+def fail_unstartable(*, execution_id: int, error: str, now: datetime) -> bool:
+    """Fail an execution whose message cannot run (unknown task, bad message) at once."""
+    status = fail_attempt(
+        execution_id=execution_id,
+        error=error,
+        outcome=AttemptOutcome.FAILED,
+        now=now,
+        permanent=True,
+        from_statuses=[*EXECUTION_STARTABLE, ExecutionStatus.RUNNING],
+    )
+    return status is not None
+
+
+def owner_for(username: str | None) -> Any:
+    """The owning user: ``username``, or the first superuser, or a ``scheduler`` user."""
+    user_model = get_user_model()
+    if username:
+        try:
+            return user_model.objects.get(username=username)
+        except user_model.DoesNotExist:
+            raise ValidationError({"owner": f"no user named {username!r}"}) from None
+    user = user_model.objects.filter(is_superuser=True).order_by("pk").first()
+    if user is None:
+        user, _ = user_model.objects.get_or_create(username="scheduler")
+    return user

@@ -1,0 +1,218 @@
+"""Celery signal receivers that keep the execution history true.
+
+Where each signal fires matters (see docs/architecture.md): exceptions, soft time limits and
+``self.retry()`` are reported in the pool process that ran the task, with our request at hand;
+a lost pool process (WorkerLostError), a hard time limit, a revoke, an unknown task and a
+rejected message are reported in the worker's main process, where only the task id is known.
+Receivers therefore find the execution by the request when they can and by the task id when
+they must, and every transition they make is a compare-and-set in ``scheduling.services``, so
+a signal that fires twice (Celery 5.7 sends two ``task_failure`` for a hard time limit) or late
+changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from billiard.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded, WorkerLostError
+from celery import signals
+from celery.exceptions import Retry
+from django.db import close_old_connections
+from django.utils import timezone
+
+from scheduling import services, worker
+from scheduling.models import AttemptOutcome, Execution
+
+logger = logging.getLogger("scheduling")
+
+
+def _execution_for(request: Any, task_id: str | None = None) -> int | None:
+    execution_id = getattr(request, "duecourse_execution_id", None)
+    if execution_id is not None:
+        return int(execution_id)
+    task_id = task_id or getattr(request, "id", None)
+    if not task_id:
+        return None
+    close_old_connections()
+    try:
+        return Execution.objects.filter(task_id=task_id).values_list("pk", flat=True).first()
+    except Exception:  # a malformed id in a foreign message
+        return None
+
+
+def _is_schedulable(task: Any) -> bool:
+    return bool(getattr(task, "schedulable", False))
+
+
+@signals.task_success.connect
+def on_task_success(sender: Any = None, **_: Any) -> None:
+    execution_id = getattr(sender.request, "duecourse_execution_id", None) if sender else None
+    if execution_id is None:
+        return
+    services.complete_execution(execution_id=execution_id, now=timezone.now())
+    worker.end(execution_id)
+
+
+@signals.task_failure.connect
+def on_task_failure(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    traceback: Any = None,
+    **_: Any,
+) -> None:
+    if sender is not None and not _is_schedulable(sender):
+        return
+    request = getattr(sender, "request", None)
+    execution_id = _execution_for(request, task_id)
+    if execution_id is None:
+        return
+    outcome, permanent = _classify(sender, exception)
+    error = services.format_error(exception, traceback)
+    if outcome == AttemptOutcome.TIMEOUT:
+        error = f"timeout: {error}"
+    elif outcome == AttemptOutcome.ABANDONED:
+        error = f"abandoned: the pool process running it died ({error})"
+    services.fail_attempt(
+        execution_id=execution_id,
+        error=error,
+        outcome=outcome,
+        now=timezone.now(),
+        permanent=permanent,
+        retry_in=0 if outcome == AttemptOutcome.ABANDONED else None,
+    )
+    worker.end(execution_id)
+
+
+def _classify(task: Any, exception: BaseException | None) -> tuple[str, bool]:
+    if isinstance(exception, SoftTimeLimitExceeded | TimeLimitExceeded):
+        return AttemptOutcome.TIMEOUT, False
+    if isinstance(exception, WorkerLostError):
+        return AttemptOutcome.ABANDONED, False
+    permanent_errors = getattr(task, "permanent_errors", ())
+    permanent = bool(permanent_errors) and isinstance(exception, permanent_errors)
+    return AttemptOutcome.FAILED, permanent
+
+
+@signals.task_retry.connect
+def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
+    execution_id = getattr(request, "duecourse_execution_id", None)
+    if execution_id is None:
+        return
+    now = timezone.now()
+    retry_in: float | None = None
+    cause: BaseException | None = None
+    if isinstance(reason, Retry):
+        cause = reason.exc
+        retry_in = _seconds_until(reason.when, now)
+    error = services.format_error(cause) if cause else f"retry requested: {reason or ''}".strip()
+    permanent_errors = getattr(sender, "permanent_errors", ())
+    permanent = cause is not None and bool(permanent_errors) and isinstance(
+        cause, permanent_errors
+    )
+    services.fail_attempt(
+        execution_id=execution_id,
+        error=error,
+        outcome=AttemptOutcome.FAILED,
+        now=now,
+        permanent=permanent,
+        retry_in=retry_in,
+    )
+    worker.end(execution_id)
+
+
+def _seconds_until(when: Any, now: datetime) -> float | None:
+    if when is None:
+        return None
+    if isinstance(when, datetime):
+        return max(0.0, (when - now).total_seconds())
+    try:
+        return max(0.0, float(when))
+    except (TypeError, ValueError):
+        return None
+
+
+@signals.task_postrun.connect
+def on_task_postrun(sender: Any = None, state: str | None = None, **_: Any) -> None:
+    """Handle the ends that no other signal reports.
+
+    ``state`` None means the pool process is exiting under the task (cold shutdown): Celery
+    requeues the message, so the execution goes back to QUEUED for it. A body that raised
+    ``Ignore`` or ``Reject`` after it started leaves nothing to retry: the execution is
+    cancelled with that reason.
+    """
+    execution_id = getattr(getattr(sender, "request", None), "duecourse_execution_id", None)
+    if execution_id is None:
+        return
+    now = timezone.now()
+    if state is None:
+        services.interrupt_execution(execution_id=execution_id, now=now)
+    elif state in ("IGNORED", "REJECTED"):
+        services.cancel_execution(
+            execution_id=execution_id, now=now, reason=f"the task body raised {state.lower()}"
+        )
+    worker.end(execution_id)
+
+
+@signals.task_revoked.connect
+def on_task_revoked(
+    request: Any = None, terminated: bool = False, expired: bool = False, **_: Any
+) -> None:
+    execution_id = _execution_for(None, getattr(request, "id", None))
+    if execution_id is None:
+        return
+    reason = "expired" if expired else "revoked (terminated)" if terminated else "revoked"
+    services.cancel_execution(execution_id=execution_id, now=timezone.now(), reason=reason)
+
+
+@signals.task_unknown.connect
+def on_task_unknown(name: str | None = None, id: str | None = None, **_: Any) -> None:
+    execution_id = _execution_for(None, id)
+    if execution_id is None:
+        return
+    services.fail_attempt(
+        execution_id=execution_id,
+        error=f"task {name!r} is not registered on this worker; the message was dropped",
+        outcome=AttemptOutcome.FAILED,
+        now=timezone.now(),
+        from_statuses=services.PUBLISHABLE,
+    )
+
+
+@signals.task_rejected.connect
+def on_task_rejected(message: Any = None, exc: BaseException | None = None, **_: Any) -> None:
+    headers = getattr(message, "headers", None) or {}
+    execution_id = _execution_for(None, headers.get("id"))
+    if execution_id is None:
+        return
+    services.fail_attempt(
+        execution_id=execution_id,
+        error=f"message rejected by the worker: {exc!r}",
+        outcome=AttemptOutcome.FAILED,
+        now=timezone.now(),
+        permanent=True,
+        from_statuses=services.PUBLISHABLE,
+    )
+
+
+@signals.worker_process_shutdown.connect
+def on_worker_process_shutdown(**_: Any) -> None:
+    """Hand back executions a cleanly exiting process still runs, for their requeued messages."""
+    now = timezone.now()
+    for execution_id in worker.heartbeat.running():
+        try:
+            services.interrupt_execution(execution_id=execution_id, now=now)
+        except Exception:
+            logger.exception("execution.interrupt_failed execution=%s", execution_id)
+
+
+@signals.worker_ready.connect
+def on_worker_ready(sender: Any = None, **_: Any) -> None:
+    logger.info("worker.ready hostname=%s", getattr(sender, "hostname", "?"))
+
+
+@signals.worker_shutdown.connect
+def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
+    logger.info("worker.stopped hostname=%s", getattr(sender, "hostname", "?"))

@@ -1,0 +1,145 @@
+"""The rules of a valid job, in one place.
+
+``Job.clean`` calls ``validate_job``; the admin (through model forms), the ``jobs`` command and
+the services (through ``full_clean``) therefore refuse the same input with the same messages.
+The scheduler calls ``check_target`` before each dispatch so a row that became bad later (its
+task unregistered, its task-table row deleted) fails that occurrence instead of the tick.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from django.apps import apps
+from django.core.exceptions import ValidationError
+
+from scheduling import conf
+from scheduling.registry import UnknownTask, get_schedulable
+
+if TYPE_CHECKING:
+    from scheduling.models import Job
+
+MAX_NOTE = 500
+
+
+def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:
+    """Parse command-line JSON for ``args`` (a list) or ``kwargs`` (an object)."""
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(
+            {field: f"is not valid JSON ({exc.msg} at position {exc.pos})"}
+        ) from None
+    _check_json_shape(value, field=field, expect=expect)
+    return value
+
+
+def _check_json_shape(value: Any, *, field: str, expect: type) -> None:
+    if not isinstance(value, expect):
+        shape = 'a JSON list such as [1, "a"]' if expect is list else 'a JSON object like {"k": 1}'
+        raise ValidationError({field: f"must be {shape}, got {type(value).__name__}"})
+
+
+def task_row_model(label: str) -> Any:
+    """The task-table model for ``app_label.Model``, or raise LookupError with the reason."""
+    try:
+        model = apps.get_model(label)
+    except (LookupError, ValueError):
+        raise LookupError(f"{label!r} is not a model (use app_label.ModelName)") from None
+    if not callable(getattr(model, "run_scheduled", None)):
+        raise LookupError(f"{label!r} is not a task table (it has no run_scheduled method)")
+    return model
+
+
+def check_target(job: Job) -> None:
+    """Raise ValidationError if the job's target cannot run now (see the module docstring)."""
+    errors: dict[str, str] = {}
+    try:
+        get_schedulable(job.task)
+    except UnknownTask as exc:
+        errors["task"] = str(exc)
+    if job.task_table:
+        try:
+            model = task_row_model(job.task_table)
+        except LookupError as exc:
+            errors["task_table"] = str(exc)
+        else:
+            if job.task_row_id is None or not model._default_manager.filter(
+                pk=job.task_row_id
+            ).exists():
+                errors["task_row_id"] = f"no {job.task_table} row with id {job.task_row_id}"
+    elif job.task_row_id is not None:
+        errors["task_table"] = "is required when task_row_id is set"
+    if errors:
+        raise ValidationError(errors)
+
+
+def validate_job(job: Job) -> None:
+    """Every rule of a valid job beyond what the fields check themselves."""
+    errors: dict[str, Any] = {}
+    if not (job.name or "").strip():
+        errors["name"] = "must not be empty"
+    for field, expect in (("args", list), ("kwargs", dict)):
+        try:
+            _check_json_shape(getattr(job, field), field=field, expect=expect)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if job.note and len(job.note) > MAX_NOTE:
+        errors["note"] = f"is {len(job.note)} characters; the limit is {MAX_NOTE}"
+    if job.timeout is not None:
+        if job.timeout < 1:
+            errors["timeout"] = "must be at least 1 second"
+        else:
+            limit = visibility_timeout()
+            if limit is not None and job.timeout + conf.get("HARD_TIMEOUT_GRACE") >= limit:
+                errors["timeout"] = (
+                    f"{job.timeout}s plus the hard-kill grace must stay under the broker's "
+                    f"visibility timeout ({limit}s), or Redis would redeliver running tasks"
+                )
+    if job.max_retries is not None and job.max_retries < 0:
+        errors["max_retries"] = "must be zero or more"
+    if job.jitter is not None and job.jitter.total_seconds() < 0:
+        errors["jitter"] = "must be zero or more"
+    for field in ("retry_backoff", "retry_backoff_max"):
+        value = getattr(job, field)
+        if value is not None and value < 0:
+            errors[field] = "must be zero or more"
+    if job.priority is not None and not 0 <= job.priority <= 255:
+        errors["priority"] = "must be between 0 and 255"
+    if not (job.queue or "").strip():
+        errors["queue"] = "must not be empty"
+    try:
+        check_target(job)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if job.schedule_id is not None or getattr(job, "_schedule_cache", None):
+        schedule = job.schedule
+        try:
+            schedule.clean()
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+
+
+def visibility_timeout() -> int | None:
+    """The broker's redelivery timeout, for brokers that have one (Redis, SQS)."""
+    from django.conf import settings
+
+    url: str = getattr(settings, "CELERY_BROKER_URL", "") or ""
+    if not url.startswith(("redis", "rediss", "sqs")):
+        return None
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
+    return int(options.get("visibility_timeout", 3600))
+
+
+def first_error(exc: ValidationError) -> str:
+    """One line naming the field and the reason, for command-line output."""
+    if hasattr(exc, "error_dict"):
+        parts = []
+        for field, errors in exc.message_dict.items():
+            name = "input" if field == "__all__" else field
+            parts.append(f"{name}: {' '.join(errors)}")
+        return "; ".join(parts)
+    return " ".join(exc.messages)

@@ -1,0 +1,1 @@
+"""Per-subscription scheduled jobs (seed 002): create the next child order, cancel, expire."""

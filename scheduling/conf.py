@@ -47,9 +47,7 @@ KNOBS: dict[str, Knob] = {
     "RETRY_BACKOFF_CAP": Knob(600.0, float, "Longest retry delay in seconds."),
     "DEFAULT_TIMEOUT": Knob(300, int, "Per-job execution time limit in seconds."),
     "DEFAULT_MAX_RETRIES": Knob(3, int, "Retries after the first attempt."),
-    "HARD_TIMEOUT_GRACE": Knob(
-        10, int, "Seconds between the soft time limit and the hard kill."
-    ),
+    "HARD_TIMEOUT_GRACE": Knob(10, int, "Seconds between the soft time limit and the hard kill."),
     "RECORD_ADHOC": Knob(
         False, bool, "Record executions of schedulable tasks called outside any job."
     ),

@@ -121,7 +121,7 @@ class _Field:
         base, slash, step_text = item.partition("/")
         step = 1
         if slash:
-            if not step_text.isdecimal() or int(step_text) == 0:
+            if not _is_number(step_text) or int(step_text) == 0:
                 raise self.error(f"step must be a positive integer, got {step_text!r} in {item!r}")
             step = int(step_text)
             if step > self.high - self.low + 1:
@@ -143,7 +143,7 @@ class _Field:
         return range(start, end + 1, step)
 
     def _value(self, text: str) -> int:
-        if text.isdecimal():
+        if _is_number(text):
             value = int(text)
         elif text.upper() in self.names:
             return self.names[text.upper()]
@@ -152,6 +152,11 @@ class _Field:
         if not self.low <= value <= self.input_high:
             raise self.error(f"{value} is out of range {self.low}-{self.input_high}")
         return value
+
+
+def _is_number(text: str) -> bool:
+    # str.isdigit alone would also admit digits of other scripts, which cron does not.
+    return text.isascii() and text.isdigit()
 
 
 _MINUTE = _Field("minute", 0, 59, 59, {}, "")

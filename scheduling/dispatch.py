@@ -166,9 +166,9 @@ class Dispatcher:
         return len(done) == len(bells)
 
     def _sleep_until_next(self, now: datetime) -> float:
-        nxt = Job.objects.filter(
-            status=JobStatus.ACTIVE, current_execution__isnull=True
-        ).aggregate(at=Min("next_due_at"))["at"]
+        nxt = Job.objects.filter(status=JobStatus.ACTIVE, current_execution__isnull=True).aggregate(
+            at=Min("next_due_at")
+        )["at"]
         if nxt is None:
             return self.max_sleep
         return max(0.0, min(self.max_sleep, (nxt - now) / timedelta(seconds=1)))

@@ -342,9 +342,7 @@ class Attempt(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["execution", "number"], name="attempt_number_unique"
-            ),
+            models.UniqueConstraint(fields=["execution", "number"], name="attempt_number_unique"),
         ]
         ordering = ["execution", "number"]
 

@@ -79,8 +79,14 @@ class ScheduledTask(Task):
         """
         if self.execution_id is None:
             return super().retry(
-                args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta,
-                countdown=countdown, max_retries=max_retries, **options,
+                args=args,
+                kwargs=kwargs,
+                exc=exc,
+                throw=throw,
+                eta=eta,
+                countdown=countdown,
+                max_retries=max_retries,
+                **options,
             )
         when: Any = eta if eta is not None else countdown
         signal = Retry(exc=exc, when=when)

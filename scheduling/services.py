@@ -445,9 +445,7 @@ class Started:
     checkpoint: Any
 
 
-def start_execution(
-    *, execution_id: int, worker: str, pid: int, now: datetime
-) -> Started | None:
+def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) -> Started | None:
     """Claim an execution for one attempt; None means another message already did.
 
     Only PENDING, QUEUED and due RETRY executions may start, so a duplicate or early doorbell
@@ -531,9 +529,7 @@ def _release_job(execution: Execution, *, now: datetime) -> None:
 def complete_execution(*, execution_id: int, now: datetime) -> bool:
     """Finish a running execution successfully."""
     with transaction.atomic():
-        changed = Execution.objects.filter(
-            pk=execution_id, status=ExecutionStatus.RUNNING
-        ).update(
+        changed = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.RUNNING).update(
             status=ExecutionStatus.COMPLETED, finished_at=now, last_error="", updated_at=now
         )
         if not changed:
@@ -546,9 +542,9 @@ def complete_execution(*, execution_id: int, now: datetime) -> bool:
 
 
 def _finish_attempt(execution_id: int, outcome: str, error: str, now: datetime) -> None:
-    Attempt.objects.filter(
-        execution_id=execution_id, outcome=AttemptOutcome.RUNNING
-    ).update(outcome=outcome, finished_at=now, error=error[:MAX_ERROR])
+    Attempt.objects.filter(execution_id=execution_id, outcome=AttemptOutcome.RUNNING).update(
+        outcome=outcome, finished_at=now, error=error[:MAX_ERROR]
+    )
 
 
 def format_error(exc: BaseException | None, tb: Any = None, *, limit: int = 6) -> str:
@@ -666,9 +662,9 @@ def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
     requeued message (or a republish) starts it again without waiting for the reaper.
     """
     with transaction.atomic():
-        changed = Execution.objects.filter(
-            pk=execution_id, status=ExecutionStatus.RUNNING
-        ).update(status=ExecutionStatus.QUEUED, queued_at=now, updated_at=now)
+        changed = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.RUNNING).update(
+            status=ExecutionStatus.QUEUED, queued_at=now, updated_at=now
+        )
         if changed:
             _finish_attempt(
                 execution_id, AttemptOutcome.INTERRUPTED, "worker shut down during the run", now

@@ -109,9 +109,7 @@ def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, *
         retry_in = _seconds_until(reason.when, now)
     error = services.format_error(cause) if cause else f"retry requested: {reason or ''}".strip()
     permanent_errors = getattr(sender, "permanent_errors", ())
-    permanent = cause is not None and bool(permanent_errors) and isinstance(
-        cause, permanent_errors
-    )
+    permanent = cause is not None and bool(permanent_errors) and isinstance(cause, permanent_errors)
     services.fail_attempt(
         execution_id=execution_id,
         error=error,

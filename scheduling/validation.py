@@ -65,9 +65,10 @@ def check_target(job: Job) -> None:
         except LookupError as exc:
             errors["task_table"] = str(exc)
         else:
-            if job.task_row_id is None or not model._default_manager.filter(
-                pk=job.task_row_id
-            ).exists():
+            if (
+                job.task_row_id is None
+                or not model._default_manager.filter(pk=job.task_row_id).exists()
+            ):
                 errors["task_row_id"] = f"no {job.task_table} row with id {job.task_row_id}"
     elif job.task_row_id is not None:
         errors["task_table"] = "is required when task_row_id is set"

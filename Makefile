@@ -1,0 +1,35 @@
+# Two commands on a fresh machine:
+#   make run    the embedded default (SQLite + file-system broker under var/): worker + scheduler
+#   make test   the test suite (PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/duecourse
+TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: run test lint bench install
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(PY) manage.py migrate --noinput -v0
+	$(PY) manage.py loaddemo
+	$(PY) manage.py runstack
+
+test: $(VENV)/.installed
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet -e '.[test,bench]'
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) bench/run_all.py

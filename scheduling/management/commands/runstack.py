@@ -1,0 +1,91 @@
+"""``manage.py runstack``: a worker and the scheduler together, for the embedded default.
+
+Starts ``celery -A config worker`` and ``manage.py runscheduler`` as child processes with the
+same settings, passes their output through (each execution logs ``execution.started`` and
+``execution.completed``), and stops both cleanly on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Any
+
+from django.core.management.base import CommandParser
+
+from scheduling.management.base import DuecourseCommand
+
+STOP_TIMEOUT = 20.0
+
+
+class Command(DuecourseCommand):
+    help = "Run a Celery worker and the scheduler until interrupted."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--concurrency", type=int, default=2, help="Worker processes (2).")
+        parser.add_argument("--loglevel", default="INFO")
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        python = sys.executable
+        commands = {
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "--loglevel",
+                o["loglevel"],
+                "--concurrency",
+                str(o["concurrency"]),
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            "scheduler": [python, "manage.py", "runscheduler"],
+        }
+        children: dict[str, subprocess.Popen[str]] = {}
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        for label, command in commands.items():
+            child = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=os.environ.copy(),
+                start_new_session=True,
+            )
+            children[label] = child
+            assert child.stdout is not None
+            threading.Thread(target=self._relay, args=(label, child.stdout), daemon=True).start()
+        self.stdout.write("worker and scheduler started; press Ctrl-C to stop")
+        try:
+            while not stop.wait(0.5):
+                if any(child.poll() is not None for child in children.values()):
+                    self.stderr.write("a child process exited; stopping the other")
+                    break
+        finally:
+            self._stop(children)
+
+    def _relay(self, label: str, stream: IO[str]) -> None:
+        for line in stream:
+            self.stdout.write(f"[{label}] {line.rstrip()}")
+
+    def _stop(self, children: dict[str, subprocess.Popen[str]]) -> None:
+        for child in children.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for child in children.values():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        self.stdout.write("stopped")

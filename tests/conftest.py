@@ -1,0 +1,214 @@
+"""Fixtures shared by the whole suite: a fixed clock, users and jobs, and real processes.
+
+Tests that start processes (workers, schedulers, servers) use ``transactional_db`` so that the
+processes see committed rows, and register every process with ``processes`` so it is killed
+even when the test fails. Waiting is always ``wait_for(condition, timeout=...)``: a poll with a
+deadline, never a bare sleep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXED_NOW = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday
+
+
+def wait_for(
+    condition: Callable[[], Any], *, timeout: float, interval: float = 0.1, message: str = ""
+) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s: {message or condition}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def now() -> datetime:
+    return FIXED_NOW
+
+
+@pytest.fixture
+def owner(django_user_model: Any) -> Any:
+    return django_user_model.objects.create(username="owner")
+
+
+@pytest.fixture
+def make_job(owner: Any, now: datetime) -> Callable[..., Any]:
+    """Create a job through the service, with defaults a test can override."""
+    from scheduling import services
+
+    counter = iter(range(1, 1_000_000))
+
+    def make(**overrides: Any) -> Any:
+        options: dict[str, Any] = {
+            "owner": owner,
+            "name": f"job-{next(counter)}",
+            "task": "scheduling.diagnostics.noop",
+            "now": now,
+        }
+        if not {"every", "cron", "at", "schedule"} & overrides.keys():
+            options["every"] = "PT1M"
+        options.update(overrides)
+        return services.create_job(**options)
+
+    return make
+
+
+class Processes:
+    """Child processes of one test, each in its own session so its whole tree can be killed."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.children: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(
+        self, command: list[str], *, env: dict[str, str], name: str
+    ) -> subprocess.Popen[bytes]:
+        log = self.log_dir / f"{name}-{len(self.children)}.log"
+        handle = log.open("wb")
+        child = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.children.append((child, log))
+        return child
+
+    def log_of(self, child: subprocess.Popen[bytes]) -> str:
+        for candidate, log in self.children:
+            if candidate is child:
+                return log.read_text(errors="replace")
+        return ""
+
+    def kill(self, child: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+        if child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, sig)
+
+    def stop_all(self) -> None:
+        for child, _ in self.children:
+            self.kill(child, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for child, _ in self.children:
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill(child, signal.SIGKILL)
+                child.wait(timeout=10)
+
+
+@pytest.fixture
+def processes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Processes]:
+    group = Processes(tmp_path)
+    yield group
+    group.stop_all()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for child, log in group.children:
+            sys.stderr.write(f"\n----- {log.name} (exit {child.returncode}) -----\n")
+            sys.stderr.write(log.read_text(errors="replace")[-6000:])
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def database_url() -> str:
+    """The URL of the database the tests run on (pytest-django's test database)."""
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{s['NAME']}"
+    auth = s["USER"] or ""
+    if s["PASSWORD"]:
+        auth += f":{s['PASSWORD']}"
+    host = s["HOST"] or "127.0.0.1"
+    port = f":{s['PORT']}" if s["PORT"] else ""
+    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
+
+
+@pytest.fixture
+def broker_prefix() -> str:
+    """A Redis key prefix of this test's own, so tests never see each other's messages."""
+    return f"t{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture
+def process_env(broker_prefix: str, settings: Any) -> dict[str, str]:
+    """Environment for worker and scheduler processes: this test's database and broker."""
+    env = os.environ.copy()
+    env.update(
+        DATABASE_URL=database_url(),
+        CELERY_BROKER_URL=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
+        CELERY_REDIS_KEY_PREFIX=broker_prefix,
+        CELERY_VISIBILITY_TIMEOUT="60",
+        CELERY_UNACKED_RESTORE_INTERVAL="1",
+        SCHEDULING_HEARTBEAT_INTERVAL="1",
+        SCHEDULING_STALE_AFTER="5",
+        SCHEDULING_PENDING_GRACE="3",
+        SCHEDULING_RETRY_BACKOFF_BASE="0.5",
+        SCHEDULING_RETRY_BACKOFF_CAP="2",
+        PYTHONUNBUFFERED="1",
+    )
+    settings.CELERY_BROKER_URL = env["CELERY_BROKER_URL"]
+    return env
+
+
+def celery_worker_command(
+    *, name: str, concurrency: int = 2, pool: str = "prefork", queues: str = "celery"
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "-P",
+        pool,
+        "-c",
+        str(concurrency),
+        "-n",
+        f"{name}@%h",
+        "-Q",
+        queues,
+        "--without-mingle",
+        "--without-gossip",
+        "--loglevel",
+        "INFO",
+    ]
+
+
+def scheduler_command(*extra: str) -> list[str]:
+    return [sys.executable, "manage.py", "runscheduler", *extra]

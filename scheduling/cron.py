@@ -44,6 +44,9 @@ instants returned are always in UTC. Where the wall clock jumps, the rules are:
   ``30 * * * *`` fires at 00:30, 01:30 and 02:30 CEST, then at 03:30 CET, but not at
   02:30 CET. An every-minute job is idle for that repeated hour.
 * Successive occurrences are strictly increasing instants; no instant is returned twice.
+
+Occurrences are always on a whole minute; seconds in the instant asked about count, so the
+next occurrence after 12:00:30 of ``* * * * *`` is 12:01:00.
 """
 
 from __future__ import annotations
@@ -273,7 +276,7 @@ class CronExpression:
         except OverflowError:
             found = None
         if found is None:
-            raise CronError(f"no firing time within {_SEARCH_YEARS} years after {after}")
+            raise CronError(f"no firing time after {after.isoformat()} in the Gregorian calendar")
         return found
 
     def _next_after(self, after: datetime, tz: ZoneInfo) -> datetime | None:

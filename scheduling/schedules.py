@@ -145,7 +145,10 @@ class Timing:
         for name in ("at", "start", "end"):
             value = getattr(self, name)
             if value is not None:
-                require_aware(value, field=name)
+                # Stored in UTC: Python adds timedeltas to a zoned datetime in wall-clock time
+                # and compares same-zone datetimes ignoring the fold, so a zoned start would
+                # make intervals follow DST (23- or 25-hour days, or the same instant twice).
+                object.__setattr__(self, name, require_aware(value, field=name))
         if self.start and self.end and self.end <= self.start:
             raise ScheduleError("end", "must be after start")
         if self.at and self.start and self.at < self.start:
@@ -163,7 +166,7 @@ class Timing:
             after = self.start - _EPSILON
         candidate: datetime | None
         if self.interval is not None:
-            base = self.start if self.start is not None else anchor
+            base = (self.start if self.start is not None else anchor).astimezone(UTC)
             if after < base:
                 candidate = base
             else:

@@ -152,6 +152,21 @@ def _set_next(job: Job, occurrence: datetime | None) -> None:
         job.next_due_at = occurrence + schedules.jitter_offset(job.pk, occurrence, job.jitter)
 
 
+def replan_job(*, job: Job, now: datetime) -> None:
+    """Recompute an edited job's next occurrence from ``now`` (admin saves, schedule edits).
+
+    A job whose current execution is unfinished keeps waiting for it; the new position only
+    decides what comes after.
+    """
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().select_related("schedule").get(pk=job.pk)
+        if locked.status == JobStatus.COMPLETED:
+            locked.status = JobStatus.ACTIVE
+        _plan_from(locked, locked.schedule.timing(), now=now, first=locked.execute_count == 0)
+        locked.save(update_fields=["status", "next_due_at", "next_occurrence_at", "updated_at"])
+    logger.info("job.replanned job=%s next_due_at=%s", job.pk, locked.next_due_at)
+
+
 def pause_job(*, job: Job, now: datetime) -> bool:
     changed = Job.objects.filter(pk=job.pk, status=JobStatus.ACTIVE).update(
         status=JobStatus.PAUSED, updated_at=now

@@ -342,6 +342,13 @@ def test_a_rare_day_and_weekday_combination_is_still_found() -> None:
     assert expression.next_after(utc(2027, 2, 2), UTC) == utc(2038, 2, 1)
 
 
+def test_asking_beyond_the_end_of_the_calendar_is_an_error() -> None:
+    with pytest.raises(CronError, match="no firing time after 9999-06-01"):
+        parse("@yearly").next_after(utc(9999, 6, 1), UTC)
+    with pytest.raises(CronError, match="no firing time after"):
+        parse("0 23 31 12 *").next_after(utc(9999, 6, 1), NEW_YORK)
+
+
 def test_weekday_mornings_in_new_york_follow_daylight_saving_time() -> None:
     expression = parse("0 9 * * 1-5")
     assert expression.next_after(utc(2024, 1, 12, 15), NEW_YORK) == utc(2024, 1, 15, 14)

@@ -79,29 +79,9 @@ class Schedule(models.Model):
 
     def timing(self) -> Timing:
         """The pure view of this schedule; raises ScheduleError naming the bad field."""
-        zone = schedules.parse_zone(self.timezone or "UTC")
-        for name in ("run_at", "starts_at", "ends_at"):
-            value = getattr(self, name)
-            if value is not None:
-                schedules.require_aware(value, field=name)
-        if sum(bool(x) for x in (self.interval, self.cron, self.run_at)) != 1:
-            raise ScheduleError(
-                "interval", "give exactly one of an interval, a cron expression or one instant"
-            )
-        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
-            raise ScheduleError("ends_at", "must be after starts_at")
-        try:
-            return Timing(
-                interval=schedules.parse_duration(self.interval) if self.interval else None,
-                cron=schedules.parse_cron(self.cron) if self.cron else None,
-                zone=zone,
-                at=self.run_at,
-                start=self.starts_at,
-                end=self.ends_at,
-            )
-        except ScheduleError as exc:
-            renamed = {"at": "run_at", "start": "starts_at", "end": "ends_at"}
-            raise ScheduleError(renamed.get(exc.field, exc.field), exc.reason) from None
+        return schedules.timing_from(
+            self.interval, self.cron, self.timezone, self.run_at, self.starts_at, self.ends_at
+        )
 
     def clean(self) -> None:
         self.interval = self.interval.strip()
@@ -322,7 +302,7 @@ class AttemptOutcome(models.TextChoices):
     FAILED = "failed"  # raised an error
     TIMEOUT = "timeout"  # exceeded the job's timeout
     ABANDONED = "abandoned"  # its worker died; found by a stale heartbeat or a lost worker
-    INTERRUPTED = "interrupted"  # the worker shut down under it; the message was requeued
+    INTERRUPTED = "interrupted"  # the worker shut down under it; retried at once
     CANCELLED = "cancelled"  # revoked
 
 

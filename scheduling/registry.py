@@ -9,6 +9,7 @@ update instead of an ETA message in the broker.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -109,7 +110,14 @@ class UnknownTask(LookupError):
     """The named task is not registered, or not marked schedulable."""
 
 
+@functools.cache
 def _load_tasks() -> Any:
+    """The Celery app with every task module imported, done once per process.
+
+    Once, because ``import_default_modules`` makes Celery's Django fix-up run the whole system
+    check framework (tens of milliseconds); a claim asks for a task per due job. The app's task
+    registry stays live, so tasks registered later are still found.
+    """
     from config.celery import app
 
     app.loader.import_default_modules()

@@ -189,6 +189,43 @@ class Timing:
             current = self.next_after(current, anchor=anchor)
 
 
+def timing_from(
+    interval: str,
+    cron: str,
+    zone: str,
+    at: datetime | None,
+    start: datetime | None,
+    end: datetime | None,
+) -> Timing:
+    """Build a Timing from a schedule's stored values; errors name the schedule's fields."""
+    if sum(bool(x) for x in (interval, cron, at)) != 1:
+        raise ScheduleError(
+            "interval", "give exactly one of an interval, a cron expression or one instant"
+        )
+    for name, value in (("run_at", at), ("starts_at", start), ("ends_at", end)):
+        if value is not None:
+            require_aware(value, field=name)
+    if start and end and end <= start:
+        raise ScheduleError("ends_at", "must be after starts_at")
+    try:
+        return Timing(
+            interval=parse_duration(interval) if interval else None,
+            cron=parse_cron(cron) if cron else None,
+            zone=parse_zone(zone or "UTC"),
+            at=at,
+            start=start,
+            end=end,
+        )
+    except ScheduleError as exc:
+        renamed = {"at": "run_at", "start": "starts_at", "end": "ends_at"}
+        raise ScheduleError(renamed.get(exc.field, exc.field), exc.reason) from None
+
+
+def due_time(job_id: int, occurrence: datetime, jitter: timedelta) -> datetime:
+    """When an occurrence is dispatched: its nominal time plus the job's stable jitter."""
+    return occurrence + jitter_offset(job_id, occurrence, jitter)
+
+
 def jitter_offset(job_id: int, occurrence: datetime, jitter: timedelta) -> timedelta:
     """A stable offset in ``[0, jitter)`` for one occurrence of one job.
 

@@ -17,10 +17,12 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 
 from scheduling import conf, schedules
+from scheduling.claims import Doorbell
+from scheduling.claims import claim_due_jobs as claim_due_jobs  # the claim lives in claims.py
 from scheduling.models import (
     EXECUTION_STARTABLE,
     Attempt,
@@ -32,7 +34,7 @@ from scheduling.models import (
     Overlap,
     Schedule,
 )
-from scheduling.schedules import Misfire, ScheduleError, Timing
+from scheduling.schedules import Misfire, Timing
 from scheduling.validation import check_target
 
 logger = logging.getLogger("scheduling")
@@ -114,7 +116,9 @@ def create_job(
         job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
     except ValidationError as exc:
         for field, messages in exc.message_dict.items():
-            errors.setdefault(field, []).extend(messages)
+            # Job.clean validates the schedule again; say each reason once.
+            known = errors.setdefault(field, [])
+            known.extend(m for m in messages if m not in known)
     if owner is not None and name and Job.objects.filter(owner=owner, name=name).exists():
         errors.setdefault("name", []).append(f"{owner} already has a job named {name!r}")
     if errors:
@@ -149,7 +153,7 @@ def _set_next(job: Job, occurrence: datetime | None) -> None:
         job.next_due_at = None
         job.status = JobStatus.COMPLETED
     else:
-        job.next_due_at = occurrence + schedules.jitter_offset(job.pk, occurrence, job.jitter)
+        job.next_due_at = schedules.due_time(job.pk, occurrence, job.jitter)
 
 
 def replan_job(*, job: Job, now: datetime) -> None:
@@ -214,20 +218,6 @@ def run_job_now(*, job: Job, now: datetime) -> Execution:
 # --- claim ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Doorbell:
-    """Everything needed to publish the message for one execution."""
-
-    execution_id: int
-    task_id: str
-    task: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    queue: str
-    priority: int | None
-    timeout: int
-
-
 def _doorbell(execution: Execution, job: Job | None) -> Doorbell:
     return Doorbell(
         execution_id=execution.pk,
@@ -238,167 +228,6 @@ def _doorbell(execution: Execution, job: Job | None) -> Doorbell:
         queue=job.queue if job else "celery",
         priority=job.priority if job else None,
         timeout=job.timeout if job else conf.get("DEFAULT_TIMEOUT"),
-    )
-
-
-def claim_due_jobs(*, now: datetime, limit: int) -> list[Doorbell]:
-    """Claim up to ``limit`` due jobs: create their executions and advance them, in one commit.
-
-    Returns the doorbells to publish once the transaction has committed. A job whose schedule
-    or target is broken gets a FAILED execution naming the reason; the others are unaffected.
-    """
-    grace = timedelta(seconds=conf.get("MISFIRE_GRACE"))
-    catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
-    timings: dict[int, Timing | ScheduleError] = {}
-    with transaction.atomic():
-        jobs = list(
-            _lock(
-                Job.objects.filter(
-                    status=JobStatus.ACTIVE,
-                    current_execution__isnull=True,
-                    next_due_at__lte=now,
-                )
-            )
-            .select_related("schedule")
-            .order_by("next_due_at")[:limit]
-        )
-        if not jobs:
-            return []
-        new: list[Execution] = []
-        owners: list[tuple[Job, Execution | None]] = []
-        for job in jobs:
-            due = job.next_occurrence_at or job.next_due_at
-            assert due is not None
-            timing = timings.get(job.schedule_id)
-            if timing is None:
-                try:
-                    timing = job.schedule.timing()
-                except ScheduleError as exc:
-                    timing = exc
-                timings[job.schedule_id] = timing
-            if isinstance(timing, ScheduleError):
-                failed = _failed_occurrence(job, due, now, f"schedule is invalid: {timing}")
-                new.append(failed)
-                job.status = JobStatus.PAUSED
-                owners.append((job, None))
-                continue
-            plan = schedules.plan_claim(
-                timing,
-                anchor=job.created_at,
-                due=due,
-                now=now,
-                misfire=Misfire(job.misfire),
-                allow_overlap=job.overlap == Overlap.ALLOW,
-                grace=grace,
-                catch_up_limit=catch_up_limit,
-            )
-            target_error = _target_error(job)
-            first_run: Execution | None = None
-            for occurrence in plan.run:
-                if target_error:
-                    new.append(_failed_occurrence(job, occurrence, now, target_error))
-                    continue
-                execution = Execution(
-                    job=job,
-                    task=job.task,
-                    scheduled_for=occurrence,
-                    status=ExecutionStatus.PENDING,
-                    created_at=now,
-                    queued_at=now,
-                )
-                new.append(execution)
-                first_run = first_run or execution
-            if plan.skipped is not None:
-                new.append(
-                    Execution(
-                        job=job,
-                        task=job.task,
-                        scheduled_for=plan.skipped,
-                        status=ExecutionStatus.SKIPPED,
-                        created_at=now,
-                        finished_at=now,
-                        last_error=(
-                            "missed while the scheduler was away or the job was paused; "
-                            "skipped by the misfire policy"
-                        ),
-                    )
-                )
-            _set_next(job, plan.next_occurrence)
-            owners.append((job, first_run if job.overlap == Overlap.FORBID else None))
-        Execution.objects.bulk_create(new)
-        for job, current in owners:
-            job.current_execution = current
-        _save_claimed_jobs([job for job, _ in owners], now=now)
-    pending = [e for e in new if e.status == ExecutionStatus.PENDING]
-    by_id = {job.pk: job for job, _ in owners}
-    for execution in new:
-        logger.info(
-            "job.claimed job=%s execution=%s scheduled_for=%s status=%s",
-            execution.job_id,
-            execution.pk,
-            execution.scheduled_for.isoformat(),
-            execution.status,
-        )
-    return [_doorbell(e, by_id[e.job_id]) for e in pending]
-
-
-def _target_error(job: Job) -> str:
-    try:
-        check_target(job)
-    except ValidationError as exc:
-        return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
-    return ""
-
-
-def _failed_occurrence(job: Job, occurrence: datetime, now: datetime, error: str) -> Execution:
-    logger.error("execution.failed job=%s scheduled_for=%s error=%s", job.pk, occurrence, error)
-    return Execution(
-        job=job,
-        task=job.task,
-        scheduled_for=occurrence,
-        status=ExecutionStatus.FAILED,
-        created_at=now,
-        finished_at=now,
-        last_error=error,
-    )
-
-
-def _save_claimed_jobs(jobs: Sequence[Job], *, now: datetime) -> None:
-    """Write the claimed jobs' new positions in one statement."""
-    if connection.vendor == "postgresql":
-        rows = [
-            (
-                job.pk,
-                job.next_due_at,
-                job.next_occurrence_at,
-                job.current_execution_id,
-                job.status,
-            )
-            for job in jobs
-        ]
-        table = Job._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
-                UPDATE {table} AS j
-                   SET next_due_at = v.next_due_at,
-                       next_occurrence_at = v.next_occurrence_at,
-                       current_execution_id = v.current_execution_id,
-                       status = v.status,
-                       updated_at = %s
-                  FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[],
-                              %s::bigint[], %s::varchar[])
-                       AS v(id, next_due_at, next_occurrence_at, current_execution_id, status)
-                 WHERE j.id = v.id
-                """,
-                [now, *[list(col) for col in zip(*rows, strict=True)]],
-            )
-        return
-    for job in jobs:
-        job.updated_at = now
-    Job.objects.bulk_update(
-        jobs,
-        ["next_due_at", "next_occurrence_at", "current_execution", "status", "updated_at"],
     )
 
 
@@ -571,6 +400,11 @@ def format_error(exc: BaseException | None, tb: Any = None, *, limit: int = 6) -
         tb = exc.__traceback__
     if tb is None:
         return head
+    if isinstance(tb, str):
+        # Celery's main process reports a lost pool process (WorkerLostError) with the
+        # traceback already formatted by billiard: keep its last lines, as for frames.
+        frames = "\n".join(tb.strip().splitlines()[-2 * limit :])
+        return f"{head}\n{frames}"[:MAX_ERROR]
     frames = "".join(traceback.format_tb(tb)[-limit:])
     return f"{head}\n{frames}"[:MAX_ERROR]
 
@@ -671,14 +505,18 @@ def cancel_execution(*, execution_id: int, now: datetime, reason: str = "cancell
 
 
 def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
-    """The worker is shutting down under a running attempt and requeues its message.
+    """The pool process is exiting under a running attempt (``task_postrun`` with state None).
 
-    The attempt is recorded as interrupted and the execution goes back to QUEUED, so the
-    requeued message (or a republish) starts it again without waiting for the reaper.
+    The attempt is recorded as interrupted and the execution becomes due for a retry at once
+    (RETRY, ``retry_at`` now; not counted against its retries, since the task did not fail).
+    Its message may be gone: a cold shutdown requeues it, but a SIGTERM sent to the pool
+    process itself (the whole process group signalled, as a service manager may do) makes
+    Celery acknowledge it as WorkerLostError. The scheduler's next tick therefore publishes
+    it again; if the requeued message also arrives, the claim absorbs the second one.
     """
     with transaction.atomic():
         changed = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.RUNNING).update(
-            status=ExecutionStatus.QUEUED, queued_at=now, updated_at=now
+            status=ExecutionStatus.RETRY, retry_at=now, finished_at=now, updated_at=now
         )
         if changed:
             _finish_attempt(

@@ -136,8 +136,9 @@ def _seconds_until(when: Any, now: datetime) -> float | None:
 def on_task_postrun(sender: Any = None, state: str | None = None, **_: Any) -> None:
     """Handle the ends that no other signal reports.
 
-    ``state`` None means the pool process is exiting under the task (cold shutdown): Celery
-    requeues the message, so the execution goes back to QUEUED for it. A body that raised
+    ``state`` None means the pool process is exiting under the task (a cold shutdown, or a
+    SIGTERM sent to the pool process itself): the execution is retried at once, whether or not
+    Celery requeued the message (see ``services.interrupt_execution``). A body that raised
     ``Ignore`` or ``Reject`` after it started leaves nothing to retry: the execution is
     cancelled with that reason.
     """

@@ -54,23 +54,25 @@ def task_row_model(label: str) -> Any:
 
 def check_target(job: Job) -> None:
     """Raise ValidationError if the job's target cannot run now (see the module docstring)."""
+    check_target_values(task=job.task, task_table=job.task_table, task_row_id=job.task_row_id)
+
+
+def check_target_values(*, task: str, task_table: str, task_row_id: int | None) -> None:
+    """``check_target`` on plain values, for the claim's hot path."""
     errors: dict[str, str] = {}
     try:
-        get_schedulable(job.task)
+        get_schedulable(task)
     except UnknownTask as exc:
         errors["task"] = str(exc)
-    if job.task_table:
+    if task_table:
         try:
-            model = task_row_model(job.task_table)
+            model = task_row_model(task_table)
         except LookupError as exc:
             errors["task_table"] = str(exc)
         else:
-            if (
-                job.task_row_id is None
-                or not model._default_manager.filter(pk=job.task_row_id).exists()
-            ):
-                errors["task_row_id"] = f"no {job.task_table} row with id {job.task_row_id}"
-    elif job.task_row_id is not None:
+            if task_row_id is None or not model._default_manager.filter(pk=task_row_id).exists():
+                errors["task_row_id"] = f"no {task_table} row with id {task_row_id}"
+    elif task_row_id is not None:
         errors["task_table"] = "is required when task_row_id is set"
     if errors:
         raise ValidationError(errors)
@@ -114,7 +116,8 @@ def validate_job(job: Job) -> None:
         check_target(job)
     except ValidationError as exc:
         errors.update(exc.message_dict)
-    if job.schedule_id is not None or getattr(job, "_schedule_cache", None):
+    # An unsaved schedule (a form building both) is cached on the job but has no id yet.
+    if job.schedule_id is not None or type(job).schedule.is_cached(job):
         schedule = job.schedule
         try:
             schedule.clean()

@@ -1,0 +1,99 @@
+"""The fast Redis path publishes the very messages Celery's send_task would."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from config.celery import app
+from scheduling.dispatch import Publisher
+from scheduling.services import Doorbell
+
+PER_MESSAGE = {"id", "root_id", "correlation_id", "delivery_tag"}
+
+
+def _bell(execution_id: int, **overrides: Any) -> Doorbell:
+    values: dict[str, Any] = {
+        "execution_id": execution_id,
+        "task_id": str(uuid.uuid4()),
+        "task": "scheduling.diagnostics.sleep",
+        "args": [],
+        "kwargs": {"seconds": 1.5},
+        "queue": "celery",
+        "priority": None,
+        "timeout": 42,
+    }
+    values.update(overrides)
+    return Doorbell(**values)
+
+
+def _drain(client: redis.Redis, prefix: str) -> list[dict[str, Any]]:
+    """Every message in this test's queues (priorities live in their own lists)."""
+    messages = []
+    for key in client.scan_iter(f"{prefix}celery*"):
+        if client.type(key) == b"list":
+            messages += [json.loads(raw) for raw in client.lrange(key, 0, -1)]
+            client.delete(key)
+    return messages
+
+
+def _strip(message: dict[str, Any]) -> dict[str, Any]:
+    """The message without the values that differ per message by design."""
+    message = json.loads(json.dumps(message))
+    for part in (message["headers"], message["properties"]):
+        for key in PER_MESSAGE & part.keys():
+            part[key] = "*"
+    message["body"] = json.loads(base64.b64decode(message["body"]))
+    return message
+
+
+@pytest.fixture
+def redis_prefix(settings: Any) -> Any:
+    prefix = f"pub{uuid.uuid4().hex[:8]}:"
+    settings.CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+    options = {"global_keyprefix": prefix}
+    app.conf.broker_url = settings.CELERY_BROKER_URL
+    app.conf.broker_transport_options = options
+    yield prefix
+    app.conf.broker_transport_options = {}
+
+
+@pytest.mark.parametrize("priority", [None, 5])
+def test_fast_path_messages_equal_send_task_messages(
+    redis_prefix: str, settings: Any, priority: int | None
+) -> None:
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    publisher = Publisher(app)
+    try:
+        settings.SCHEDULING = {"FAST_PUBLISH": False}
+        assert publisher.publish([_bell(7, priority=priority)]) == [7]
+        portable = _drain(client, redis_prefix)
+        settings.SCHEDULING = {"FAST_PUBLISH": True}
+        assert publisher.publish([_bell(7, priority=priority)]) == [7]
+        fast = _drain(client, redis_prefix)
+    finally:
+        publisher.close()
+    assert len(portable) == len(fast) == 1
+    assert _strip(fast[0]) == _strip(portable[0])
+    assert fast[0]["headers"]["duecourse_execution"] == 7
+    assert fast[0]["headers"]["timelimit"] == [52, 42]
+    assert fast[0]["headers"]["eta"] is None
+
+
+def test_fast_path_writes_a_whole_batch(redis_prefix: str, settings: Any) -> None:
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    publisher = Publisher(app)
+    try:
+        done = publisher.publish([_bell(i) for i in range(1, 1001)])
+    finally:
+        publisher.close()
+    assert done == list(range(1, 1001))
+    messages = _drain(client, redis_prefix)
+    assert sorted(m["headers"]["duecourse_execution"] for m in messages) == done
+    assert len({m["headers"]["id"] for m in messages}) == 1000

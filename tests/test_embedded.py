@@ -1,0 +1,84 @@
+"""The embedded default: SQLite and kombu's file-system broker, no server at all.
+
+This is what ``make run`` starts on a fresh machine; the test drives the same commands in a
+private ``var`` directory and waits for the demo's quick job to complete on a real worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, Processes, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _env(var_dir: Path) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DATABASE_URL", "CELERY_BROKER_URL") and not key.startswith("SCHEDULING_")
+    }
+    env.update(DUECOURSE_VAR_DIR=str(var_dir), PYTHONUNBUFFERED="1")
+    return env
+
+
+def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> None:
+    var_dir = tmp_path / "var"
+    env = _env(var_dir)
+    migrated = _manage(env, "migrate", "--noinput", "-v0")
+    assert migrated.returncode == 0, migrated.stderr
+    assert (var_dir / "duecourse.sqlite3").exists()
+    assert (var_dir / "secret_key").exists()
+    loaded = _manage(env, "loaddemo", "--json")
+    assert json.loads(loaded.stdout)["created"] == [
+        "job-123456",
+        "job-123457",
+        "job-123458",
+        "job-123459",
+        "quick",
+    ]
+
+    group = Processes(tmp_path)
+    stack = group.start([sys.executable, "manage.py", "runstack"], env=env, name="runstack")
+    try:
+
+        def quick_completed() -> bool:
+            listed = _manage(env, "executions", "--job", "quick", "--status", "completed", "--json")
+            return listed.returncode == 0 and len(json.loads(listed.stdout)) >= 2
+
+        wait_for(quick_completed, timeout=90, interval=1, message="two runs of the quick job")
+        output = group.log_of(stack)
+        assert "execution.started" in output
+        assert "execution.completed" in output
+        os.kill(stack.pid, signal.SIGINT)
+        assert stack.wait(timeout=40) == 0
+        assert "stopped" in group.log_of(stack)
+    finally:
+        group.stop_all()
+
+    seeded = json.loads(_manage(env, "jobs", "show", "job-123456", "--json").stdout)
+    assert seeded["schedule"]["interval"] == "PT3H"
+    assert seeded["max_retries"] == 3
+    assert seeded["owner"] == "user1101"
+    one_off = json.loads(_manage(env, "jobs", "show", "job-123459", "--json").stdout)
+    assert one_off["schedule"]["kind"] == "once"

@@ -99,7 +99,11 @@ def parse_database_url(url: str) -> dict[str, object]:
             "PASSWORD": unquote(parts.password or ""),
             "HOST": parts.hostname or "",
             "PORT": str(parts.port or ""),
-            "CONN_MAX_AGE": 0,
+            # Workers and schedulers keep their connection (a reconnect per task would cost
+            # more than the task). One that raised an error is tested and replaced by
+            # close_old_connections() before the next task or tick; a health check before
+            # every use would add a round trip per task.
+            "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 600),
             "OPTIONS": options,
         }
     raise ImproperlyConfigured(

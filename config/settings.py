@@ -136,6 +136,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = env_int("CELERY_WORKER_PREFETCH_MULTIPLIER",
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_PUBLISH_RETRY = False
+# Celery closes Django's connection around every task unless told to reuse it; reconnecting
+# to PostgreSQL per task would cost more than the task. Broken connections are still replaced.
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_MAX_LOOP_INTERVAL = env_float("SCHEDULING_MAX_SLEEP", 1.0)
 

@@ -256,7 +256,12 @@ _INSERT_COLUMNS = (
 
 
 def _insert_executions(due: Sequence[_Due], *, now: datetime) -> list[dict[str, Any]]:
-    """Insert every planned execution in one statement and fill in their ids."""
+    """Insert every planned execution in one statement and fill in their ids.
+
+    An occurrence that already has its execution (a manual ``jobs run`` at that very instant)
+    is left as it is and dropped from the plan, instead of failing the whole batch on the
+    one-per-occurrence constraint.
+    """
     rows = [execution for item in due for execution in item.executions]
     if not rows:
         return rows
@@ -270,19 +275,42 @@ def _insert_executions(due: Sequence[_Due], *, now: datetime) -> list[dict[str, 
                        ({names}, retry_count, worker, duplicates, updated_at)
                 SELECT {names}, 0, '', 0, %s
                   FROM json_to_recordset(%s::json) AS v({types})
-                RETURNING id
+                    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+                RETURNING id, task_id
                 """,
                 [now, _to_json(rows, [name for name, _ in _INSERT_COLUMNS])],
             )
-            ids = [record[0] for record in cursor.fetchall()]
+            ids = {str(task_id): pk for pk, task_id in cursor.fetchall()}
     else:
-        objects = Execution.objects.bulk_create(
-            [Execution(**row, updated_at=now) for row in rows]
+        taken = set(
+            Execution.objects.filter(
+                job_id__in={row["job_id"] for row in rows},
+                scheduled_for__in={row["scheduled_for"] for row in rows},
+            ).values_list("job_id", "scheduled_for")
         )
-        ids = [obj.pk for obj in objects]
-    for row, pk in zip(rows, ids, strict=True):
-        row["id"] = pk
-    return rows
+        fresh = [row for row in rows if (row["job_id"], row["scheduled_for"]) not in taken]
+        Execution.objects.bulk_create([Execution(**row, updated_at=now) for row in fresh])
+        ids = dict(
+            Execution.objects.filter(task_id__in=[row["task_id"] for row in fresh]).values_list(
+                "task_id", "pk"
+            )
+        )
+        ids = {str(task_id): pk for task_id, pk in ids.items()}
+    for item in due:
+        kept = []
+        for row in item.executions:
+            pk = ids.get(str(row["task_id"]))
+            if pk is None:
+                logger.info(
+                    "job.occurrence_exists job=%s scheduled_for=%s",
+                    row["job_id"],
+                    row["scheduled_for"].isoformat(),
+                )
+                continue
+            row["id"] = pk
+            kept.append(row)
+        item.executions = kept
+    return [row for item in due for row in item.executions]
 
 
 def _to_json(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:

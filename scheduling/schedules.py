@@ -273,7 +273,8 @@ def plan_claim(
       with overlap allowed a single claim creates up to ``catch_up_limit`` of them.
     - ``coalesce`` runs once for all missed occurrences (recorded at the first missed one), then
       waits for the next future occurrence.
-    - ``skip`` runs nothing for missed occurrences and waits for the next future one.
+    - ``skip`` runs nothing for missed occurrences; an occurrence that is itself on time (within
+      ``grace`` of ``now``) still runs, and then the job waits for the next one.
     """
     late = now - due > grace
     if not late or misfire is Misfire.CATCH_UP:
@@ -287,6 +288,12 @@ def plan_claim(
     after_now = timing.next_after(now, anchor=anchor)
     if misfire is Misfire.COALESCE:
         return ClaimPlan(run=(due,), skipped=None, next_occurrence=after_now)
+    recent = timing.next_after(max(due, now - grace), anchor=anchor)
+    if recent is not None and recent <= now:
+        # The latest occurrence is on time: only the ones before it were missed.
+        return ClaimPlan(
+            run=(recent,), skipped=due, next_occurrence=timing.next_after(recent, anchor=anchor)
+        )
     return ClaimPlan(run=(), skipped=due, next_occurrence=after_now)
 
 

@@ -51,6 +51,7 @@ def on_task_success(sender: Any = None, **_: Any) -> None:
     execution_id = getattr(sender.request, "duecourse_execution_id", None) if sender else None
     if execution_id is None:
         return
+    close_old_connections()  # the connection begin() opened may have died during a long run
     services.complete_execution(execution_id=execution_id, now=timezone.now())
     worker.end(execution_id)
 
@@ -69,6 +70,7 @@ def on_task_failure(
     execution_id = _execution_for(request, task_id)
     if execution_id is None:
         return
+    close_old_connections()
     outcome, permanent = _classify(sender, exception)
     error = services.format_error(exception, traceback)
     if outcome == AttemptOutcome.TIMEOUT:
@@ -101,6 +103,7 @@ def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, *
     execution_id = getattr(request, "duecourse_execution_id", None)
     if execution_id is None:
         return
+    close_old_connections()
     now = timezone.now()
     retry_in: float | None = None
     cause: BaseException | None = None
@@ -145,6 +148,7 @@ def on_task_postrun(sender: Any = None, state: str | None = None, **_: Any) -> N
     execution_id = getattr(getattr(sender, "request", None), "duecourse_execution_id", None)
     if execution_id is None:
         return
+    close_old_connections()
     now = timezone.now()
     if state is None:
         services.interrupt_execution(execution_id=execution_id, now=now)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from scheduling.models import Job
 
 MAX_NOTE = 500
+TASK_ROW_TASK = "scheduling.run_task_row"
 
 
 def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:
@@ -60,10 +61,17 @@ def check_target(job: Job) -> None:
 def check_target_values(*, task: str, task_table: str, task_row_id: int | None) -> None:
     """``check_target`` on plain values, for the claim's hot path."""
     errors: dict[str, str] = {}
-    try:
-        get_schedulable(task)
-    except UnknownTask as exc:
-        errors["task"] = str(exc)
+    if not task:
+        errors["task"] = "is required: a schedulable Celery task (or a task table row)"
+    else:
+        try:
+            get_schedulable(task)
+        except UnknownTask as exc:
+            errors["task"] = str(exc)
+    if task_table and task and task != TASK_ROW_TASK:
+        errors["task"] = (
+            f"a job with a task table runs {TASK_ROW_TASK!r}, which reads the row; got {task!r}"
+        )
     if task_table:
         try:
             model = task_row_model(task_table)
@@ -138,12 +146,18 @@ def visibility_timeout() -> int | None:
     return int(options.get("visibility_timeout", 3600))
 
 
-def first_error(exc: ValidationError) -> str:
-    """One line naming the field and the reason, for command-line output."""
+def first_error(exc: ValidationError, *, options: dict[str, str] | None = None) -> str:
+    """One line naming each field and its reason, for command-line output.
+
+    ``options`` maps a field to the command-line option that set it, so ``--every PT0S`` is
+    reported as ``interval (--every): …``.
+    """
     if hasattr(exc, "error_dict"):
         parts = []
         for field, errors in exc.message_dict.items():
             name = "input" if field == "__all__" else field
+            if options and field in options:
+                name = f"{name} ({options[field]})"
             parts.append(f"{name}: {' '.join(errors)}")
         return "; ".join(parts)
     return " ".join(exc.messages)

@@ -14,6 +14,9 @@ from scheduling.validation import first_error
 
 
 class DuecourseCommand(BaseCommand):
+    #: Model fields whose command-line option has another name, for error messages.
+    option_names: dict[str, str] = {}
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--json", action="store_true", help="Print the result as one JSON value on stdout."
@@ -23,7 +26,7 @@ class DuecourseCommand(BaseCommand):
         try:
             return super().execute(*args, **options)
         except ValidationError as exc:
-            raise CommandError(first_error(exc)) from None
+            raise CommandError(first_error(exc, options=self.option_names)) from None
         except ScheduleError as exc:
             raise CommandError(str(exc)) from None
 

@@ -18,13 +18,24 @@ from scheduling.validation import parse_json_argument
 
 class Command(DuecourseCommand):
     help = "Create, inspect and control scheduled jobs."
+    option_names = {
+        "interval": "--every",
+        "timezone": "--tz",
+        "run_at": "--at",
+        "starts_at": "--start",
+        "ends_at": "--end",
+    }
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         add = sub.add_parser("add", help="Create a job.")
         super().add_arguments(add)
         add.add_argument("name", help="Job name, unique per owner.")
-        add.add_argument("--task", required=True, help="Schedulable Celery task (dotted name).")
+        add.add_argument(
+            "--task",
+            default="",
+            help="Schedulable Celery task (dotted name); not needed with --task-table.",
+        )
         add.add_argument(
             "--args", dest="task_args", default="[]", help="JSON list of positional arguments."
         )

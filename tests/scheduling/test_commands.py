@@ -1,0 +1,451 @@
+"""The command line as a specification: ``jobs``, ``executions`` and every command's help.
+
+Most tests call the commands in-process; two run ``manage.py`` for real to pin down what a
+shell sees: exit codes, one JSON value on stdout, one error line on stderr, no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core.management import CommandError, ManagementUtility, call_command, get_commands
+
+from scheduling import services
+from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
+from tests.conftest import ROOT, database_url
+
+NOOP = "scheduling.diagnostics.noop"
+MINUTE = timedelta(minutes=1)
+SECOND = timedelta(seconds=1)
+MakeJob = Callable[..., Job]
+
+db = pytest.mark.django_db
+
+
+def call(*argv: str) -> str:
+    """Run a command in-process; return its stdout."""
+    out, err = StringIO(), StringIO()
+    call_command(*argv, stdout=out, stderr=err)
+    return out.getvalue()
+
+
+def call_json(*argv: str) -> Any:
+    out = call(*argv, "--json")
+    assert out.count("\n") == 1 and out.endswith("\n"), out  # exactly one JSON value
+    return json.loads(out)
+
+
+def refused(*argv: str) -> str:
+    """Run a command that must fail; return its one-line message; prove nothing was written."""
+    before = (Job.objects.count(), Schedule.objects.count())
+    with pytest.raises(CommandError) as caught:
+        call(*argv)
+    assert (Job.objects.count(), Schedule.objects.count()) == before
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+# --- jobs add ---------------------------------------------------------------------------------
+
+
+@db
+def test_jobs_add_with_every_and_all_the_options(owner: Any) -> None:
+    data = call_json(
+        "jobs", "add", "report",
+        "--task", NOOP,
+        "--every", "PT10M",
+        "--max-retries", "5",
+        "--timeout", "60",
+        "--jitter", "2.5",
+        "--misfire", "skip",
+        "--overlap", "allow",
+        "--owner", "owner",
+        "--queue", "reports",
+        "--priority", "3",
+        "--args", '[1, "a"]',
+        "--kwargs", '{"k": 1}',
+        "--start", "2030-01-01T00:00:00Z",
+        "--end", "2031-01-01T00:00:00+01:00",
+        "--note", "monthly numbers",
+    )  # fmt: skip
+    job = Job.objects.get(name="report")
+    assert data["id"] == job.pk
+    assert (job.owner, job.task, job.args, job.kwargs) == (owner, NOOP, [1, "a"], {"k": 1})
+    assert (job.max_retries, job.timeout, job.jitter) == (5, 60, timedelta(seconds=2.5))
+    assert (job.misfire, job.overlap, job.queue, job.priority) == ("skip", "allow", "reports", 3)
+    assert job.note == "monthly numbers"
+    schedule = job.schedule
+    assert schedule.interval == "PT10M"
+    assert schedule.starts_at == datetime(2030, 1, 1, tzinfo=UTC)
+    assert schedule.ends_at == datetime(2030, 12, 31, 23, 0, tzinfo=UTC)
+    assert job.next_occurrence_at == datetime(2030, 1, 1, tzinfo=UTC)
+    assert data["schedule"]["kind"] == "interval"
+    assert data["schedule"]["start"] == "2030-01-01T00:00:00+00:00"
+    assert (data["misfire"], data["overlap"], data["jitter"]) == ("skip", "allow", 2.5)
+
+
+@db
+def test_jobs_add_with_cron_in_a_time_zone(owner: Any) -> None:
+    data = call_json(
+        "jobs", "add", "morning", "--task", NOOP, "--cron", "0 9 * * 1-5", "--tz", "Europe/Berlin"
+    )  # fmt: skip
+    assert data["schedule"] | {"description": None} == {
+        "kind": "cron",
+        "interval": None,
+        "cron": "0 9 * * 1-5",
+        "timezone": "Europe/Berlin",
+        "at": None,
+        "start": None,
+        "end": None,
+        "description": None,
+    }
+    local = datetime.fromisoformat(data["next_occurrence_at"]).astimezone(ZoneInfo("Europe/Berlin"))
+    assert (local.hour, local.minute) == (9, 0) and local.weekday() < 5
+
+
+@db
+def test_jobs_add_once_at_an_instant(owner: Any) -> None:
+    data = call_json("jobs", "add", "once", "--task", NOOP, "--at", "2030-01-07T10:00:00+01:00")
+    assert data["schedule"]["kind"] == "once"
+    assert data["schedule"]["at"] == "2030-01-07T09:00:00+00:00"
+    assert data["next_due_at"] == "2030-01-07T09:00:00+00:00"
+
+
+@db
+def test_jobs_add_without_owner_uses_the_first_superuser(django_user_model: Any) -> None:
+    django_user_model.objects.create(username="plain")
+    django_user_model.objects.create(username="admin", is_superuser=True)
+    assert call_json("jobs", "add", "x", "--task", NOOP, "--every", "PT1H")["owner"] == "admin"
+
+
+@db
+def test_jobs_add_in_text_says_what_was_created(owner: Any) -> None:
+    out = call("jobs", "add", "report", "--task", NOOP, "--every", "PT3H")
+    assert out.startswith("created job 'report' (every PT3H), next due ")
+    assert out.count("\n") == 1
+
+
+@db
+def test_jobs_add_for_a_task_table_row(owner: Any) -> None:
+    from emailer.models import SendEmailTask
+
+    row = SendEmailTask.objects.create(name="digest", subject="s", body="b", recipients=["a@x"])
+    data = call_json(
+        "jobs", "add", "mail", "--task", "scheduling.run_task_row", "--every", "PT1H",
+        "--task-table", "emailer.SendEmailTask", "--task-row-id", str(row.pk),
+    )  # fmt: skip
+    assert (data["task_table"], data["task_row_id"]) == ("emailer.SendEmailTask", row.pk)
+    message = refused(
+        "jobs", "add", "gone", "--task", "scheduling.run_task_row", "--every", "PT1H",
+        "--task-table", "emailer.SendEmailTask", "--task-row-id", str(row.pk + 1000),
+    )  # fmt: skip
+    assert message.startswith("task_row_id: no emailer.SendEmailTask row with id")
+
+
+# --- jobs list, show, pause, resume, run, remove ----------------------------------------------
+
+
+@db
+def test_jobs_list_shows_every_job(make_job: MakeJob, django_user_model: Any) -> None:
+    make_job(name="b-job", every="PT3H")
+    paused = make_job(name="a-job", cron="0 9 * * *", tz="Europe/Berlin")
+    services.pause_job(job=paused, now=paused.created_at)
+    data = call_json("jobs", "list")
+    assert [(j["name"], j["status"]) for j in data] == [("a-job", "paused"), ("b-job", "active")]
+    text = call("jobs", "list").splitlines()
+    assert text[0].split() == ["NAME", "STATUS", "SCHEDULE", "NEXT", "DUE", "RUNS"]
+    assert text[1].startswith("a-job") and "paused" in text[1] and "Europe/Berlin" in text[1]
+    assert text[2].startswith("b-job") and "every PT3H" in text[2]
+
+
+@db
+def test_jobs_list_json_of_no_jobs_is_an_empty_array() -> None:
+    assert call_json("jobs", "list") == []
+
+
+@db
+def test_jobs_show_includes_recent_executions(make_job: MakeJob, now: datetime) -> None:
+    job = make_job(name="nightly", every="PT1M", overlap="allow")
+    for i in range(3):
+        services.claim_due_jobs(now=now + i * MINUTE, limit=10)
+    data = call_json("jobs", "show", "nightly")
+    assert data["name"] == "nightly" and data["id"] == job.pk
+    assert [e["scheduled_for"] for e in data["recent_executions"]] == [
+        (now + i * MINUTE).isoformat() for i in (2, 1, 0)
+    ]
+    assert all(e["status"] == "pending" for e in data["recent_executions"])
+    text = call("jobs", "show", "nightly")
+    assert "name: nightly" in text
+    assert "recent executions:" in text
+    assert text.count("pending") == 3
+
+
+@db
+def test_jobs_pause_resume_run_and_remove(make_job: MakeJob) -> None:
+    job = make_job(name="nightly", every="PT1H")
+    assert call_json("jobs", "pause", "nightly")["status"] == "paused"
+    assert Job.objects.get(pk=job.pk).status == JobStatus.PAUSED
+    assert "unchanged" in call("jobs", "pause", "nightly")
+    assert call_json("jobs", "resume", "nightly")["status"] == "active"
+    assert Job.objects.get(pk=job.pk).status == JobStatus.ACTIVE
+
+    run = call_json("jobs", "run", "nightly")
+    execution = Execution.objects.get(pk=run["id"])
+    assert (execution.job_id, execution.status) == (job.pk, ExecutionStatus.PENDING)
+    assert run["job"] == "nightly" and run["task_id"] == str(execution.task_id)
+
+    removed = call_json("jobs", "remove", "nightly")
+    assert removed["name"] == "nightly"
+    assert not Job.objects.filter(pk=job.pk).exists()
+    assert not Schedule.objects.filter(pk=job.schedule_id).exists()
+    assert not Execution.objects.exists()
+
+
+@db
+def test_jobs_with_the_same_name_are_told_apart_by_owner(
+    make_job: MakeJob, django_user_model: Any
+) -> None:
+    other = django_user_model.objects.create(username="other")
+    make_job(name="nightly")
+    make_job(name="nightly", owner=other)
+    assert "--owner" in refused("jobs", "pause", "nightly")
+    assert call_json("jobs", "pause", "nightly", "--owner", "other")["owner"] == "other"
+    assert Job.objects.get(owner=other).status == JobStatus.PAUSED
+
+
+# --- executions -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def history(make_job: MakeJob, now: datetime) -> dict[str, Execution]:
+    """Four occurrences of 'nightly' in four states, and one of another job."""
+    job = make_job(name="nightly", every="PT1M", overlap="allow", max_retries=0)
+    make_job(name="other", every="PT1H")
+    for i in range(4):
+        services.claim_due_jobs(now=now + i * MINUTE, limit=10)
+    rows = {e.scheduled_for: e.pk for e in Execution.objects.filter(job=job)}
+    done, failed, running, pending = (rows[now + i * MINUTE] for i in range(4))
+    services.start_execution(execution_id=done, worker="w1@a", pid=1, now=now + 5 * SECOND)
+    services.heartbeat(execution_ids=[done], now=now + 20 * SECOND)
+    services.complete_execution(execution_id=done, now=now + 30 * SECOND)
+    at = now + MINUTE + 5 * SECOND
+    services.start_execution(execution_id=failed, worker="w2@b", pid=2, now=at)
+    services.fail_attempt(
+        execution_id=failed,
+        error="RuntimeError: boom\n  File x, line 1",
+        outcome=AttemptOutcome.FAILED,
+        now=at + 10 * SECOND,
+    )
+    at = now + 2 * MINUTE + 5 * SECOND
+    services.start_execution(execution_id=running, worker="w1@a", pid=3, now=at)
+    services.heartbeat(execution_ids=[running], now=at + 10 * SECOND)
+    return {
+        name: Execution.objects.get(pk=pk)
+        for name, pk in (
+            ("done", done),
+            ("failed", failed),
+            ("running", running),
+            ("pending", pending),
+        )
+    }
+
+
+@db
+def test_executions_of_a_job_newest_first_with_their_details(
+    history: dict[str, Execution], now: datetime
+) -> None:
+    rows = call_json("executions", "--job", "nightly")
+    assert [r["status"] for r in rows] == ["pending", "running", "failed", "completed"]
+    assert {r["job"] for r in rows} == {"nightly"}
+    failed = rows[2]
+    row = history["failed"]
+    assert failed["scheduled_for"] == (now + MINUTE).isoformat()
+    assert failed["retry_count"] == 0
+    assert failed["task_id"] == str(row.task_id)
+    assert failed["worker"] == "w2@b"
+    assert failed["started_at"] == (now + MINUTE + 5 * SECOND).isoformat()
+    assert failed["finished_at"] == (now + MINUTE + 15 * SECOND).isoformat()
+    assert failed["last_heartbeat_at"] == (now + MINUTE + 5 * SECOND).isoformat()
+    assert failed["last_error"].startswith("RuntimeError: boom")
+    running = rows[1]
+    assert running["last_heartbeat_at"] == (now + 2 * MINUTE + 15 * SECOND).isoformat()
+    assert running["finished_at"] is None
+
+
+@db
+def test_executions_filter_by_status_and_limit(history: dict[str, Execution]) -> None:
+    [failed] = call_json("executions", "--job", "nightly", "--status", "failed")
+    assert failed["id"] == history["failed"].pk
+    newest = call_json("executions", "--job", "nightly", "--limit", "2")
+    assert [r["id"] for r in newest] == [history["pending"].pk, history["running"].pk]
+    everything = call_json("executions")
+    assert {r["job"] for r in everything} == {"nightly", "other"}
+    with_attempts = call_json("executions", "--job", "nightly", "--status", "failed", "--attempts")
+    assert [a["outcome"] for a in with_attempts[0]["attempts"]] == ["failed"]
+
+
+@db
+def test_executions_in_text_show_one_line_each(
+    history: dict[str, Execution], now: datetime
+) -> None:
+    lines = call("executions", "--job", "nightly").splitlines()
+    assert len(lines) == 4
+    failed = lines[2]
+    for part in (
+        (now + MINUTE).isoformat(),
+        "nightly",
+        "failed",
+        "retries=0",
+        "worker=w2@b",
+        f"started={(now + MINUTE + 5 * SECOND).isoformat()}",
+        f"finished={(now + MINUTE + 15 * SECOND).isoformat()}",
+        f"heartbeat={(now + MINUTE + 5 * SECOND).isoformat()}",
+        f"task_id={history['failed'].task_id}",
+        "RuntimeError: boom",
+    ):
+        assert part in failed, (part, failed)
+    assert "File x" not in failed  # only the error's first line
+    assert "pending" in lines[0] and "worker=-" in lines[0]
+
+
+@db
+def test_executions_with_no_rows_says_so() -> None:
+    assert call("executions") == "no executions\n"
+
+
+# --- help -------------------------------------------------------------------------------------
+
+SCHEDULING_COMMANDS = sorted(name for name, app in get_commands().items() if app == "scheduling")
+JOBS_ACTIONS = ["add", "list", "show", "pause", "resume", "run", "remove"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[name] for name in SCHEDULING_COMMANDS] + [["jobs", action] for action in JOBS_ACTIONS],
+    ids=" ".join,
+)
+def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        ManagementUtility(["manage.py", *argv, "--help"]).execute()
+    assert caught.value.code in (0, None)
+    out = capsys.readouterr().out
+    assert out.startswith("usage: manage.py ")
+    assert " ".join(argv) in out.splitlines()[0]
+
+
+def test_jobs_add_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        ManagementUtility(["manage.py", "jobs", "add", "--help"]).execute()
+    out = capsys.readouterr().out
+    for option in ("--every", "--cron", "--at", "--tz", "--misfire", "--overlap", "--jitter"):
+        assert option in out
+
+
+def test_the_commands_this_file_knows_are_all_the_commands() -> None:
+    assert SCHEDULING_COMMANDS == [
+        "executions",
+        "jobs",
+        "loaddemo",
+        "reap",
+        "runscheduler",
+        "runstack",
+    ]
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+ADD = ["jobs", "add", "bad", "--task", NOOP]
+
+
+@db
+@pytest.mark.parametrize(
+    ("argv", "field", "words"),
+    [
+        ([*ADD, "--every", "3 hours"], "interval", "not an ISO-8601 duration"),
+        ([*ADD, "--every", "PT0S"], "interval", "shorter than one second"),
+        ([*ADD, "--every", "P1M"], "interval", "months or years"),
+        ([*ADD, "--cron", "0 25 * * *"], "cron", "hour"),
+        ([*ADD, "--cron", "0 9 * * *", "--tz", "Europe/Nowhere"], "timezone", "IANA"),
+        ([*ADD, "--every", "PT1H", "--args", "{}"], "args", "JSON list"),
+        ([*ADD, "--every", "PT1H", "--kwargs", "[]"], "kwargs", "JSON object"),
+        ([*ADD, "--every", "PT1H", "--args", "[1,"], "args", "not valid JSON"),
+        (["jobs", "add", "bad", "--task", "gone.task", "--every", "PT1H"], "task", "registered"),
+        (["jobs", "add", "bad", "--task", "celery.backend_cleanup", "--every", "PT1H"], "task", ""),
+        ([*ADD, "--at", "2030-01-07T09:00:00"], "at", "time zone offset"),
+        ([*ADD, "--at", "next tuesday"], "at", "not an ISO-8601 date-time"),
+        (
+            [*ADD, "--every", "PT1H", "--start", "2030-02-01T00:00Z", "--end", "2030-01-01T00:00Z"],
+            "ends_at",
+            "after",
+        ),
+        ([*ADD, "--every", "PT1H", "--owner", "ghost"], "owner", "no user named 'ghost'"),
+        ([*ADD, "--every", "PT1H", "--timeout", "0"], "timeout", "at least 1"),
+        ([*ADD, "--every", "PT1H", "--max-retries", "-1"], "max_retries", "zero or more"),
+        ([*ADD, "--every", "PT1H", "--jitter", "-1"], "jitter", "zero or more"),
+        ([*ADD, "--every", "PT1H", "--note", "x" * 501], "note", "501 characters"),
+        (["jobs", "show", "nobody"], "name", "no job named 'nobody'"),
+        (["jobs", "pause", "nobody"], "name", "no job named 'nobody'"),
+        (["jobs", "remove", "nobody"], "name", "no job named 'nobody'"),
+        (["executions", "--job", "nobody"], "name", "no job named 'nobody'"),
+        (["executions", "--status", "bogus"], "status", "'bogus' is not one of"),
+        (["executions", "--limit", "0"], "limit", "at least 1"),
+    ],
+    ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None,
+)
+def test_errors_are_one_line_naming_the_field(
+    owner: Any, argv: list[str], field: str, words: str
+) -> None:
+    message = refused(*argv)
+    assert re.search(rf"(^|; ){field}( \(--[a-z-]+\))?: ", message), message
+    assert words in message
+
+
+@db
+def test_duplicate_job_name_is_refused_on_the_command_line(owner: Any) -> None:
+    call("jobs", "add", "report", "--task", NOOP, "--every", "PT1H")
+    message = refused("jobs", "add", "report", "--task", NOOP, "--every", "PT2H")
+    assert message.startswith("name: ") and "already has a job named 'report'" in message
+
+
+# --- the real command line --------------------------------------------------------------------
+
+
+def manage(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {"DATABASE_URL": database_url(), "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "manage.py", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shell_sees_one_json_value_or_one_error_line(owner: Any) -> None:
+    ok = manage("jobs", "add", "report", "--task", NOOP, "--every", "PT1H", "--json")
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout)
+    assert isinstance(data, dict) and data["name"] == "report"
+    assert ok.stdout.count("\n") == 1
+    assert Job.objects.filter(name="report").exists()
+
+    bad = manage("jobs", "add", "late", "--task", NOOP, "--every", "3 hours", "--json")
+    assert bad.returncode != 0
+    assert bad.stdout == ""
+    assert "Traceback" not in bad.stderr
+    [line] = bad.stderr.strip().splitlines()
+    assert "interval (--every): '3 hours' is not an ISO-8601 duration" in line
+    assert not Job.objects.filter(name="late").exists()

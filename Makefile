@@ -23,6 +23,7 @@ run: $(VENV)/.installed
 	$(PY) manage.py runstack
 
 test: $(VENV)/.installed
+	scripts/test-services.sh
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	$(PY) -m pytest $(PYTEST_ARGS)

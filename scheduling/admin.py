@@ -67,7 +67,7 @@ class JobAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
-    autocomplete_fields = ("owner",)
+    raw_id_fields = ("owner", "schedule")
     actions = ("pause_jobs", "resume_jobs", "run_jobs_now")
     fieldsets = (
         (None, {"fields": ("owner", "name", "status", "schedule", "note")}),

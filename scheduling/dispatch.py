@@ -29,6 +29,8 @@ from scheduling.services import Doorbell
 
 logger = logging.getLogger("scheduling")
 
+BACKOFF_MAX = 5.0
+
 
 class Publisher:
     """Publishes doorbells as ordinary Celery task messages, in batches where the broker can.
@@ -239,15 +241,23 @@ class Dispatcher:
             idle = self._sleep_until_next(timezone.now()) if busy is False else 0.0
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1
-            delay = min(self.max_sleep * 2**self._failures, 30.0)
+            delay = self._backoff()
             logger.error("dispatch.database_error error=%r retry_in=%.1fs", exc, delay)
             connection.close()
             return delay
         if busy is None:
             self._failures += 1
-            return min(self.max_sleep * 2 ** min(self._failures, 5), 30.0)
+            return self._backoff()
         self._failures = 0
         return idle
+
+    def _backoff(self) -> float:
+        """Sleep after a failed tick: doubling from MAX_SLEEP, at most BACKOFF_MAX seconds.
+
+        Short enough that work due during a broker or database outage goes out soon after it
+        ends, long enough that a scheduler facing a dead server does not spin.
+        """
+        return min(self.max_sleep * 2 ** min(self._failures, 10), BACKOFF_MAX)
 
     def _tick(self, now: datetime) -> bool | None:
         """Returns True when more work is waiting, False when idle, None when the broker failed."""

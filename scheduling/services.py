@@ -19,7 +19,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, Q
 
 from scheduling import conf, schedules
 from scheduling.claims import Doorbell
@@ -434,16 +434,39 @@ def _release_job(execution: Execution, *, now: datetime) -> None:
     )
 
 
-def complete_execution(*, execution_id: int, now: datetime) -> bool:
-    """Finish a running execution successfully, count the run and release its job."""
+def _attempt_running(execution_id: int, attempt: int | None) -> Q:
+    """Rows whose attempt ``attempt`` is still running (any attempt when None).
+
+    An attempt that the reaper already gave up on may still finish on a worker that was only
+    cut off; its late end must not be written over the next attempt's row.
+    """
+    if attempt is None:
+        return Q()
+    return Q(
+        Exists(
+            Attempt.objects.filter(
+                execution_id=execution_id, number=attempt, outcome=AttemptOutcome.RUNNING
+            )
+        )
+    )
+
+
+def complete_execution(*, execution_id: int, now: datetime, attempt: int | None = None) -> bool:
+    """Finish a running execution successfully, count the run and release its job.
+
+    ``attempt`` is the attempt number the worker started; the write happens only while that
+    attempt is still the running one.
+    """
     if connection.vendor == "postgresql":
-        changed, job_id = _complete_in_one_statement(execution_id, now=now)
+        changed, job_id = _complete_in_one_statement(execution_id, now=now, attempt=attempt)
         if not changed:
             return False
     else:
         with transaction.atomic():
             changed = Execution.objects.filter(
-                pk=execution_id, status=ExecutionStatus.RUNNING
+                _attempt_running(execution_id, attempt),
+                pk=execution_id,
+                status=ExecutionStatus.RUNNING,
             ).update(
                 status=ExecutionStatus.COMPLETED, finished_at=now, last_error="", updated_at=now
             )
@@ -457,7 +480,9 @@ def complete_execution(*, execution_id: int, now: datetime) -> bool:
     return True
 
 
-def _complete_in_one_statement(execution_id: int, *, now: datetime) -> tuple[bool, int | None]:
+def _complete_in_one_statement(
+    execution_id: int, *, now: datetime, attempt: int | None
+) -> tuple[bool, int | None]:
     """The completion as one PostgreSQL statement: (whether it was running, its job)."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -467,6 +492,10 @@ def _complete_in_one_statement(execution_id: int, *, now: datetime) -> tuple[boo
                    SET status = %(completed)s, finished_at = %(now)s, last_error = '',
                        updated_at = %(now)s
                  WHERE id = %(id)s AND status = %(running)s
+                   AND (%(attempt)s::int IS NULL OR EXISTS (
+                        SELECT 1 FROM {Attempt._meta.db_table} a
+                         WHERE a.execution_id = %(id)s AND a.number = %(attempt)s
+                           AND a.outcome = %(attempt_running)s))
              RETURNING id, job_id
             ), attempt AS (
                 UPDATE {Attempt._meta.db_table}
@@ -484,6 +513,7 @@ def _complete_in_one_statement(execution_id: int, *, now: datetime) -> tuple[boo
             {
                 "id": execution_id,
                 "now": now,
+                "attempt": attempt,
                 "completed": ExecutionStatus.COMPLETED.value,
                 "running": ExecutionStatus.RUNNING.value,
                 "attempt_completed": AttemptOutcome.COMPLETED.value,
@@ -527,6 +557,7 @@ def fail_attempt(
     permanent: bool = False,
     retry_in: float | None = None,
     from_statuses: Sequence[str] = (ExecutionStatus.RUNNING,),
+    attempt: int | None = None,
 ) -> str | None:
     """End the running attempt with ``outcome``; retry the execution or fail it.
 
@@ -539,7 +570,11 @@ def fail_attempt(
         execution = (
             Execution.objects.select_for_update(of=("self",))
             .select_related("job")
-            .filter(pk=execution_id, status__in=list(from_statuses))
+            .filter(
+                _attempt_running(execution_id, attempt),
+                pk=execution_id,
+                status__in=list(from_statuses),
+            )
             .first()
         )
         if execution is None:

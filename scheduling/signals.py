@@ -37,7 +37,9 @@ def _execution_for(request: Any, task_id: str | None = None) -> int | None:
         return None
     close_old_connections()
     try:
-        return Execution.objects.filter(task_id=task_id).values_list("pk", flat=True).first()
+        return worker.on_live_connection(
+            lambda: Execution.objects.filter(task_id=task_id).values_list("pk", flat=True).first()
+        )
     except Exception:  # a malformed id in a foreign message
         return None
 
@@ -51,8 +53,16 @@ def on_task_success(sender: Any = None, **_: Any) -> None:
     execution_id = getattr(sender.request, "duecourse_execution_id", None) if sender else None
     if execution_id is None:
         return
-    close_old_connections()  # the connection begin() opened may have died during a long run
-    services.complete_execution(execution_id=execution_id, now=timezone.now())
+    close_old_connections()
+    # The connection may have died while the task ran (a database restart): see
+    # worker.on_live_connection. The same holds for every write below.
+    worker.on_live_connection(
+        lambda: services.complete_execution(
+            execution_id=execution_id,
+            now=timezone.now(),
+            attempt=getattr(sender.request, "duecourse_attempt", None),
+        )
+    )
     worker.end(execution_id)
 
 
@@ -77,13 +87,16 @@ def on_task_failure(
         error = f"timeout: {error}"
     elif outcome == AttemptOutcome.ABANDONED:
         error = f"abandoned: the pool process running it died ({error})"
-    services.fail_attempt(
-        execution_id=execution_id,
-        error=error,
-        outcome=outcome,
-        now=timezone.now(),
-        permanent=permanent,
-        retry_in=0 if outcome == AttemptOutcome.ABANDONED else None,
+    worker.on_live_connection(
+        lambda: services.fail_attempt(
+            execution_id=execution_id,
+            error=error,
+            outcome=outcome,
+            now=timezone.now(),
+            permanent=permanent,
+            retry_in=0 if outcome == AttemptOutcome.ABANDONED else None,
+            attempt=getattr(request, "duecourse_attempt", None),
+        )
     )
     worker.end(execution_id)
 
@@ -113,13 +126,16 @@ def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, *
     error = services.format_error(cause) if cause else f"retry requested: {reason or ''}".strip()
     permanent_errors = getattr(sender, "permanent_errors", ())
     permanent = cause is not None and bool(permanent_errors) and isinstance(cause, permanent_errors)
-    services.fail_attempt(
-        execution_id=execution_id,
-        error=error,
-        outcome=AttemptOutcome.FAILED,
-        now=now,
-        permanent=permanent,
-        retry_in=retry_in,
+    worker.on_live_connection(
+        lambda: services.fail_attempt(
+            execution_id=execution_id,
+            error=error,
+            outcome=AttemptOutcome.FAILED,
+            now=now,
+            permanent=permanent,
+            retry_in=retry_in,
+            attempt=getattr(request, "duecourse_attempt", None),
+        )
     )
     worker.end(execution_id)
 
@@ -151,10 +167,14 @@ def on_task_postrun(sender: Any = None, state: str | None = None, **_: Any) -> N
     close_old_connections()
     now = timezone.now()
     if state is None:
-        services.interrupt_execution(execution_id=execution_id, now=now)
+        worker.on_live_connection(
+            lambda: services.interrupt_execution(execution_id=execution_id, now=now)
+        )
     elif state in ("IGNORED", "REJECTED"):
-        services.cancel_execution(
-            execution_id=execution_id, now=now, reason=f"the task body raised {state.lower()}"
+        worker.on_live_connection(
+            lambda: services.cancel_execution(
+                execution_id=execution_id, now=now, reason=f"the task body raised {state.lower()}"
+            )
         )
     worker.end(execution_id)
 

@@ -7,15 +7,42 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from django.db import close_old_connections
+from celery.exceptions import Reject
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
 
 from scheduling import conf, services
 from scheduling.heartbeats import heartbeat
 from scheduling.registry import EXECUTION_HEADER
+
+logger = logging.getLogger("scheduling")
+T = TypeVar("T")
+
+DATABASE_DOWN_PAUSE = 2.0
+
+
+def on_live_connection(write: Callable[[], T]) -> T:
+    """Run a ledger write; if the kept connection turns out dead, run it once more on a new one.
+
+    Workers keep their database connection between tasks (CONN_MAX_AGE), and Django replaces
+    only a connection that already raised. One the server closed while it sat idle (a database
+    restart, a failover, an idle timeout) fails on its first use, and that use must not be the
+    write that records a start or an end: the run would be lost, or done twice after the
+    reaper. Every write passed here is a compare-and-set, so a second try after an ambiguous
+    first one changes nothing.
+    """
+    try:
+        return write()
+    except (OperationalError, InterfaceError) as exc:
+        logger.warning("worker.reconnecting pid=%s error=%r", os.getpid(), exc)
+        connection.close()
+        return write()
 
 
 def execution_id_of(request: Any) -> int | None:
@@ -37,19 +64,34 @@ def begin(task: Any) -> bool:
     now = timezone.now()
     worker = request.hostname or ""
     execution_id = execution_id_of(request)
-    if execution_id is None:
-        if request.is_eager or not conf.get("RECORD_ADHOC") or not request.id:
-            return True
-        started = services.record_adhoc_start(
-            task=task.name, task_id=request.id, worker=worker, pid=os.getpid(), now=now
-        )
-    else:
-        started = services.start_execution(
-            execution_id=execution_id, worker=worker, pid=os.getpid(), now=now
-        )
+    if execution_id is None and (
+        request.is_eager or not conf.get("RECORD_ADHOC") or not request.id
+    ):
+        return True
+    try:
+        if execution_id is None:
+            started = on_live_connection(
+                lambda: services.record_adhoc_start(
+                    task=task.name, task_id=request.id, worker=worker, pid=os.getpid(), now=now
+                )
+            )
+        else:
+            started = on_live_connection(
+                lambda: services.start_execution(
+                    execution_id=execution_id, worker=worker, pid=os.getpid(), now=now
+                )
+            )
+    except (OperationalError, InterfaceError) as exc:
+        # The database is away. Acknowledging would leave the row waiting for REQUEUE_AFTER;
+        # hand the message back instead, after a pause so a dead database is not hammered.
+        logger.error("execution.start_deferred execution=%s error=%r", execution_id, exc)
+        connection.close()
+        time.sleep(DATABASE_DOWN_PAUSE)
+        raise Reject(exc, requeue=True) from exc
     if started is None:
         return False
     request.duecourse_execution_id = started.execution_id
+    request.duecourse_attempt = started.attempt
     request.duecourse_checkpoint = started.checkpoint
     heartbeat.track(started.execution_id)
     return True

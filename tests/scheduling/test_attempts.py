@@ -1,0 +1,85 @@
+"""Ends of attempts are written for the attempt that ended, never over a newer one."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from scheduling import services
+from scheduling.models import AttemptOutcome, Execution, ExecutionStatus
+
+pytestmark = pytest.mark.django_db
+
+SECOND = timedelta(seconds=1)
+
+
+def _second_attempt(make_job: Any, now: datetime) -> tuple[Execution, int, int]:
+    """An execution whose first attempt was reaped while its worker was cut off."""
+    job = make_job(every="PT1H", max_retries=3)
+    [bell] = services.claim_due_jobs(now=now, limit=10)
+    first = services.start_execution(execution_id=bell.execution_id, worker="a", pid=1, now=now)
+    assert first is not None
+    services.reap_stale_executions(now=now + 120 * SECOND, stale_after=60)
+    second = services.start_execution(
+        execution_id=bell.execution_id, worker="b", pid=2, now=now + 121 * SECOND
+    )
+    assert second is not None
+    return Execution.objects.get(job=job), first.attempt, second.attempt
+
+
+def test_a_reaped_attempt_that_finishes_late_does_not_complete_the_next_one(
+    make_job: Any, now: datetime
+) -> None:
+    execution, first, second = _second_attempt(make_job, now)
+    assert (first, second) == (1, 2)
+    late = services.complete_execution(
+        execution_id=execution.pk, now=now + 130 * SECOND, attempt=first
+    )
+    assert late is False
+    execution.refresh_from_db()
+    assert execution.status == ExecutionStatus.RUNNING
+    assert [a.outcome for a in execution.attempts.all()] == [
+        AttemptOutcome.ABANDONED,
+        AttemptOutcome.RUNNING,
+    ]
+    assert services.complete_execution(
+        execution_id=execution.pk, now=now + 140 * SECOND, attempt=second
+    )
+    execution.refresh_from_db()
+    assert execution.status == ExecutionStatus.COMPLETED
+    assert execution.retry_count == 1
+
+
+def test_a_reaped_attempt_that_fails_late_does_not_fail_the_next_one(
+    make_job: Any, now: datetime
+) -> None:
+    execution, first, _ = _second_attempt(make_job, now)
+    status = services.fail_attempt(
+        execution_id=execution.pk,
+        error="RuntimeError: late",
+        outcome=AttemptOutcome.FAILED,
+        now=now + 130 * SECOND,
+        attempt=first,
+    )
+    assert status is None
+    execution.refresh_from_db()
+    assert (execution.status, execution.retry_count) == (ExecutionStatus.RUNNING, 1)
+
+
+def test_an_end_reported_without_an_attempt_number_ends_the_running_attempt(
+    make_job: Any, now: datetime
+) -> None:
+    """The worker's main process (a lost pool process, a hard time limit) knows no number."""
+    execution, _, _ = _second_attempt(make_job, now)
+    status = services.fail_attempt(
+        execution_id=execution.pk,
+        error="WorkerLostError",
+        outcome=AttemptOutcome.ABANDONED,
+        now=now + 130 * SECOND,
+        retry_in=0,
+    )
+    assert status == ExecutionStatus.RETRY
+    execution.refresh_from_db()
+    assert execution.retry_count == 2

@@ -23,7 +23,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from scheduling import services, worker
-from scheduling.models import AttemptOutcome, Execution
+from scheduling.models import AttemptOutcome, Execution, ExecutionStatus
 
 logger = logging.getLogger("scheduling")
 
@@ -87,6 +87,16 @@ def on_task_failure(
         error = f"timeout: {error}"
     elif outcome == AttemptOutcome.ABANDONED:
         error = f"abandoned: the pool process running it died ({error})"
+    started_here = getattr(request, "duecourse_execution_id", None) is not None
+    if started_here or isinstance(exception, WorkerLostError | TimeLimitExceeded):
+        statuses = [ExecutionStatus.RUNNING]
+    else:
+        # The task failed before its attempt began (an error in the worker before the claim):
+        # count it as a failed attempt, so that a message that can never start ends FAILED
+        # after the job's retries instead of being re-published forever. Never RUNNING here:
+        # that would be another worker's live attempt.
+        statuses = services.PUBLISHABLE
+        error = f"failed before the attempt started: {error}"
     worker.on_live_connection(
         lambda: services.fail_attempt(
             execution_id=execution_id,
@@ -95,6 +105,7 @@ def on_task_failure(
             now=timezone.now(),
             permanent=permanent,
             retry_in=0 if outcome == AttemptOutcome.ABANDONED else None,
+            from_statuses=statuses,
             attempt=getattr(request, "duecourse_attempt", None),
         )
     )

@@ -175,7 +175,7 @@ def process_env(broker_prefix: str, settings: Any) -> dict[str, str]:
         CELERY_VISIBILITY_TIMEOUT="60",
         CELERY_UNACKED_RESTORE_INTERVAL="1",
         SCHEDULING_HEARTBEAT_INTERVAL="1",
-        SCHEDULING_STALE_AFTER="5",
+        SCHEDULING_STALE_AFTER="10",
         SCHEDULING_PENDING_GRACE="3",
         SCHEDULING_RETRY_BACKOFF_BASE="0.5",
         SCHEDULING_RETRY_BACKOFF_CAP="2",

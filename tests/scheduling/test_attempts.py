@@ -83,3 +83,50 @@ def test_an_end_reported_without_an_attempt_number_ends_the_running_attempt(
     assert status == ExecutionStatus.RETRY
     execution.refresh_from_db()
     assert execution.retry_count == 2
+
+
+class _Request:
+    """What Celery's request holds for a message whose attempt never began."""
+
+    id = None
+
+
+class _Task:
+    schedulable = True
+    permanent_errors: tuple[type[BaseException], ...] = ()
+    request = _Request()
+
+
+@pytest.mark.django_db(transaction=True)  # the receiver manages its connection as a worker does
+def test_a_message_that_fails_before_its_attempt_begins_counts_as_a_failed_attempt(
+    make_job: Any, now: datetime
+) -> None:
+    """Otherwise a message that can never start would be re-published forever."""
+    from scheduling.signals import on_task_failure
+
+    job = make_job(every="PT1H", max_retries=1)
+    [bell] = services.claim_due_jobs(now=now, limit=10)
+    services.mark_queued(execution_ids=[bell.execution_id], now=now)
+    for expected in (ExecutionStatus.RETRY, ExecutionStatus.FAILED):
+        on_task_failure(sender=_Task(), task_id=bell.task_id, exception=ImportError("broken"))
+        execution = Execution.objects.get(job=job)
+        assert execution.status == expected
+        assert "failed before the attempt started: ImportError: broken" in execution.last_error
+        Execution.objects.filter(pk=execution.pk, status=ExecutionStatus.RETRY).update(
+            status=ExecutionStatus.QUEUED
+        )
+    assert execution.retry_count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failure_before_start_never_touches_another_worker_s_running_attempt(
+    make_job: Any, now: datetime
+) -> None:
+    from scheduling.signals import on_task_failure
+
+    make_job(every="PT1H")
+    [bell] = services.claim_due_jobs(now=now, limit=10)
+    assert services.start_execution(execution_id=bell.execution_id, worker="a", pid=1, now=now)
+    on_task_failure(sender=_Task(), task_id=bell.task_id, exception=ImportError("broken"))
+    execution = Execution.objects.get(pk=bell.execution_id)
+    assert (execution.status, execution.retry_count) == (ExecutionStatus.RUNNING, 0)

@@ -106,6 +106,20 @@ class Publisher:
             **options,
         )
 
+    def broker_identity(self) -> str | None:
+        """The Redis server's ``run_id`` (new at every server start), or None elsewhere."""
+        try:
+            producer = self._ensure()
+            channel = self._redis_channel(producer)
+            if channel is None:
+                return None
+            with channel.conn_or_acquire() as client:
+                return str(client.info("server").get("run_id") or "") or None
+        except Exception as exc:
+            logger.debug("publisher.identity_failed error=%r", exc)
+            self.close()
+            return None
+
     @staticmethod
     def _redis_channel(producer: Any) -> Any:
         channel = producer.channel
@@ -227,6 +241,7 @@ class Dispatcher:
         self.max_sleep = conf.get("MAX_SLEEP") if max_sleep is None else max_sleep
         self.publisher = Publisher(app)
         self._failures = 0
+        self._broker_identity: str | None = None
         self.stats = {"claimed": 0, "published": 0, "republished": 0, "reaped": 0}
 
     def close(self) -> None:
@@ -261,6 +276,7 @@ class Dispatcher:
 
     def _tick(self, now: datetime) -> bool | None:
         """Returns True when more work is waiting, False when idle, None when the broker failed."""
+        self._notice_broker_restart(now)
         bells = services.claim_due_jobs(now=now, limit=self.batch_size)
         self.stats["claimed"] += len(bells)
         if not self._publish(bells):
@@ -274,6 +290,22 @@ class Dispatcher:
         reaped = services.reap_stale_executions(now=now, stale_after=conf.get("STALE_AFTER"))
         self.stats["reaped"] += len(reaped)
         return more or bool(reaped)
+
+    def _notice_broker_restart(self, now: datetime) -> None:
+        """Re-publish every queued execution at once when the Redis server was restarted.
+
+        A Redis without persistence comes back empty; without this its lost messages would
+        wait for REQUEUE_AFTER. Redis names each server start with a new ``run_id``; a changed
+        one means its queues may have been emptied. Re-publishing all queued rows is harmless
+        when they were not (workers acknowledge duplicates and do nothing).
+        """
+        identity = self.publisher.broker_identity()
+        if identity is None:
+            return
+        if self._broker_identity is not None and identity != self._broker_identity:
+            count = services.requeue_queued(now=now)
+            logger.warning("dispatch.broker_restarted requeued=%s", count)
+        self._broker_identity = identity
 
     def _publish(self, bells: Sequence[Doorbell]) -> bool:
         if not bells:

@@ -244,6 +244,14 @@ def mark_queued(*, execution_ids: Iterable[int], now: datetime) -> int:
     )
 
 
+def requeue_queued(*, now: datetime) -> int:
+    """Make every QUEUED execution due for re-publishing now (the broker lost its messages)."""
+    stale = now - timedelta(seconds=conf.get("PENDING_GRACE") + 1)
+    return Execution.objects.filter(status=ExecutionStatus.QUEUED).update(
+        status=ExecutionStatus.PENDING, queued_at=stale, updated_at=now
+    )
+
+
 def reclaim_for_publish(*, now: datetime, limit: int) -> list[Doorbell]:
     """Take back executions whose message must be published (again).
 

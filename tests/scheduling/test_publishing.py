@@ -57,11 +57,11 @@ def _strip(message: dict[str, Any]) -> dict[str, Any]:
 def redis_prefix(settings: Any) -> Any:
     prefix = f"pub{uuid.uuid4().hex[:8]}:"
     settings.CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
-    options = {"global_keyprefix": prefix}
+    saved = (app.conf.broker_url, app.conf.broker_transport_options)
     app.conf.broker_url = settings.CELERY_BROKER_URL
-    app.conf.broker_transport_options = options
+    app.conf.broker_transport_options = {"global_keyprefix": prefix}
     yield prefix
-    app.conf.broker_transport_options = {}
+    app.conf.broker_url, app.conf.broker_transport_options = saved
 
 
 @pytest.mark.parametrize("priority", [None, 5])

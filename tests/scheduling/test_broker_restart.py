@@ -1,0 +1,76 @@
+"""A Redis that restarts empty loses its messages; the scheduler notices and publishes again.
+
+Redis gives every server start a new ``run_id``. The scheduler remembers it; when it changes,
+every queued execution is published again at once instead of after REQUEUE_AFTER (600 s).
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+import redis
+from django.utils import timezone
+
+from config.celery import app
+from scheduling import services
+from scheduling.dispatch import Dispatcher
+from scheduling.models import Execution, ExecutionStatus
+from tests.conftest import Processes, free_port, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def _start_redis(processes: Processes, port: int) -> Any:
+    child = processes.start(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        env={},
+        name="redis",
+    )  # fmt: skip
+    client = redis.Redis(port=port)
+    wait_for(lambda: _pings(client), timeout=20, message="private redis answers")
+    return child
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def test_queued_executions_are_published_again_when_redis_restarted_empty(
+    processes: Processes, settings: Any, make_job: Any
+) -> None:
+    saved = (app.conf.broker_url, app.conf.broker_transport_options)
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    settings.CELERY_BROKER_URL = url
+    app.conf.broker_url = url
+    app.conf.broker_transport_options = {}
+    client = redis.Redis(port=port)
+    server = _start_redis(processes, port)
+    make_job(every="PT1H", now=timezone.now())
+    dispatcher = Dispatcher(app)
+    try:
+        dispatcher.tick()
+        execution = Execution.objects.get()
+        assert execution.status == ExecutionStatus.QUEUED
+        assert client.llen("celery") == 1
+
+        processes.kill(server, signal.SIGKILL)
+        server.wait(timeout=10)
+        _start_redis(processes, port)
+        assert client.llen("celery") == 0
+
+        dispatcher.tick()
+        dispatcher.tick()
+        assert client.llen("celery") == 1
+        execution.refresh_from_db()
+        assert execution.status == ExecutionStatus.QUEUED
+        assert services.reclaim_for_publish(now=timezone.now(), limit=10) == []
+    finally:
+        dispatcher.close()
+        app.conf.broker_url, app.conf.broker_transport_options = saved

@@ -17,13 +17,11 @@ from typing import Any
 from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
-from django.db.models import Min
 from django.utils import timezone
 from kombu import serialization
 from kombu.utils.json import dumps
 
-from scheduling import conf, services
-from scheduling.models import Job, JobStatus
+from scheduling import conf, selectors, services
 from scheduling.registry import EXECUTION_HEADER
 from scheduling.services import Doorbell
 
@@ -251,20 +249,18 @@ class Dispatcher:
         """Do one round of work; return how long to sleep before the next."""
         try:
             close_old_connections()
-            busy = self._tick(now or timezone.now())
-            # Also a query: a database that goes away here must not end the scheduler.
-            idle = self._sleep_until_next(timezone.now()) if busy is False else 0.0
+            sleep = self._tick(now or timezone.now())
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1
             delay = self._backoff()
             logger.error("dispatch.database_error error=%r retry_in=%.1fs", exc, delay)
             connection.close()
             return delay
-        if busy is None:
+        if sleep is None:
             self._failures += 1
             return self._backoff()
         self._failures = 0
-        return idle
+        return sleep
 
     def _backoff(self) -> float:
         """Sleep after a failed tick: doubling from MAX_SLEEP, at most BACKOFF_MAX seconds.
@@ -274,22 +270,38 @@ class Dispatcher:
         """
         return min(self.max_sleep * 2 ** min(self._failures, 10), BACKOFF_MAX)
 
-    def _tick(self, now: datetime) -> bool | None:
-        """Returns True when more work is waiting, False when idle, None when the broker failed."""
+    def _tick(self, now: datetime) -> float | None:
+        """One round; returns the sleep it asks for, or None when the broker failed.
+
+        One probe statement says which of claim, republish and reap have work, so an idle
+        tick costs a single indexed query however many jobs exist.
+        """
         self._notice_broker_restart(now)
-        bells = services.claim_due_jobs(now=now, limit=self.batch_size)
-        self.stats["claimed"] += len(bells)
-        if not self._publish(bells):
-            return None
-        more = len(bells) >= self.batch_size
-        again = services.reclaim_for_publish(now=now, limit=self.batch_size)
-        self.stats["republished"] += len(again)
-        if not self._publish(again):
-            return None
-        more = more or len(again) >= self.batch_size
-        reaped = services.reap_stale_executions(now=now, stale_after=conf.get("STALE_AFTER"))
-        self.stats["reaped"] += len(reaped)
-        return more or bool(reaped)
+        probe = selectors.scheduler_probe(
+            now=now,
+            pending_before=now - timedelta(seconds=conf.get("PENDING_GRACE")),
+            queued_before=now - timedelta(seconds=conf.get("REQUEUE_AFTER")),
+            stale_before=now - timedelta(seconds=conf.get("STALE_AFTER")),
+        )
+        if probe.due:
+            bells = services.claim_due_jobs(now=now, limit=self.batch_size)
+            self.stats["claimed"] += len(bells)
+            if not self._publish(bells):
+                return None
+        if probe.republish:
+            again = services.reclaim_for_publish(now=now, limit=self.batch_size)
+            self.stats["republished"] += len(again)
+            if not self._publish(again):
+                return None
+        if probe.stale:
+            reaped = services.reap_stale_executions(now=now, stale_after=conf.get("STALE_AFTER"))
+            self.stats["reaped"] += len(reaped)
+        if probe.due or probe.republish or probe.stale:
+            return 0.0
+        if probe.next_due_at is None:
+            return self.max_sleep
+        wait = (probe.next_due_at - timezone.now()) / timedelta(seconds=1)
+        return max(0.0, min(self.max_sleep, wait))
 
     def _notice_broker_restart(self, now: datetime) -> None:
         """Re-publish every queued execution at once when the Redis server was restarted.
@@ -318,11 +330,3 @@ class Dispatcher:
             "dispatch.published count=%s seconds=%.4f", len(done), time.monotonic() - started
         )
         return len(done) == len(bells)
-
-    def _sleep_until_next(self, now: datetime) -> float:
-        nxt = Job.objects.filter(status=JobStatus.ACTIVE, current_execution__isnull=True).aggregate(
-            at=Min("next_due_at")
-        )["at"]
-        if nxt is None:
-            return self.max_sleep
-        return max(0.0, min(self.max_sleep, (nxt - now) / timedelta(seconds=1)))

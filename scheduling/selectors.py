@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.db.models import QuerySet
+from django.utils.dateparse import parse_datetime
 
 from scheduling.models import Execution, ExecutionStatus, Job
 
@@ -110,3 +113,50 @@ def list_executions(
     if status:
         rows = rows.filter(status=status)
     return rows[:limit]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one scheduler tick has to do, from one statement.
+
+    ``due``: jobs to claim; ``republish``: executions to publish again; ``stale``: running
+    executions to reap; ``next_due_at``: when the next job falls due (for the idle sleep).
+    """
+
+    due: bool
+    republish: bool
+    stale: bool
+    next_due_at: datetime | None
+
+
+def scheduler_probe(
+    *, now: datetime, pending_before: datetime, queued_before: datetime, stale_before: datetime
+) -> Probe:
+    """Ask every question of an idle tick in one round trip, each an index probe.
+
+    An idle scheduler otherwise spends a transaction on each of claim, republish and reap;
+    with this it pays one short query per tick, whatever the number of jobs.
+    """
+    job = Job._meta.db_table
+    execution = Execution._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT
+              EXISTS (SELECT 1 FROM {job} WHERE status = 'active'
+                       AND current_execution_id IS NULL AND next_due_at <= %s),
+              EXISTS (SELECT 1 FROM {execution} WHERE status = 'pending' AND queued_at < %s)
+              OR EXISTS (SELECT 1 FROM {execution} WHERE status = 'queued' AND queued_at < %s)
+              OR EXISTS (SELECT 1 FROM {execution} WHERE status = 'retry' AND retry_at <= %s),
+              EXISTS (SELECT 1 FROM {execution} WHERE status = 'running'
+                       AND last_heartbeat_at < %s),
+              (SELECT MIN(next_due_at) FROM {job} WHERE status = 'active'
+                       AND current_execution_id IS NULL)
+            """,
+            [now, pending_before, queued_before, now, stale_before],
+        )
+        due, republish, stale, next_due = cursor.fetchone()
+    if isinstance(next_due, str):  # SQLite returns the raw text of the column
+        parsed = parse_datetime(next_due)
+        next_due = parsed.replace(tzinfo=UTC) if parsed and parsed.tzinfo is None else parsed
+    return Probe(bool(due), bool(republish), bool(stale), next_due)

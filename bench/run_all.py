@@ -1,0 +1,446 @@
+"""Run every benchmark, print one table per measurement, write docs/benchmarks.{md,png}.
+
+``make bench`` runs this with the full sizes (an hour or more; run it on a quiet machine).
+``--quick`` runs each script at tiny sizes to check that everything works end to end.
+``--only`` picks scripts; ``--render`` only re-renders the docs from the saved results in
+``var/bench/`` (each script saves its own, with the command that produced it), which is how
+a single re-measured script updates the report.
+
+Each script runs in its own process, so one script's failure is reported and the others still
+run; the report then marks that measurement as missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import common
+import dispatch_rate
+import lag
+import tick_cost
+import worker_throughput
+
+SCRIPTS = ["tick_cost", "dispatch_rate", "lag", "worker_throughput"]
+# The report goes to docs/ unless the results were redirected (BENCH_RESULTS_DIR, for trial
+# runs): then it goes beside them, and docs/ keeps the last real run.
+_DOCS = common.RESULTS if "BENCH_RESULTS_DIR" in os.environ else common.ROOT / "docs"
+DOC = _DOCS / "benchmarks.md"
+PLOT = _DOCS / "benchmarks.png"
+
+
+def run_scripts(names: list[str], quick: bool, extra: dict[str, list[str]]) -> dict[str, str]:
+    """Run each script; return the ones that failed with their exit status."""
+    failed = {}
+    for name in names:
+        argv = [common.PYTHON, str(common.BENCH / f"{name}.py")]
+        argv += ["--quick"] if quick else []
+        argv += extra.get(name, [])
+        print(f"\n=== {name}: {' '.join(argv[1:])}", flush=True)
+        started = time.monotonic()
+        code = subprocess.call(argv, cwd=common.ROOT)
+        print(f"=== {name}: exit {code} after {time.monotonic() - started:.0f} s", flush=True)
+        if code:
+            failed[name] = f"exit status {code}"
+    return failed
+
+
+# --- verdicts -------------------------------------------------------------------------------
+
+
+def _largest(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The measured row with the most jobs (the one the 1M targets are judged on)."""
+    ok = [r for r in rows if "idle" in r]
+    return max(ok, key=lambda r: r["n"]) if ok else None
+
+
+def verdicts(results: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(target, measured, verdict) for each stated target; 'not measured' when absent."""
+    out: list[tuple[str, str, str]] = []
+    tick = results.get("tick_cost")
+    ours = (tick or {}).get("rows", {}).get("ours", [])
+    big = _largest(ours)
+    million = big is not None and big["n"] >= 1_000_000
+    small = min((r for r in ours if "idle" in r), key=lambda r: r["n"], default=None)
+    if big and small:
+        idle = big["idle"]["median_ms"]
+        where = f"{big['n']:,} jobs"
+        out.append(
+            (
+                "idle tick < 2 ms at 1M jobs",
+                f"{idle:.2f} ms at {where}",
+                _verdict(idle < 2, million),
+            )
+        )
+        rss = big["peak_rss_mb"]
+        out.append(
+            (
+                "peak RSS < 100 MB at 1M jobs",
+                f"{rss:.0f} MB at {where}",
+                _verdict(rss < 100, million),
+            )
+        )
+        growth = big["idle"]["median_ms"] / small["idle"]["median_ms"]
+        out.append(
+            (
+                "tick cost flat in the number of jobs",
+                f"idle tick x{growth:.2f} from {small['n']:,} to {big['n']:,} jobs",
+                _verdict(growth < 2, million),
+            )
+        )
+    else:
+        out.append(("idle tick < 2 ms at 1M jobs", "—", "not measured"))
+    flood = results.get("dispatch_rate")
+    runs = [r for r in (flood or {}).get("runs", []) if "rate" in r]
+    if runs:
+        fast = runs[0]
+        full = flood["n"] >= 100_000
+        out.append(
+            (
+                "≥ 10,000 occurrences/s from one process",
+                f"{fast['rate']:,.0f}/s ({fast['label']}, {flood['n']:,} jobs)",
+                _verdict(fast["rate"] >= 10_000, full),
+            )
+        )
+        check = flood.get("worker_check")
+        if check:
+            good = check.get("completed") == check["count"]
+            out.append(
+                (
+                    "a stock worker runs fast-path messages to COMPLETED",
+                    f"{check.get('completed', 0):,} of {check['count']:,} COMPLETED",
+                    "met" if good else "NOT met",
+                )
+            )
+    else:
+        out.append(("≥ 10,000 occurrences/s from one process", "—", "not measured"))
+    lagged = (results.get("lag") or {}).get("rows", {}).get("ours")
+    if lagged and "lag" in lagged:
+        p99 = lagged["lag"]["p99"]
+        full = results["lag"]["rate"] >= 500 and results["lag"]["duration"] >= 60
+        out.append(
+            (
+                "lag p99 < 1.5 s at 500 due/s",
+                f"p99 {p99:.3f} s at {results['lag']['rate']:g}/s",
+                _verdict(p99 < 1.5, full),
+            )
+        )
+    else:
+        out.append(("lag p99 < 1.5 s at 500 due/s", "—", "not measured"))
+    worker = results.get("worker_throughput")
+    if worker and worker.get("ratio") is not None:
+        ratio = worker["ratio"]
+        out.append(
+            (
+                "worker with history ≥ 70 % of bare",
+                f"{ratio:.0%} ({worker['best']['history']:,.0f} vs {worker['best']['bare']:,.0f}"
+                " tasks/s)",
+                _verdict(ratio >= 0.7, worker["count"] >= 5_000),
+            )
+        )
+    elif worker:
+        out.append(
+            ("worker with history ≥ 70 % of bare", "history rounds did not all complete", "failed")
+        )
+    else:
+        out.append(("worker with history ≥ 70 % of bare", "—", "not measured"))
+    return out
+
+
+def _verdict(ok: bool, full_size: bool) -> str:
+    """met / NOT met, marked when it was judged at a smaller size than the target's."""
+    verdict = "met" if ok else "NOT met"
+    return verdict if full_size else f"{verdict} (at reduced size only)"
+
+
+# --- the plot -------------------------------------------------------------------------------
+
+
+def plot(tick: dict[str, Any], path: Path) -> bool:
+    """Idle tick, dispatch rate of the 1 % batch and peak RSS against jobs defined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    styles = {
+        "ours": ("Duecourse", "tab:green", "o"),
+        "ours_whatif": ("Duecourse, what-if settings", "tab:olive", "s"),
+        "dcb": ("django-celery-beat", "tab:red", "^"),
+        "redbeat": ("RedBeat", "tab:blue", "D"),
+    }
+    panels = [
+        ("idle tick, median (ms)", lambda r: r["idle"]["median_ms"]),
+        ("dispatch rate of the 1 % batch (tasks/s)", lambda r: r["rate"]),
+        ("scheduler peak RSS (MB)", lambda r: r["peak_rss_mb"]),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    drawn = False
+    for ax, (title, value) in zip(axes, panels, strict=True):
+        for key, rows in tick.get("rows", {}).items():
+            label, color, marker = styles.get(key, (key, None, "x"))
+            points = [(r["n"], value(r)) for r in rows if "idle" in r and r.get("idle")]
+            points = [(n, v) for n, v in points if v == v and v > 0]
+            if not points:
+                continue
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker=marker, color=color, label=label)
+            drawn = True
+            for r in rows:
+                if "error" in r or r.get("note"):
+                    text = "stopped" if "error" in r else "partial: time budget"
+                    ax.annotate(text, (r["n"], ys[-1]), fontsize=7, color=color)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_xlabel("jobs defined (1 % due)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    if not drawn:
+        plt.close(fig)
+        return False
+    axes[0].axhline(2, color="grey", linestyle="--", linewidth=1)
+    axes[0].annotate("target 2 ms", (axes[0].get_xlim()[0], 2), fontsize=8, color="grey")
+    axes[2].axhline(100, color="grey", linestyle="--", linewidth=1)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Scheduler cost against jobs defined (PostgreSQL / Redis, same machine, same run)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def _section(title: str, body: list[str]) -> list[str]:
+    """A report section: heading, body, blank line."""
+    return [f"## {title}", "", *body, ""]
+
+
+def _command(result: dict[str, Any] | None) -> list[str]:
+    """How a result was produced, pasteable, with when and under what load."""
+    if not result:
+        return ["*Not measured in this run.*"]
+    return [
+        "Command (from the repository root, with `DATABASE_URL` pointing at the PostgreSQL"
+        " server, as `make bench` sets it):",
+        "",
+        "```",
+        f"DATABASE_URL={_server_hint()} {result['command']}",
+        "```",
+        f"Finished {result['finished_at']}; load average after: "
+        + ", ".join(f"{x:.2f}" for x in result.get("load_after", [])),
+    ]
+
+
+def _conn_max_age() -> str:
+    """The CONN_MAX_AGE the project's settings give a PostgreSQL database, for the notes."""
+    from config.env import parse_database_url
+
+    return str(parse_database_url(common.db_url(common.db_name("x"))).get("CONN_MAX_AGE"))
+
+
+def _reuse_max() -> str:
+    """The CELERY_DB_REUSE_MAX of the project's settings, for the notes."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from django.conf import settings
+
+    return str(getattr(settings, "CELERY_DB_REUSE_MAX", None))
+
+
+def _server_hint() -> str:
+    """The DATABASE_URL the run used, with any password masked."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    if parts.password:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username}:***@{host}")
+    return urlunsplit(parts)
+
+
+def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str:
+    """The whole of docs/benchmarks.md from the saved results and the machine facts."""
+    md = common.render_table
+    lines = [
+        "# Benchmarks",
+        "",
+        "Produced by `make bench` (which runs `bench/run_all.py`); the numbers below are"
+        " rewritten every time it runs. Every measurement runs Duecourse beside"
+        " django-celery-beat and RedBeat and beside the raw limits of the same machine, in the"
+        " same run, so the comparison holds even where the absolute numbers depend on the"
+        " machine. The final numbers are made on a quiet machine; numbers from a machine"
+        " shared with other work are marked by its load average.",
+        "",
+        "## Machine",
+        "",
+        f"- date: {facts['date']} (commit `{facts['commit']}`)",
+        f"- `nproc`: {facts['nproc']}; CPU: {facts['cpu']}; kernel {facts['kernel']}",
+        "- load average at start: " + ", ".join(f"{x:.2f}" for x in facts["loadavg"]),
+        f"- PostgreSQL {facts['postgresql']}, Redis {facts['redis_server']}, on the same machine",
+        f"- Python {facts['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in facts["versions"].items()),
+        "",
+        "`free -m`:",
+        "",
+        "```",
+        facts["free_m"],
+        "```",
+        "",
+        "## Targets",
+        "",
+        md(["target", "measured", "verdict"], verdicts(results), markdown=True),
+        "",
+    ]
+    tick = results.get("tick_cost")
+    body = [
+        "Jobs defined: N, of which 1 % are due. *Due batch*: the time to claim and publish"
+        " those 1 % (Duecourse: `Dispatcher.tick` until all are published, history rows"
+        " included; peers: the loop `celery beat` runs, without sleeping while busy). *Idle"
+        " tick*: one tick with nothing due. *Startup*: the peers' constructor (their initial"
+        " load); for Duecourse, its first tick. *Peak RSS*: the scheduler process's `VmHWM`.",
+        "django-celery-beat runs `DatabaseScheduler` over N `PeriodicTask` rows on one hourly"
+        " `IntervalSchedule`; RedBeat runs `RedBeatScheduler` over N entries under a private"
+        " key prefix, holding its lock as beat does. A peer over its time budget or memory cap"
+        " is stopped, and the row says so: a measured limit, not a gap.",
+        "",
+    ]
+    if tick:
+        body += [md(tick_cost.HEADERS, tick_cost.table_rows(tick), markdown=True), ""]
+        if plotted:
+            body += ["![tick cost, dispatch rate and RSS against jobs defined](benchmarks.png)", ""]
+    body += _command(tick)
+    body += [
+        "",
+        "Orientation from published reports (other machines): django-celery-beat with 100k"
+        " tasks, 1k due: about 10 tasks/s, 93 ms idle tick, 568 MB peak RSS; RedBeat about"
+        " 1,200 tasks/s.",
+    ]
+    lines += _section("1. Tick cost and peak memory against jobs defined", body)
+    flood = results.get("dispatch_rate")
+    body = [
+        "Target: ≥ 10,000 occurrences/s from one process, claim and history rows included."
+        " The wall clock runs from the first tick until every execution is QUEUED. *Where the"
+        " time went* splits the schedulers' own time by step (summed over processes).",
+        "",
+    ]
+    if flood:
+        body += [
+            md(dispatch_rate.HEADERS, dispatch_rate.table_rows(flood), markdown=True),
+            "",
+        ]
+        check = flood.get("worker_check")
+        if check:
+            body += [
+                f"Stock `celery worker` check: {check.get('completed', 0):,} of"
+                f" {check['count']:,} fast-path executions COMPLETED"
+                f" (statuses: {check.get('statuses')}).",
+                "",
+            ]
+    body += _command(flood)
+    body += [
+        "",
+        "Orientation (other machines): Celery `apply_async` loop to Redis about 2,600/s, Redis"
+        " `LPUSH` pipelined about 180,000/s, PostgreSQL batched claim about 68,000 rows/s.",
+    ]
+    lines += _section("2. Dispatch rate for a flood due at the same instant", body)
+    lagged = results.get("lag")
+    body = [
+        "Target: p99 < 1.5 s at 500 due/s. Lag is the time from an occurrence's due time to"
+        " its message being published. Each scheduler runs its real loop, sleeps included"
+        " (Duecourse: `manage.py runscheduler`).",
+        "",
+    ]
+    if lagged:
+        body += [md(lag.HEADERS, lag.table_rows(lagged), markdown=True), ""]
+    body += _command(lagged)
+    lines += _section("3. Lag from due time to publish at a steady rate", body)
+    worker = results.get("worker_throughput")
+    body = [
+        "Target: history ≥ 70 % of bare. Both sides: the same stock `celery worker` (prefork,"
+        " concurrency 2, acks_late, prefetch multiplier 1) on the same app and Redis queue,"
+        " the queue filled before the worker starts; the clock runs from the first message"
+        " taken until the queue and the unacknowledged set are empty.",
+        "",
+    ]
+    if worker:
+        body += [
+            md(
+                worker_throughput.HEADERS,
+                worker_throughput.table_rows(worker),
+                markdown=True,
+            ),
+            "",
+        ]
+    body += _command(worker)
+    body += [
+        "",
+        "Orientation (other machines): a bare prefork worker, concurrency 2, runs about"
+        " 1,000-1,300 trivial acks_late tasks/s. A *what-if* row, when present, is the same"
+        " history run under another settings module (`--what-if`), to put a number on a"
+        " configuration choice.",
+    ]
+    lines += _section("4. Worker throughput with execution history", body)
+    lines += [
+        "## Notes on the setup",
+        "",
+        "- Databases `bench_*` and Redis keys under `duecourse_bench:` (db 6 unless"
+        " `BENCH_REDIS_DB`) are created for the run and removed after it.",
+        "- Duecourse jobs are loaded with one schedule per job (what `create_job` does), so the"
+        " claim's per-schedule cache gets no free hits.",
+        f"- Database connections as the project's settings make them (`CONN_MAX_AGE`"
+        f" {_conn_max_age()}, `CELERY_DB_REUSE_MAX` {_reuse_max()}), for Duecourse and"
+        " django-celery-beat alike.",
+        "- Each measurement starts from freshly loaded tables. Whether autovacuum runs during"
+        " a measurement is the server's setting (see *Machine*); with it off, the tables' own"
+        " autovacuum settings do not act.",
+        "- The scheduler's log level is the shipped default (INFO), written to a file.",
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    """Run the scripts (unless --render), print every table, write the report and plot."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the scripts")
+    parser.add_argument("--only", default=",".join(SCRIPTS), help="comma-separated scripts")
+    parser.add_argument("--render", action="store_true", help="only re-render the docs")
+    parser.add_argument("--tick-args", default="", help="extra arguments for tick_cost.py (quoted)")
+    args = parser.parse_args()
+    names = [n for n in args.only.split(",") if n]
+    facts = common.machine_facts()
+    failed: dict[str, str] = {}
+    if not args.render:
+        extra = {"tick_cost": args.tick_args.split()} if args.tick_args else {}
+        failed = run_scripts(names, args.quick, extra)
+    results = {name: common.load_result(name) for name in SCRIPTS}
+    for name in SCRIPTS:
+        data = results[name]
+        if data is None:
+            continue
+        module = sys.modules[name]
+        print(f"\n{name}  ({data['command']})")
+        print(common.render_table(module.HEADERS, module.table_rows(data), markdown=False))
+    plotted = bool(results["tick_cost"]) and plot(results["tick_cost"], PLOT)
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(render(results, facts, plotted))
+    print("\nTargets")
+    print(common.render_table(["target", "measured", "verdict"], verdicts(results), markdown=False))
+    print(f"\nwrote {DOC}" + (f" and {PLOT.name}" if plotted else ""))
+    if failed:
+        print(f"failed: {failed}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

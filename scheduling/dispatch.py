@@ -28,6 +28,7 @@ from scheduling.services import Doorbell
 logger = logging.getLogger("scheduling")
 
 BACKOFF_MAX = 5.0
+LPUSH_CHUNK = 1000
 
 
 class Publisher:
@@ -138,15 +139,20 @@ class Publisher:
         """
         channel = producer.channel
         templates: dict[tuple[str, str, int | None, int], _Template] = {}
+        by_key: dict[str, list[str]] = {}
+        for bell in bells:
+            shape = (bell.task, bell.queue, bell.priority, bell.timeout)
+            template = templates.get(shape)
+            if template is None:
+                template = templates[shape] = _Template.build(self.app, producer, bell, grace)
+            key, message = template.message(bell, channel)
+            by_key.setdefault(key, []).append(message)
         with channel.conn_or_acquire() as client:
             pipe = client.pipeline(transaction=False)
-            for bell in bells:
-                shape = (bell.task, bell.queue, bell.priority, bell.timeout)
-                template = templates.get(shape)
-                if template is None:
-                    template = templates[shape] = _Template.build(self.app, producer, bell, grace)
-                key, message = template.message(bell, channel)
-                pipe.lpush(key, message)
+            for key, messages in by_key.items():
+                # One LPUSH per queue: the same order as one LPUSH per message.
+                for start in range(0, len(messages), LPUSH_CHUNK):
+                    pipe.lpush(key, *messages[start : start + LPUSH_CHUNK])
             pipe.execute()
 
 

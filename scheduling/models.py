@@ -112,7 +112,10 @@ class Job(models.Model):
     """
 
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="scheduled_jobs"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="scheduled_jobs",
+        db_index=False,  # the unique (owner, name) index serves owner lookups
     )
     name = models.CharField(max_length=200)
     schedule = models.ForeignKey(Schedule, on_delete=models.PROTECT, related_name="jobs")
@@ -237,7 +240,12 @@ class Execution(models.Model):
     """
 
     job = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="executions"
+        Job,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="executions",
+        db_index=False,  # the unique (job, scheduled_for) index serves job lookups
     )
     task = models.CharField(max_length=200, help_text="Celery task name at dispatch.")
     scheduled_for = models.DateTimeField(help_text="Nominal due time of the occurrence.")
@@ -262,6 +270,8 @@ class Execution(models.Model):
 
     class Meta:
         constraints = [
+            # Also the index of the history per job, newest first (`executions --job`,
+            # `jobs show`, the admin), read backwards.
             models.UniqueConstraint(
                 fields=["job", "scheduled_for"], name="execution_one_per_occurrence"
             ),
@@ -286,8 +296,6 @@ class Execution(models.Model):
                 name="execution_running_idx",
                 condition=Q(status="running"),
             ),
-            # The history views and `executions --job`: newest first per job.
-            models.Index(fields=["job", "-scheduled_for"], name="execution_job_recent_idx"),
         ]
         ordering = ["-scheduled_for", "-id"]
 
@@ -309,7 +317,12 @@ class AttemptOutcome(models.TextChoices):
 class Attempt(models.Model):
     """One try at an execution: who ran it, when it ended and how (the retry history)."""
 
-    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="attempts")
+    execution = models.ForeignKey(
+        Execution,
+        on_delete=models.CASCADE,
+        related_name="attempts",
+        db_index=False,  # the unique (execution, number) index serves execution lookups
+    )
     number = models.PositiveIntegerField(help_text="1 for the first try.")
     worker = models.CharField(max_length=255, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)

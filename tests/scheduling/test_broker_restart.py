@@ -42,11 +42,13 @@ def _pings(client: redis.Redis) -> bool:
 
 
 def test_queued_executions_are_published_again_when_redis_restarted_empty(
-    processes: Processes, settings: Any, make_job: Any
+    processes: Processes, settings: Any, make_job: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     saved = (app.conf.broker_url, app.conf.broker_transport_options)
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
+    # Celery reads CELERY_BROKER_URL from the environment before its own configuration.
+    monkeypatch.setenv("CELERY_BROKER_URL", url)
     settings.CELERY_BROKER_URL = url
     app.conf.broker_url = url
     app.conf.broker_transport_options = {}

@@ -135,8 +135,3 @@ def get_schedulable(name: str) -> ScheduledTask:
             f"{name!r} is registered but not schedulable (declare it with @schedulable_task)"
         )
     return task  # type: ignore[no-any-return]
-
-
-def schedulable_names() -> list[str]:
-    app = _load_tasks()
-    return sorted(name for name, task in app.tasks.items() if getattr(task, "schedulable", False))

@@ -734,19 +734,6 @@ def reap_stale_executions(*, now: datetime, stale_after: float, limit: int = 500
     return reaped
 
 
-def fail_unstartable(*, execution_id: int, error: str, now: datetime) -> bool:
-    """Fail an execution whose message cannot run (unknown task, bad message) at once."""
-    status = fail_attempt(
-        execution_id=execution_id,
-        error=error,
-        outcome=AttemptOutcome.FAILED,
-        now=now,
-        permanent=True,
-        from_statuses=[*EXECUTION_STARTABLE, ExecutionStatus.RUNNING],
-    )
-    return status is not None
-
-
 def owner_for(username: str | None) -> Any:
     """The owning user: ``username``, or the first superuser, or a ``scheduler`` user."""
     user_model = get_user_model()

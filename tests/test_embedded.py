@@ -72,7 +72,10 @@ def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> Non
         assert "execution.completed" in output
         os.kill(stack.pid, signal.SIGINT)
         assert stack.wait(timeout=40) == 0
-        assert "stopped" in group.log_of(stack)
+        stopped = group.log_of(stack)
+        assert "stopped" in stopped
+        assert "Warm shutdown" in stopped
+        assert "exited with 'signal" not in stopped  # pool processes were not killed
     finally:
         group.stop_all()
 

@@ -80,7 +80,9 @@ class Command(DuecourseCommand):
     def _stop(self, children: dict[str, subprocess.Popen[str]]) -> None:
         for child in children.values():
             if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
+                # The main process only: a warm shutdown lets running tasks finish, while a
+                # signal to the whole group would kill the pool processes under them.
+                os.kill(child.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT
         for child in children.values():
             try:

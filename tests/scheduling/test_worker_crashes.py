@@ -245,7 +245,11 @@ def test_a_duplicate_message_for_a_running_execution_is_ignored(
 
 # --- D5. the database restarts under a running worker ---------------------------------------
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+PG_BIN = max(
+    Path("/usr/lib/postgresql").glob("*/bin"),
+    key=lambda path: int(path.parent.name) if path.parent.name.isdigit() else 0,
+    default=Path("/usr/lib/postgresql/15/bin"),
+)
 
 
 class PrivatePostgres:
@@ -311,7 +315,7 @@ class PrivatePostgres:
 @pytest.fixture
 def private_postgres(processes: Any, process_env: dict[str, str]) -> Iterator[PrivatePostgres]:
     if not (PG_BIN / "postgres").exists() or shutil.which("runuser") is None:
-        pytest.skip("needs PostgreSQL 15 binaries and runuser to start a private server")
+        pytest.fail(f"a private server needs PostgreSQL's binaries ({PG_BIN}) and runuser")
     root = Path(tempfile.mkdtemp(prefix="duecourse-pg-"))
     account = pwd.getpwnam("postgres")
     os.chown(root, account.pw_uid, account.pw_gid)

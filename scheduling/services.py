@@ -19,7 +19,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Exists, F, Q
+from django.db.models import Case, Exists, F, Q, Value, When
 
 from scheduling import conf, schedules
 from scheduling.claims import Doorbell
@@ -446,13 +446,16 @@ def _release_job(execution: Execution, *, now: datetime) -> None:
     """Let a forbid-overlap job's next occurrence be claimed, and count the run."""
     if execution.job_id is None:
         return
-    updates: dict[str, Any] = {"last_keepalive_at": now}
+    updates: dict[str, Any] = {
+        "last_keepalive_at": now,
+        "current_execution": Case(
+            When(current_execution_id=execution.pk, then=Value(None)),
+            default=F("current_execution"),
+        ),
+    }
     if execution.status == ExecutionStatus.COMPLETED:
         updates["execute_count"] = F("execute_count") + 1
     Job.objects.filter(pk=execution.job_id).update(**updates)
-    Job.objects.filter(pk=execution.job_id, current_execution_id=execution.pk).update(
-        current_execution=None
-    )
 
 
 def _attempt_running(execution_id: int, attempt: int | None) -> Q:

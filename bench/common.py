@@ -213,6 +213,36 @@ def _pg_interval(iso: str) -> str:
     return f"{body[:-1]} {units[body[-1]]}"
 
 
+def load_dcb(conn: Any, count: int, *, last_run_sql: str, params: dict[str, Any]) -> None:
+    """``count`` django-celery-beat PeriodicTask rows (``g`` = 1..count) on one hourly interval.
+
+    ``last_run_sql`` is the SQL for each row's ``last_run_at`` (it may use ``g`` and
+    ``params``): it decides which rows are due, and when.
+    """
+    conn.execute(
+        "TRUNCATE django_celery_beat_periodictask, django_celery_beat_intervalschedule,"
+        " django_celery_beat_periodictasks RESTART IDENTITY CASCADE"
+    )
+    interval_id = conn.execute(
+        "INSERT INTO django_celery_beat_intervalschedule (every, period)"
+        " VALUES (1, 'hours') RETURNING id"
+    ).fetchone()[0]
+    conn.execute(
+        f"""
+        INSERT INTO django_celery_beat_periodictask (name, task, args, kwargs, queue, exchange,
+            routing_key, expires, enabled, last_run_at, total_run_count, date_changed,
+            description, crontab_id, interval_id, solar_id, one_off, start_time, priority,
+            headers, clocked_id, expire_seconds)
+        SELECT 'bench-' || g, %(task)s, '[]', '{{}}', %(queue)s, NULL, NULL, NULL, true,
+            {last_run_sql},
+            0, now(), '', NULL, %(interval)s, NULL, false, NULL, NULL, '{{}}', NULL, NULL
+          FROM generate_series(1, %(count)s) AS g
+        """,
+        {**params, "task": BENCH_TASK, "queue": QUEUE, "interval": interval_id, "count": count},
+    )
+    conn.execute("VACUUM ANALYZE django_celery_beat_periodictask")
+
+
 def reset_jobs(conn: Any, *, due_sql: str) -> None:
     """Forget every execution and make the jobs due again at ``due_sql`` (in terms of ``id``)."""
     conn.execute(

@@ -96,35 +96,12 @@ def child_peer(p: dict[str, Any]) -> dict[str, Any]:
 
 def load_dcb(conn: Any, count: int, t0: float, rate: float) -> None:
     """PeriodicTask rows due at t0 + g/rate: hourly, last run one hour before that."""
-    conn.execute(
-        "TRUNCATE django_celery_beat_periodictask, django_celery_beat_intervalschedule,"
-        " django_celery_beat_periodictasks RESTART IDENTITY CASCADE"
+    common.load_dcb(
+        conn,
+        count,
+        last_run_sql="to_timestamp(%(t0)s + (g - 1) / %(rate)s) - interval '1 hour'",
+        params={"t0": t0, "rate": float(rate)},
     )
-    interval_id = conn.execute(
-        "INSERT INTO django_celery_beat_intervalschedule (every, period)"
-        " VALUES (1, 'hours') RETURNING id"
-    ).fetchone()[0]
-    conn.execute(
-        """
-        INSERT INTO django_celery_beat_periodictask (name, task, args, kwargs, queue, exchange,
-            routing_key, expires, enabled, last_run_at, total_run_count, date_changed,
-            description, crontab_id, interval_id, solar_id, one_off, start_time, priority,
-            headers, clocked_id, expire_seconds)
-        SELECT 'bench-' || g, %(task)s, '[]', '{}', %(queue)s, NULL, NULL, NULL, true,
-            to_timestamp(%(t0)s + g / %(rate)s) - interval '1 hour',
-            0, now(), '', NULL, %(interval)s, NULL, false, NULL, NULL, '{}', NULL, NULL
-          FROM generate_series(0, %(count)s - 1) AS g
-        """,
-        {
-            "task": common.BENCH_TASK,
-            "queue": common.QUEUE,
-            "interval": interval_id,
-            "count": count,
-            "t0": t0,
-            "rate": float(rate),
-        },
-    )
-    conn.execute("VACUUM ANALYZE django_celery_beat_periodictask")
 
 
 def load_redbeat(count: int, t0: float, rate: float, prefix: str) -> None:

@@ -229,34 +229,12 @@ def child_redbeat(p: dict[str, Any]) -> dict[str, Any]:
 def load_dcb(conn: Any, count: int) -> float:
     """N PeriodicTask rows on one hourly IntervalSchedule; every hundredth last ran 2 h ago."""
     started = time.perf_counter()
-    conn.execute(
-        "TRUNCATE django_celery_beat_periodictask, django_celery_beat_intervalschedule,"
-        " django_celery_beat_periodictasks RESTART IDENTITY CASCADE"
+    common.load_dcb(
+        conn,
+        count,
+        last_run_sql="CASE WHEN g %% %(every)s = 0 THEN now() - interval '2 hours' ELSE now() END",
+        params={"every": EVERY},
     )
-    interval_id = conn.execute(
-        "INSERT INTO django_celery_beat_intervalschedule (every, period)"
-        " VALUES (1, 'hours') RETURNING id"
-    ).fetchone()[0]
-    conn.execute(
-        """
-        INSERT INTO django_celery_beat_periodictask (name, task, args, kwargs, queue, exchange,
-            routing_key, expires, enabled, last_run_at, total_run_count, date_changed,
-            description, crontab_id, interval_id, solar_id, one_off, start_time, priority,
-            headers, clocked_id, expire_seconds)
-        SELECT 'bench-' || g, %(task)s, '[]', '{}', %(queue)s, NULL, NULL, NULL, true,
-            CASE WHEN g %% %(every)s = 0 THEN now() - interval '2 hours' ELSE now() END,
-            0, now(), '', NULL, %(interval)s, NULL, false, NULL, NULL, '{}', NULL, NULL
-          FROM generate_series(1, %(count)s) AS g
-        """,
-        {
-            "task": common.BENCH_TASK,
-            "queue": common.QUEUE,
-            "every": EVERY,
-            "interval": interval_id,
-            "count": count,
-        },
-    )
-    conn.execute("VACUUM ANALYZE django_celery_beat_periodictask")
     return time.perf_counter() - started
 
 

@@ -2,9 +2,9 @@
 
 This is the scheduler's hot path, so it works on plain rows instead of model instances: one
 ``SELECT … FOR NO KEY UPDATE SKIP LOCKED`` (the row locks that keep two schedulers apart), the
-timing decisions of ``scheduling.schedules.plan_claim`` (the only place they live), one
-multi-row INSERT of executions and one UPDATE of the jobs. On PostgreSQL the writes are
-``unnest`` statements; SQLite, which serialises writers anyway, uses the ORM's bulk methods.
+timing decisions of ``scheduling.schedules.plan_claim`` (the only place they live), then one
+write. On PostgreSQL that write is a single statement inserting the executions and moving the
+jobs; SQLite, which serialises writers anyway, uses the ORM's bulk methods.
 Nothing is published here: ``scheduling.dispatch`` does that after the commit.
 """
 
@@ -22,7 +22,8 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from scheduling import conf, schedules
-from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap
+from scheduling.ids import uuid4_text
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap, Schedule
 from scheduling.schedules import Misfire, ScheduleError, Timing
 from scheduling.validation import check_target_values
 
@@ -72,6 +73,16 @@ _DUE_FIELDS = (
 )
 
 
+_TIME_FIELDS = (
+    "next_occurrence_at",
+    "next_due_at",
+    "created_at",
+    "schedule__run_at",
+    "schedule__starts_at",
+    "schedule__ends_at",
+)
+
+
 @dataclass
 class _Due:
     """One locked due job, as plain values, and what the claim decides for it."""
@@ -92,48 +103,87 @@ def claim_due_jobs(*, now: datetime, limit: int) -> list[Doorbell]:
     """
     grace = timedelta(seconds=conf.get("MISFIRE_GRACE"))
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
+    postgres = connection.vendor == "postgresql"
     with transaction.atomic():
-        rows = list(
-            Job.objects.filter(
-                status=JobStatus.ACTIVE, current_execution__isnull=True, next_due_at__lte=now
-            )
-            .select_for_update(skip_locked=True, no_key=True, of=("self",))
-            .order_by("next_due_at")
-            .values(*_DUE_FIELDS)[:limit]
-        )
+        rows = _lock_due_pg(now, limit) if postgres else _lock_due_orm(now, limit)
         if not rows:
             return []
         timings: dict[tuple[Any, ...], Timing | ScheduleError] = {}
         targets: dict[tuple[Any, ...], str] = {}
         due = [_plan(row, now, grace, catch_up_limit, timings, targets) for row in rows]
-        created = _insert_executions(due, now=now)
-        for item in due:
-            if item.row["overlap"] == Overlap.FORBID:
-                first = next(
-                    (e for e in item.executions if e["status"] == ExecutionStatus.PENDING), None
-                )
-                item.current_execution_id = first["id"] if first else None
-        _update_jobs(due, now=now)
-    logger.info("dispatch.claimed jobs=%s executions=%s", len(due), len(created))
+        if postgres:
+            _write_pg(due, now=now)
+        else:
+            _write_orm(due, now=now)
+    logger.info(
+        "dispatch.claimed jobs=%s executions=%s",
+        len(due),
+        sum(len(item.executions) for item in due),
+    )
+    verbose = logger.isEnabledFor(logging.DEBUG)
     bells = []
     for item in due:
         for execution in item.executions:
-            logger.debug(
-                "job.claimed job=%s execution=%s scheduled_for=%s status=%s",
-                item.row["pk"],
-                execution["id"],
-                execution["scheduled_for"].isoformat(),
-                execution["status"],
-            )
+            if verbose:
+                logger.debug(
+                    "job.claimed job=%s execution=%s scheduled_for=%s status=%s",
+                    item.row["pk"],
+                    execution["id"],
+                    execution["scheduled_for"].isoformat(),
+                    execution["status"],
+                )
             if execution["status"] == ExecutionStatus.PENDING:
                 bells.append(_bell(item.row, execution))
     return bells
 
 
+def _lock_due_orm(now: datetime, limit: int) -> list[dict[str, Any]]:
+    return list(
+        Job.objects.filter(
+            status=JobStatus.ACTIVE, current_execution__isnull=True, next_due_at__lte=now
+        )
+        .select_for_update(skip_locked=True, no_key=True, of=("self",))
+        .order_by("next_due_at")
+        .values(*_DUE_FIELDS)[:limit]
+    )
+
+
+def _lock_due_pg(now: datetime, limit: int) -> list[dict[str, Any]]:
+    """The ORM query of ``_lock_due_orm`` in plain SQL, reading JSON and times as text.
+
+    Decoding jsonb and timestamptz values through the driver's Python-level loaders costs more
+    than the rest of the claim's Python work together. As text, the common empty ``args`` and
+    ``kwargs`` need no decoding at all (``_json``) and a time is one ``fromisoformat`` call
+    (the text is ISO 8601: psycopg requires the server's ISO ``DateStyle`` anyway).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT j.id, j.next_occurrence_at::text, j.next_due_at::text, j.created_at::text,
+                   j.misfire, j.overlap, j.jitter, j.task, j.args::text, j.kwargs::text,
+                   j.queue, j.priority, j.timeout, j.task_table, j.task_row_id, s.interval,
+                   s.cron, s.timezone, s.run_at::text, s.starts_at::text, s.ends_at::text
+              FROM {Job._meta.db_table} AS j
+              JOIN {Schedule._meta.db_table} AS s ON s.id = j.schedule_id
+             WHERE j.status = %s AND j.current_execution_id IS NULL AND j.next_due_at <= %s
+             ORDER BY j.next_due_at
+             LIMIT %s
+               FOR NO KEY UPDATE OF j SKIP LOCKED
+            """,
+            [JobStatus.ACTIVE.value, now, limit],
+        )
+        rows = [dict(zip(_DUE_FIELDS, row, strict=True)) for row in cursor.fetchall()]
+    for row in rows:
+        for name in _TIME_FIELDS:
+            if row[name] is not None:
+                row[name] = datetime.fromisoformat(row[name])
+    return rows
+
+
 def _bell(row: dict[str, Any], execution: dict[str, Any]) -> Doorbell:
     return Doorbell(
         execution_id=execution["id"],
-        task_id=str(execution["task_id"]),
+        task_id=execution["task_id"],
         task=row["task"],
         args=_json(row["args"]),
         kwargs=_json(row["kwargs"]),
@@ -143,8 +193,16 @@ def _bell(row: dict[str, Any], execution: dict[str, Any]) -> Doorbell:
     )
 
 
+_EMPTY_JSON: dict[str, Any] = {"[]": [], "{}": {}}
+
+
 def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str | bytes) else value
+    """A JSON column's value, decoded when it arrived as text (fresh objects every time)."""
+    if not isinstance(value, str | bytes):
+        return value
+    if value in _EMPTY_JSON:
+        return type(_EMPTY_JSON[value])()
+    return json.loads(value)
 
 
 def _timing(row: dict[str, Any], cache: dict[tuple[Any, ...], Timing | ScheduleError]) -> Any:
@@ -178,16 +236,13 @@ def _target_error(row: dict[str, Any], cache: dict[tuple[Any, ...], str]) -> str
     return cache[key]
 
 
-def _execution(row: dict[str, Any], at: datetime, status: str, now: datetime) -> dict[str, Any]:
+def _execution(row: dict[str, Any], at: datetime, status: str) -> dict[str, Any]:
     return {
         "job_id": row["pk"],
         "task": row["task"],
         "scheduled_for": at,
         "status": status,
-        "task_id": uuid.uuid4(),
-        "created_at": now,
-        "queued_at": now if status == ExecutionStatus.PENDING else None,
-        "finished_at": None if status == ExecutionStatus.PENDING else now,
+        "task_id": uuid4_text(),
         "last_error": "",
     }
 
@@ -204,7 +259,7 @@ def _plan(
     occurrence = row["next_occurrence_at"] or row["next_due_at"]
     timing = _timing(row, timings)
     if isinstance(timing, ScheduleError):
-        failed = _execution(row, occurrence, ExecutionStatus.FAILED, now)
+        failed = _execution(row, occurrence, ExecutionStatus.FAILED)
         failed["last_error"] = f"schedule is invalid: {timing}"
         logger.error("execution.failed job=%s error=%s", row["pk"], failed["last_error"])
         item.executions.append(failed)
@@ -224,14 +279,14 @@ def _plan(
     error = _target_error(row, targets)
     for at in plan.run:
         if error:
-            failed = _execution(row, at, ExecutionStatus.FAILED, now)
+            failed = _execution(row, at, ExecutionStatus.FAILED)
             failed["last_error"] = error
             logger.error("execution.failed job=%s scheduled_for=%s error=%s", row["pk"], at, error)
             item.executions.append(failed)
         else:
-            item.executions.append(_execution(row, at, ExecutionStatus.PENDING, now))
+            item.executions.append(_execution(row, at, ExecutionStatus.PENDING))
     if plan.skipped is not None:
-        skipped = _execution(row, plan.skipped, ExecutionStatus.SKIPPED, now)
+        skipped = _execution(row, plan.skipped, ExecutionStatus.SKIPPED)
         skipped["last_error"] = SKIPPED_NOTE
         item.executions.append(skipped)
     item.next_occurrence = plan.next_occurrence
@@ -242,64 +297,145 @@ def _plan(
     return item
 
 
-_INSERT_COLUMNS = (
-    ("job_id", "bigint"),
-    ("task", "varchar"),
-    ("scheduled_for", "timestamptz"),
-    ("status", "varchar"),
-    ("task_id", "uuid"),
-    ("created_at", "timestamptz"),
-    ("queued_at", "timestamptz"),
-    ("finished_at", "timestamptz"),
-    ("last_error", "text"),
-)
+def _write_pg(due: Sequence[_Due], *, now: datetime) -> None:
+    """Insert every planned execution and move every claimed job, in one statement.
 
-
-def _insert_executions(due: Sequence[_Due], *, now: datetime) -> list[dict[str, Any]]:
-    """Insert every planned execution in one statement and fill in their ids.
-
-    An occurrence that already has its execution (a manual ``jobs run`` at that very instant)
-    is left as it is and dropped from the plan, instead of failing the whole batch on the
-    one-per-occurrence constraint.
+    The executions go in first; each job then takes its new position and, when overlap is
+    forbidden, its first new PENDING execution as ``current_execution``. An occurrence that
+    already has its execution (a manual ``jobs run`` at that very instant) is left as it is
+    and dropped from the plan instead of failing the batch on the one-per-occurrence
+    constraint. Rows travel as JSON (``json_to_recordset``): one C-speed encoding per batch,
+    where binding an array per column costs more in Python than the statement costs the server.
     """
-    rows = [execution for item in due for execution in item.executions]
-    if not rows:
-        return rows
-    if connection.vendor == "postgresql":
-        names = ", ".join(name for name, _ in _INSERT_COLUMNS)
-        types = ", ".join(f"{name} {kind}" for name, kind in _INSERT_COLUMNS)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
+    stamp = now.isoformat()
+    executions = [
+        {
+            "job_id": execution["job_id"],
+            "task": execution["task"],
+            "scheduled_for": execution["scheduled_for"].isoformat(),
+            "status": execution["status"],
+            "task_id": execution["task_id"],
+            "last_error": execution["last_error"],
+        }
+        for item in due
+        for execution in item.executions
+    ]
+    jobs = [
+        {
+            "id": item.row["pk"],
+            "next_due_at": item.next_due.isoformat() if item.next_due else None,
+            "next_occurrence_at": (
+                item.next_occurrence.isoformat() if item.next_occurrence else None
+            ),
+            "status": item.status,
+            "forbid": item.row["overlap"] == Overlap.FORBID,
+        }
+        for item in due
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH inserted AS (
                 INSERT INTO {Execution._meta.db_table}
-                       ({names}, retry_count, worker, duplicates, updated_at)
-                SELECT {names}, 0, '', 0, %s
-                  FROM json_to_recordset(%s::json) AS v({types})
+                       (job_id, task, scheduled_for, status, task_id, last_error, created_at,
+                        queued_at, finished_at, retry_count, worker, duplicates, updated_at)
+                SELECT v.job_id, v.task, v.scheduled_for, v.status, v.task_id, v.last_error,
+                       %(now)s,
+                       CASE WHEN v.status = %(pending)s THEN %(now)s::timestamptz END,
+                       CASE WHEN v.status <> %(pending)s THEN %(now)s::timestamptz END,
+                       0, '', 0, %(now)s
+                  FROM json_to_recordset(%(executions)s::json) AS v(
+                       job_id bigint, task varchar, scheduled_for timestamptz, status varchar,
+                       task_id uuid, last_error text)
                     ON CONFLICT (job_id, scheduled_for) DO NOTHING
-                RETURNING id, task_id
-                """,
-                [now, _to_json(rows, [name for name, _ in _INSERT_COLUMNS])],
+                RETURNING id, job_id, task_id, status, scheduled_for
+            ), first_pending AS (
+                SELECT jsonb_object_agg(job_id, id) AS ids
+                  FROM (SELECT DISTINCT ON (job_id) job_id, id
+                          FROM inserted
+                         WHERE status = %(pending)s
+                         ORDER BY job_id, scheduled_for) AS p
+            ), moved AS (
+                UPDATE {Job._meta.db_table} AS j
+                   SET next_due_at = v.next_due_at,
+                       next_occurrence_at = v.next_occurrence_at,
+                       status = v.status,
+                       current_execution_id = CASE
+                           WHEN v.forbid THEN (f.ids ->> v.id::text)::bigint END,
+                       updated_at = %(now)s
+                  FROM json_to_recordset(%(jobs)s::json) AS v(
+                       id bigint, next_due_at timestamptz, next_occurrence_at timestamptz,
+                       status varchar, forbid boolean)
+                 CROSS JOIN first_pending AS f
+                 WHERE j.id = v.id
             )
-            ids = {str(task_id): pk for pk, task_id in cursor.fetchall()}
-    else:
-        taken = set(
-            Execution.objects.filter(
-                job_id__in={row["job_id"] for row in rows},
-                scheduled_for__in={row["scheduled_for"] for row in rows},
-            ).values_list("job_id", "scheduled_for")
+            SELECT task_id::text, id FROM inserted
+            """,
+            {
+                "now": stamp,
+                "pending": ExecutionStatus.PENDING.value,
+                "executions": json.dumps(executions),
+                "jobs": json.dumps(jobs),
+            },
         )
-        fresh = [row for row in rows if (row["job_id"], row["scheduled_for"]) not in taken]
-        Execution.objects.bulk_create([Execution(**row, updated_at=now) for row in fresh])
-        ids = dict(
-            Execution.objects.filter(task_id__in=[row["task_id"] for row in fresh]).values_list(
-                "task_id", "pk"
+        _keep_inserted(due, dict(cursor.fetchall()))
+
+
+def _write_orm(due: Sequence[_Due], *, now: datetime) -> None:
+    """``_write_pg`` for other databases (SQLite, which serialises writers anyway)."""
+    rows = [execution for item in due for execution in item.executions]
+    taken = set(
+        Execution.objects.filter(
+            job_id__in={row["job_id"] for row in rows},
+            scheduled_for__in={row["scheduled_for"] for row in rows},
+        ).values_list("job_id", "scheduled_for")
+    )
+    fresh = [row for row in rows if (row["job_id"], row["scheduled_for"]) not in taken]
+    Execution.objects.bulk_create(
+        [
+            Execution(
+                **{**row, "task_id": uuid.UUID(row["task_id"])},
+                created_at=now,
+                queued_at=now if row["status"] == ExecutionStatus.PENDING else None,
+                finished_at=None if row["status"] == ExecutionStatus.PENDING else now,
+                updated_at=now,
+            )
+            for row in fresh
+        ]
+    )
+    ids = Execution.objects.filter(task_id__in=[row["task_id"] for row in fresh]).values_list(
+        "task_id", "pk"
+    )
+    _keep_inserted(due, {str(task_id): pk for task_id, pk in ids})
+    jobs = []
+    for item in due:
+        first = None
+        if item.row["overlap"] == Overlap.FORBID:
+            first = next(
+                (e["id"] for e in item.executions if e["status"] == ExecutionStatus.PENDING),
+                None,
+            )
+        jobs.append(
+            Job(
+                pk=item.row["pk"],
+                next_due_at=item.next_due,
+                next_occurrence_at=item.next_occurrence,
+                current_execution_id=first,
+                status=item.status,
+                updated_at=now,
             )
         )
-        ids = {str(task_id): pk for task_id, pk in ids.items()}
+    Job.objects.bulk_update(
+        jobs, ["next_due_at", "next_occurrence_at", "current_execution", "status", "updated_at"]
+    )
+
+
+def _keep_inserted(due: Sequence[_Due], ids: dict[str, int]) -> None:
+    """Give each planned execution its id; drop those whose occurrence already existed."""
     for item in due:
         kept = []
         for row in item.executions:
-            pk = ids.get(str(row["task_id"]))
+            pk = ids.get(row["task_id"])
             if pk is None:
                 logger.info(
                     "job.occurrence_exists job=%s scheduled_for=%s",
@@ -310,62 +446,3 @@ def _insert_executions(due: Sequence[_Due], *, now: datetime) -> list[dict[str, 
             row["id"] = pk
             kept.append(row)
         item.executions = kept
-    return [row for item in due for row in item.executions]
-
-
-def _to_json(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
-    """Rows as one JSON array for ``json_to_recordset``: a C-speed encoding of a whole batch
-    (binding arrays per column costs more in Python than the statement costs the server)."""
-    return json.dumps([{name: row[name] for name in names} for row in rows], default=_plain)
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-def _update_jobs(due: Sequence[_Due], *, now: datetime) -> None:
-    """Write every claimed job's new position in one statement."""
-    if connection.vendor == "postgresql":
-        values = [
-            {
-                "id": item.row["pk"],
-                "next_due_at": item.next_due,
-                "next_occurrence_at": item.next_occurrence,
-                "current_execution_id": item.current_execution_id,
-                "status": item.status,
-            }
-            for item in due
-        ]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""
-                UPDATE {Job._meta.db_table} AS j
-                   SET next_due_at = v.next_due_at,
-                       next_occurrence_at = v.next_occurrence_at,
-                       current_execution_id = v.current_execution_id,
-                       status = v.status,
-                       updated_at = %s
-                  FROM json_to_recordset(%s::json) AS v(id bigint, next_due_at timestamptz,
-                       next_occurrence_at timestamptz, current_execution_id bigint,
-                       status varchar)
-                 WHERE j.id = v.id
-                """,
-                [now, _to_json(values, list(values[0]))],
-            )
-        return
-    jobs = [
-        Job(
-            pk=item.row["pk"],
-            next_due_at=item.next_due,
-            next_occurrence_at=item.next_occurrence,
-            current_execution_id=item.current_execution_id,
-            status=item.status,
-            updated_at=now,
-        )
-        for item in due
-    ]
-    Job.objects.bulk_update(
-        jobs, ["next_due_at", "next_occurrence_at", "current_execution", "status", "updated_at"]
-    )

@@ -5,7 +5,7 @@ N divided by the wall clock from the first tick until every one of the N executi
 (claimed, history row written, message in the broker, marked queued). Runs, one after another
 on the same rows (reset in between):
 
-- Duecourse, fast path (``Producer.batch`` → one Redis pipeline per batch), one process;
+- Duecourse, fast path (one Redis pipeline per batch), one process;
 - Duecourse, portable path (``SCHEDULING_FAST_PUBLISH=false``: one ``send_task`` per message);
 - Duecourse, fast path, two scheduler processes together (SKIP LOCKED shares the rows);
 - Duecourse, portable path to RabbitMQ, if RabbitMQ answers at ``BENCH_RABBIT_URL``.

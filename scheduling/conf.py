@@ -22,7 +22,7 @@ class Knob:
 
 
 KNOBS: dict[str, Knob] = {
-    "BATCH_SIZE": Knob(500, int, "Due jobs claimed per transaction."),
+    "BATCH_SIZE": Knob(1000, int, "Due jobs claimed per transaction."),
     "MAX_SLEEP": Knob(1.0, float, "Longest sleep between scheduler ticks, in seconds."),
     "PENDING_GRACE": Knob(
         10.0, float, "Seconds a claimed execution may stay unpublished before it is re-published."

@@ -8,20 +8,31 @@ anything is published.
 
 from __future__ import annotations
 
+import gc
 import logging
+import re
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
-from django.db import DatabaseError, InterfaceError, close_old_connections, connection
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    close_old_connections,
+    connection,
+    connections,
+)
 from django.utils import timezone
 from kombu import serialization
 from kombu.utils.json import dumps
 
 from scheduling import conf, selectors, services
+from scheduling.ids import uuid4_text
 from scheduling.registry import EXECUTION_HEADER
 from scheduling.services import Doorbell
 
@@ -145,7 +156,7 @@ class Publisher:
             template = templates.get(shape)
             if template is None:
                 template = templates[shape] = _Template.build(self.app, producer, bell, grace)
-            key, message = template.message(bell, channel)
+            key, message = template.message(bell)
             by_key.setdefault(key, []).append(message)
         with channel.conn_or_acquire() as client:
             pipe = client.pipeline(transaction=False)
@@ -156,28 +167,54 @@ class Publisher:
             pipe.execute()
 
 
+_SLOTS = (
+    "body",
+    "id",
+    "root_id",
+    "argsrepr",
+    "kwargsrepr",
+    EXECUTION_HEADER,
+    "correlation_id",
+    "delivery_tag",
+)
+
+
+def _slot(name: str) -> str:
+    return f"\x00duecourse-slot:{name}\x00"
+
+
 class _Template:
-    """One Celery message shape, built by Celery itself, to copy per message."""
+    """One Celery message shape, built by Celery and kombu themselves, to fill per message.
+
+    The envelope is serialized once, with a marker in each value that differs per message;
+    each message is then the fixed text between the markers joined with its own values, each
+    encoded as the JSON encoder would have encoded it there. Message bodies without arguments
+    are identical for a shape, so they are encoded once too.
+    """
 
     def __init__(
         self,
-        headers: dict[str, Any],
-        properties: dict[str, Any],
-        embed: dict[str, Any],
+        *,
+        parts: list[str],
+        order: list[str],
         key: str,
-        queue: str,
+        embed: dict[str, Any],
         serializer: str,
+        body_encoding: str | None,
+        channel: Any,
         argsrepr_maxsize: int,
         kwargsrepr_maxsize: int,
     ) -> None:
-        self.headers = headers
-        self.properties = properties
-        self.embed = embed
+        self.parts = parts
+        self.order = order
         self.key = key
-        self.queue = queue
+        self.embed = embed
         self.serializer = serializer
+        self.body_encoding = body_encoding
+        self.channel = channel
         self.argsrepr_maxsize = argsrepr_maxsize
         self.kwargsrepr_maxsize = kwargsrepr_maxsize
+        self.empty_body = self._body((), {})
 
     @classmethod
     def build(cls, app: Any, producer: Any, bell: Doorbell, grace: int) -> _Template:
@@ -198,40 +235,64 @@ class _Template:
         if bell.priority is not None:
             properties["priority"] = bell.priority
         properties["delivery_mode"] = producer.exchange.delivery_mode or 2
+        for name in ("id", "root_id", "argsrepr", "kwargsrepr", EXECUTION_HEADER):
+            headers[name] = _slot(name)
+        properties["correlation_id"] = _slot("correlation_id")
+        content_type, content_encoding, _ = serialization.dumps(
+            ((), {}, body[2]), serializer=app.conf.task_serializer
+        )
         channel = producer.channel
-        probe = channel.prepare_message("", bell.priority, None, None, {}, dict(properties))
-        channel._inplace_augment_message(probe, "", queue.name)
-        key = channel._q_for_pri(queue.name, channel._get_message_priority(probe, reverse=False))
+        message = channel.prepare_message(
+            "", bell.priority, content_type, content_encoding, headers, properties
+        )
+        channel._inplace_augment_message(message, "", queue.name)
+        message["body"] = _slot("body")
+        message["properties"]["delivery_tag"] = _slot("delivery_tag")
+        key = channel._q_for_pri(queue.name, channel._get_message_priority(message, reverse=False))
+        text = dumps(message)
+        markers = {encode_basestring_ascii(_slot(name)): name for name in _SLOTS}
+        pieces = re.split("(" + "|".join(re.escape(marker) for marker in markers) + ")", text)
         return cls(
-            headers=headers,
-            properties=properties,
-            embed=body[2],
+            parts=pieces[0::2],
+            order=[markers[marker] for marker in pieces[1::2]],
             key=key,
-            queue=queue.name,
+            embed=body[2],
             serializer=app.conf.task_serializer,
+            body_encoding=message["properties"]["body_encoding"],
+            channel=channel,
             argsrepr_maxsize=amqp.argsrepr_maxsize,
             kwargsrepr_maxsize=amqp.kwargsrepr_maxsize,
         )
 
-    def message(self, bell: Doorbell, channel: Any) -> tuple[str, str]:
+    def _body(self, args: Any, kwargs: Any) -> str:
+        """The message body as kombu would put it on the wire (serialized, then encoded)."""
+        _, _, payload = serialization.dumps((args, kwargs, self.embed), serializer=self.serializer)
+        return encode_basestring_ascii(self.channel.encode_body(payload, self.body_encoding)[0])
+
+    def message(self, bell: Doorbell) -> tuple[str, str]:
         """The Redis list key and the serialized envelope for one execution."""
         args = bell.args or ()
         kwargs = bell.kwargs or {}
-        headers = dict(self.headers)
-        headers["id"] = headers["root_id"] = bell.task_id
-        headers["argsrepr"] = saferepr(args, self.argsrepr_maxsize) if args else "()"
-        headers["kwargsrepr"] = saferepr(kwargs, self.kwargsrepr_maxsize) if kwargs else "{}"
-        headers[EXECUTION_HEADER] = bell.execution_id
-        properties = dict(self.properties)
-        properties["correlation_id"] = bell.task_id
-        content_type, content_encoding, payload = serialization.dumps(
-            (args, kwargs, self.embed), serializer=self.serializer
-        )
-        message = channel.prepare_message(
-            payload, bell.priority, content_type, content_encoding, headers, properties
-        )
-        channel._inplace_augment_message(message, "", self.queue)
-        return self.key, dumps(message)
+        task_id = encode_basestring_ascii(bell.task_id)
+        values = {
+            "body": self._body(args, kwargs) if args or kwargs else self.empty_body,
+            "id": task_id,
+            "root_id": task_id,
+            "correlation_id": task_id,
+            "argsrepr": encode_basestring_ascii(
+                saferepr(args, self.argsrepr_maxsize) if args else "()"
+            ),
+            "kwargsrepr": encode_basestring_ascii(
+                saferepr(kwargs, self.kwargsrepr_maxsize) if kwargs else "{}"
+            ),
+            EXECUTION_HEADER: str(int(bell.execution_id)),
+            "delivery_tag": encode_basestring_ascii(uuid4_text()),
+        }
+        out = [self.parts[0]]
+        for name, part in zip(self.order, self.parts[1:], strict=True):
+            out.append(values[name])
+            out.append(part)
+        return self.key, "".join(out)
 
 
 class Dispatcher:
@@ -241,14 +302,22 @@ class Dispatcher:
         self, app: Any, *, batch_size: int | None = None, max_sleep: float | None = None
     ) -> None:
         self.app = app
+        # A scheduler lives long and everything it imported at startup lives as long; frozen,
+        # those objects stay out of the cyclic collector's full passes during floods.
+        gc.freeze()
         self.batch_size = batch_size or conf.get("BATCH_SIZE")
         self.max_sleep = conf.get("MAX_SLEEP") if max_sleep is None else max_sleep
         self.publisher = Publisher(app)
+        self._side: ThreadPoolExecutor | None = None
         self._failures = 0
         self._broker_identity: str | None = None
         self.stats = {"claimed": 0, "published": 0, "republished": 0, "reaped": 0}
 
     def close(self) -> None:
+        if self._side is not None:
+            self._side.submit(connections.close_all).result()  # its own connection
+            self._side.shutdown()
+            self._side = None
         self.publisher.close()
 
     def tick(self, now: datetime | None = None) -> float:
@@ -289,11 +358,8 @@ class Dispatcher:
             queued_before=now - timedelta(seconds=conf.get("REQUEUE_AFTER")),
             stale_before=now - timedelta(seconds=conf.get("STALE_AFTER")),
         )
-        if probe.due:
-            bells = services.claim_due_jobs(now=now, limit=self.batch_size)
-            self.stats["claimed"] += len(bells)
-            if not self._publish(bells):
-                return None
+        if probe.due and not self._claim_and_publish(now):
+            return None
         if probe.republish:
             again = services.reclaim_for_publish(now=now, limit=self.batch_size)
             self.stats["republished"] += len(again)
@@ -324,6 +390,53 @@ class Dispatcher:
             count = services.requeue_queued(now=now)
             logger.warning("dispatch.broker_restarted requeued=%s", count)
         self._broker_identity = identity
+
+    def _claim_and_publish(self, now: datetime) -> bool:
+        """Claim due jobs batch after batch, each published while the next is being claimed.
+
+        A claim waits mostly on the database and a publish mostly on building messages and on
+        the broker, so the two overlap on a second thread with its own database connection.
+        Every batch is committed before its messages exist, as in a plain tick, and the tick
+        returns only when every batch it claimed has been published and marked. Claiming goes
+        on while full batches come back, for at most MAX_SLEEP, so recovery still runs between
+        rounds. Inside a caller's transaction a second connection could not see the new rows,
+        so there (and on SQLite, which has one writer) batches are published in line.
+        """
+        side = self._side_thread()
+        deadline = time.monotonic() + max(self.max_sleep, 0.1)
+        previous: Future[bool] | None = None
+        ok = True
+        while True:
+            bells = services.claim_due_jobs(now=now, limit=self.batch_size)
+            self.stats["claimed"] += len(bells)
+            if previous is not None:
+                ok = previous.result() and ok
+                previous = None
+            if side is None:
+                ok = self._publish(bells) and ok
+            elif bells:
+                previous = side.submit(self._publish_on_side, bells)
+            if not ok or len(bells) < self.batch_size or time.monotonic() > deadline:
+                break
+        if previous is not None:
+            ok = previous.result() and ok
+        return ok
+
+    def _side_thread(self) -> ThreadPoolExecutor | None:
+        if connection.vendor != "postgresql" or connection.in_atomic_block:
+            return None
+        if self._side is None:
+            self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duecourse-publish")
+        return self._side
+
+    def _publish_on_side(self, bells: Sequence[Doorbell]) -> bool:
+        """``_publish`` on the side thread, which looks after its own database connection."""
+        close_old_connections()
+        try:
+            return self._publish(bells)
+        except (DatabaseError, InterfaceError):
+            connection.close()
+            raise
 
     def _publish(self, bells: Sequence[Doorbell]) -> bool:
         if not bells:

@@ -64,23 +64,35 @@ def redis_prefix(settings: Any) -> Any:
     app.conf.broker_url, app.conf.broker_transport_options = saved
 
 
+ARGUMENTS = [
+    pytest.param([], {"seconds": 1.5}, id="kwargs"),
+    pytest.param([], {}, id="none"),
+    pytest.param([1, "two", None, [3.5]], {}, id="args"),
+    pytest.param(["quote \" backslash \\ tab \t"], {"ünïcødé": "日本 ✓"}, id="escapes"),
+    pytest.param(["x" * 5000], {"nested": {"a": [1, {"b": True}]}}, id="long"),
+]
+
+
 @pytest.mark.parametrize("priority", [None, 5])
+@pytest.mark.parametrize(("args", "kwargs"), ARGUMENTS)
 def test_fast_path_messages_equal_send_task_messages(
-    redis_prefix: str, settings: Any, priority: int | None
+    redis_prefix: str, settings: Any, priority: int | None, args: list[Any], kwargs: dict[str, Any]
 ) -> None:
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     publisher = Publisher(app)
+    bell = _bell(7, priority=priority, args=args, kwargs=kwargs)
     try:
         settings.SCHEDULING = {"FAST_PUBLISH": False}
-        assert publisher.publish([_bell(7, priority=priority)]) == [7]
+        assert publisher.publish([bell]) == [7]
         portable = _drain(client, redis_prefix)
         settings.SCHEDULING = {"FAST_PUBLISH": True}
-        assert publisher.publish([_bell(7, priority=priority)]) == [7]
+        assert publisher.publish([bell]) == [7]
         fast = _drain(client, redis_prefix)
     finally:
         publisher.close()
     assert len(portable) == len(fast) == 1
     assert _strip(fast[0]) == _strip(portable[0])
+    assert fast[0]["headers"]["id"] == fast[0]["properties"]["correlation_id"] == bell.task_id
     assert fast[0]["headers"]["duecourse_execution"] == 7
     assert fast[0]["headers"]["timelimit"] == [52, 42]
     assert fast[0]["headers"]["eta"] is None

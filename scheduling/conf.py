@@ -54,6 +54,12 @@ KNOBS: dict[str, Knob] = {
     "FAST_PUBLISH": Knob(
         True, bool, "Publish batches through a Redis pipeline when the broker is Redis."
     ),
+    "FLOOD_LANES": Knob(
+        2,
+        int,
+        "Threads that claim and publish side by side while full batches keep coming "
+        "(PostgreSQL; below 2, one batch after another in the scheduler's own thread).",
+    ),
     "CATCH_UP_LIMIT": Knob(
         100, int, "Missed occurrences a catch_up job with overlap=allow creates per claim."
     ),

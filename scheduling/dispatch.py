@@ -11,12 +11,13 @@ from __future__ import annotations
 import gc
 import logging
 import re
+import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timedelta
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
-from typing import Any
+from typing import Any, TypeVar
 
 from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
@@ -37,6 +38,7 @@ from scheduling.registry import EXECUTION_HEADER
 from scheduling.services import Doorbell
 
 logger = logging.getLogger("scheduling")
+T = TypeVar("T")
 
 BACKOFF_MAX = 5.0
 LPUSH_CHUNK = 1000
@@ -308,16 +310,15 @@ class Dispatcher:
         self.batch_size = batch_size or conf.get("BATCH_SIZE")
         self.max_sleep = conf.get("MAX_SLEEP") if max_sleep is None else max_sleep
         self.publisher = Publisher(app)
-        self._side: ThreadPoolExecutor | None = None
+        self._lanes: _Lanes | None = None
         self._failures = 0
         self._broker_identity: str | None = None
         self.stats = {"claimed": 0, "published": 0, "republished": 0, "reaped": 0}
 
     def close(self) -> None:
-        if self._side is not None:
-            self._side.submit(connections.close_all).result()  # its own connection
-            self._side.shutdown()
-            self._side = None
+        if self._lanes is not None:
+            self._lanes.close()
+            self._lanes = None
         self.publisher.close()
 
     def tick(self, now: datetime | None = None) -> float:
@@ -363,7 +364,9 @@ class Dispatcher:
         if probe.republish:
             again = services.reclaim_for_publish(now=now, limit=self.batch_size)
             self.stats["republished"] += len(again)
-            if not self._publish(again):
+            published = self._publish(again, self.publisher)
+            self.stats["published"] += published
+            if published < len(again):
                 return None
         if probe.stale:
             reaped = services.reap_stale_executions(now=now, stale_after=conf.get("STALE_AFTER"))
@@ -392,60 +395,121 @@ class Dispatcher:
         self._broker_identity = identity
 
     def _claim_and_publish(self, now: datetime) -> bool:
-        """Claim due jobs batch after batch, each published while the next is being claimed.
+        """Claim and publish due jobs, batch after batch while full batches come back.
 
-        A claim waits mostly on the database and a publish mostly on building messages and on
-        the broker, so the two overlap on a second thread with its own database connection.
-        Every batch is committed before its messages exist, as in a plain tick, and the tick
-        returns only when every batch it claimed has been published and marked. Claiming goes
-        on while full batches come back, for at most MAX_SLEEP, so recovery still runs between
-        rounds. Inside a caller's transaction a second connection could not see the new rows,
-        so there (and on SQLite, which has one writer) batches are published in line.
+        The first batch is claimed and published here. If it was full, a flood is due: the
+        rest is claimed by the lanes (``_Lanes``) side by side, or in line where lanes cannot
+        work: inside a caller's transaction a second connection could not see the new rows,
+        and SQLite has a single writer. Claiming stops after MAX_SLEEP so recovery still runs
+        between rounds; the tick returns only when every batch it claimed has been published
+        and marked.
         """
-        side = self._side_thread()
         deadline = time.monotonic() + max(self.max_sleep, 0.1)
-        previous: Future[bool] | None = None
-        ok = True
-        while True:
-            bells = services.claim_due_jobs(now=now, limit=self.batch_size)
-            self.stats["claimed"] += len(bells)
-            if previous is not None:
-                ok = previous.result() and ok
-                previous = None
-            if side is None:
-                ok = self._publish(bells) and ok
-            elif bells:
-                previous = side.submit(self._publish_on_side, bells)
-            if not ok or len(bells) < self.batch_size or time.monotonic() > deadline:
-                break
-        if previous is not None:
-            ok = previous.result() and ok
+        claimed, published, ok = self._claim_round(now, self.publisher, deadline, once=True)
+        if ok and claimed == self.batch_size:
+            lanes = self._flood_lanes()
+            if lanes is None:
+                rounds = [self._claim_round(now, self.publisher, deadline)]
+            else:
+                rounds = lanes.run(lambda: self._lane_round(now, lanes, deadline))
+            claimed += sum(c for c, _, _ in rounds)
+            published += sum(p for _, p, _ in rounds)
+            ok = all(done for _, _, done in rounds)
+        self.stats["claimed"] += claimed
+        self.stats["published"] += published
         return ok
 
-    def _side_thread(self) -> ThreadPoolExecutor | None:
-        if connection.vendor != "postgresql" or connection.in_atomic_block:
-            return None
-        if self._side is None:
-            self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duecourse-publish")
-        return self._side
+    def _claim_round(
+        self, now: datetime, publisher: Publisher, deadline: float, *, once: bool = False
+    ) -> tuple[int, int, bool]:
+        """Claim a batch, publish it, mark it; again until a short batch, a failure or the
+        deadline. Returns executions claimed, executions published, and whether all went out."""
+        claimed = published = 0
+        while True:
+            bells = services.claim_due_jobs(now=now, limit=self.batch_size)
+            done = self._publish(bells, publisher)
+            claimed += len(bells)
+            published += done
+            if done < len(bells):
+                return claimed, published, False
+            if once or len(bells) < self.batch_size or time.monotonic() > deadline:
+                return claimed, published, True
 
-    def _publish_on_side(self, bells: Sequence[Doorbell]) -> bool:
-        """``_publish`` on the side thread, which looks after its own database connection."""
+    def _lane_round(self, now: datetime, lanes: _Lanes, deadline: float) -> tuple[int, int, bool]:
+        """``_claim_round`` on a lane, which looks after its own database connection."""
         close_old_connections()
         try:
-            return self._publish(bells)
+            return self._claim_round(now, lanes.publisher(), deadline)
         except (DatabaseError, InterfaceError):
             connection.close()
             raise
 
-    def _publish(self, bells: Sequence[Doorbell]) -> bool:
+    def _flood_lanes(self) -> _Lanes | None:
+        count = conf.get("FLOOD_LANES")
+        if count < 2 or connection.vendor != "postgresql" or connection.in_atomic_block:
+            return None
+        if self._lanes is None or self._lanes.count != count:
+            if self._lanes is not None:
+                self._lanes.close()
+            self._lanes = _Lanes(self.app, count)
+        return self._lanes
+
+    def _publish(self, bells: Sequence[Doorbell], publisher: Publisher) -> int:
+        """Publish ``bells`` and mark the ones that reached the broker QUEUED; return those."""
         if not bells:
-            return True
+            return 0
         started = time.monotonic()
-        done = self.publisher.publish(bells)
+        done = publisher.publish(bells)
         services.mark_queued(execution_ids=done, now=timezone.now())
-        self.stats["published"] += len(done)
         logger.debug(
             "dispatch.published count=%s seconds=%.4f", len(done), time.monotonic() - started
         )
-        return len(done) == len(bells)
+        return len(done)
+
+
+class _Lanes:
+    """Threads that claim and publish a flood side by side, each on connections of its own.
+
+    A claim spends most of its time waiting for the database, a publish building messages and
+    waiting for the broker. Lanes that each claim, publish and mark their own batches keep the
+    database, the broker and the interpreter busy at once; ``SKIP LOCKED`` keeps their batches
+    apart exactly as it keeps scheduler processes apart, and each batch is committed before its
+    messages exist, so a scheduler killed mid-flood leaves only due jobs and PENDING rows.
+    """
+
+    def __init__(self, app: Any, count: int) -> None:
+        self.app = app
+        self.count = count
+        self._pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="duecourse-lane")
+        self._local = threading.local()
+
+    def publisher(self) -> Publisher:
+        """This lane's own broker connection (kombu connections are not shared by threads)."""
+        publisher: Publisher | None = getattr(self._local, "publisher", None)
+        if publisher is None:
+            publisher = self._local.publisher = Publisher(self.app)
+        return publisher
+
+    def run(self, work: Callable[[], T]) -> list[T]:
+        """Run ``work`` once per lane, all at once; wait for every one, then re-raise the first
+        error, so no lane is still working when the tick moves on."""
+        futures = [self._pool.submit(work) for _ in range(self.count)]
+        wait(futures)
+        return [future.result() for future in futures]
+
+    def close(self) -> None:
+        """Close every lane's broker and database connections, then stop the threads."""
+        barrier = threading.Barrier(self.count)
+
+        def release() -> None:
+            try:
+                barrier.wait(timeout=10)  # holds each lane until every lane has one release
+            except threading.BrokenBarrierError:
+                logger.debug("dispatch.lanes_release_unsynchronised")
+            publisher: Publisher | None = getattr(self._local, "publisher", None)
+            if publisher is not None:
+                publisher.close()
+            connections.close_all()
+
+        wait([self._pool.submit(release) for _ in range(self.count)])
+        self._pool.shutdown()

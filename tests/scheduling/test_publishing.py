@@ -1,18 +1,23 @@
-"""The fast Redis path publishes the very messages Celery's send_task would."""
+"""The fast Redis path publishes the very messages Celery's send_task would, batch after batch."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
+import threading
+import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import redis
+from django.utils import timezone
 
 from config.celery import app
-from scheduling.dispatch import Publisher
+from scheduling.dispatch import Dispatcher, Publisher
+from scheduling.models import Execution, ExecutionStatus, Job, Schedule
 from scheduling.services import Doorbell
 
 PER_MESSAGE = {"id", "root_id", "correlation_id", "delivery_tag"}
@@ -109,3 +114,53 @@ def test_fast_path_writes_a_whole_batch(redis_prefix: str, settings: Any) -> Non
     messages = _drain(client, redis_prefix)
     assert sorted(m["headers"]["duecourse_execution"] for m in messages) == done
     assert len({m["headers"]["id"] for m in messages}) == 1000
+
+
+FLOOD = 3000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flood_is_claimed_by_lanes_each_occurrence_once(
+    redis_prefix: str, settings: Any, owner: Any
+) -> None:
+    """Lanes claim and publish a flood side by side: every job once, every message once."""
+    now = timezone.now()
+    schedule = Schedule.objects.create(interval="PT1H")
+    Job.objects.bulk_create(
+        [
+            Job(
+                owner=owner,
+                name=f"flood-{i}",
+                schedule=schedule,
+                task="scheduling.diagnostics.noop",
+                next_occurrence_at=now,
+                next_due_at=now,
+                created_at=now - timedelta(hours=1),
+            )
+            for i in range(FLOOD)
+        ]
+    )
+    settings.SCHEDULING = {"FLOOD_LANES": 3}
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    dispatcher = Dispatcher(app, batch_size=100)
+    lanes_seen: set[str] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while dispatcher.stats["claimed"] < FLOOD and time.monotonic() < deadline:
+            dispatcher.tick(now)
+            lanes_seen |= {t.name for t in threading.enumerate() if "duecourse-lane" in t.name}
+    finally:
+        dispatcher.close()
+    assert len(lanes_seen) == 3, lanes_seen
+    assert not [t for t in threading.enumerate() if "duecourse-lane" in t.name]
+    assert dispatcher.stats["claimed"] == dispatcher.stats["published"] == FLOOD
+    executions = list(Execution.objects.values_list("id", "job_id", "status"))
+    assert len(executions) == FLOOD
+    assert len({job_id for _, job_id, _ in executions}) == FLOOD
+    assert {status for _, _, status in executions} == {ExecutionStatus.QUEUED}
+    messages = _drain(client, redis_prefix)
+    assert sorted(m["headers"]["duecourse_execution"] for m in messages) == sorted(
+        pk for pk, _, _ in executions
+    )
+    assert len({m["headers"]["id"] for m in messages}) == FLOOD
+    assert set(Job.objects.values_list("next_due_at", flat=True)) == {now + timedelta(hours=1)}

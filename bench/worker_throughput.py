@@ -24,6 +24,7 @@ COMPLETED.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -45,7 +46,7 @@ def child_fill(p: dict[str, Any]) -> dict[str, Any]:
     return {"count": p["count"]}
 
 
-def worker_argv(concurrency: int = 2) -> list[str]:
+def worker_argv(concurrency: int | None = None) -> list[str]:
     """A stock ``celery worker`` on this run's queue (prefork, as in production)."""
     return [
         common.PYTHON,
@@ -57,7 +58,7 @@ def worker_argv(concurrency: int = 2) -> list[str]:
         "-P",
         "prefork",
         "-c",
-        str(concurrency),
+        str(concurrency or int(os.environ.get("BENCH_WORKER_CONCURRENCY", "2"))),
         "-Q",
         common.QUEUE,
         "-n",

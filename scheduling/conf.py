@@ -60,6 +60,12 @@ KNOBS: dict[str, Knob] = {
         "Threads that claim and publish side by side while full batches keep coming "
         "(PostgreSQL; below 2, one batch after another in the scheduler's own thread).",
     ),
+    "PREPARE_STATEMENTS": Knob(
+        True,
+        bool,
+        "Prepare the statements a worker sends for every task on the PostgreSQL server (turn "
+        "off behind a connection pooler in transaction mode that cannot keep them).",
+    ),
     "CATCH_UP_LIMIT": Knob(
         100, int, "Missed occurrences a catch_up job with overlap=allow creates per claim."
     ),

@@ -130,3 +130,44 @@ def test_a_failure_before_start_never_touches_another_worker_s_running_attempt(
     on_task_failure(sender=_Task(), task_id=bell.task_id, exception=ImportError("broken"))
     execution = Execution.objects.get(pk=bell.execution_id)
     assert (execution.status, execution.retry_count) == (ExecutionStatus.RUNNING, 0)
+
+
+def _run_jobs(make_job: Any, now: datetime, count: int) -> None:
+    for _ in range(count):
+        make_job(every="PT1H")
+    for bell in services.claim_due_jobs(now=now, limit=count):
+        started = services.start_execution(
+            execution_id=bell.execution_id, worker="w", pid=1, now=now
+        )
+        assert started is not None
+        assert services.complete_execution(
+            execution_id=bell.execution_id, now=now, attempt=started.attempt
+        )
+    assert Execution.objects.filter(status=ExecutionStatus.COMPLETED).count() == count
+
+
+def _prepared_statements() -> dict[str, int]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans FROM pg_prepared_statements")
+        return {" ".join(sql.split())[:20]: plans for sql, plans in cursor.fetchall()}
+
+
+def test_a_workers_per_task_statements_are_prepared_once_and_planned_once(
+    make_job: Any, now: datetime
+) -> None:
+    _run_jobs(make_job, now, 12)
+    prepared = _prepared_statements()
+    assert prepared.keys() >= {"WITH started AS ( UP", "WITH done AS ( UPDAT"}
+    assert prepared["WITH started AS ( UP"] >= 5  # later calls reuse one generic plan
+    assert prepared["WITH done AS ( UPDAT"] >= 5
+
+
+def test_without_prepared_statements_the_same_history_is_written(
+    make_job: Any, now: datetime, settings: Any
+) -> None:
+    settings.SCHEDULING = {"PREPARE_STATEMENTS": False}
+    before = _prepared_statements()
+    _run_jobs(make_job, now, 6)
+    assert _prepared_statements() == before  # nothing prepared, no prepared plan used

@@ -330,7 +330,8 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str
     body = [
         "Target: ≥ 10,000 occurrences/s from one process, claim and history rows included."
         " The wall clock runs from the first tick until every execution is QUEUED. *Where the"
-        " time went* splits the schedulers' own time by step (summed over processes).",
+        " time went* splits the schedulers' own time by step (summed over processes and their"
+        " flood lanes, which work at the same time).",
         "",
     ]
     if flood:

@@ -8,6 +8,9 @@ on the same rows (reset in between):
 - Duecourse, fast path (one Redis pipeline per batch), one process;
 - Duecourse, portable path (``SCHEDULING_FAST_PUBLISH=false``: one ``send_task`` per message);
 - Duecourse, fast path, two scheduler processes together (SKIP LOCKED shares the rows);
+- the same two with one flood lane per process (``SCHEDULING_FLOOD_LANES=1``): one process of
+  one lane against two, to show what a second scheduler adds at the same configuration (on two
+  cores, one process with its default two lanes already keeps both busy);
 - Duecourse, portable path to RabbitMQ, if RabbitMQ answers at ``BENCH_RABBIT_URL``.
 
 And the raw limits, in the same run:
@@ -215,16 +218,25 @@ def raw_lpush(count: int, body: bytes) -> dict[str, Any]:
 
 
 RUNS = {
-    # key: label, processes, broker, fast
-    "fast": ("fast path (Redis pipeline), 1 process", 1, "redis", True),
-    "portable": ("portable path (send_task each), 1 process", 1, "redis", False),
-    "fast2": ("fast path, 2 processes", 2, "redis", True),
-    "rabbit": ("portable path to RabbitMQ, 1 process", 1, "amqp", False),
+    # key: label, processes, broker, fast, flood lanes per process (None: the default)
+    "fast": ("fast path (Redis pipeline), 1 process", 1, "redis", True, None),
+    "portable": ("portable path (send_task each), 1 process", 1, "redis", False, None),
+    "fast2": ("fast path, 2 processes", 2, "redis", True, None),
+    "fast_1lane": ("fast path, 1 process, 1 lane", 1, "redis", True, 1),
+    "fast2_1lane": ("fast path, 2 processes of 1 lane", 2, "redis", True, 1),
+    "rabbit": ("portable path to RabbitMQ, 1 process", 1, "amqp", False, None),
 }
 
 
 def run_flood(
-    db: str, n: int, label: str, processes: int, broker: str, fast: bool, profile: str
+    db: str,
+    n: int,
+    label: str,
+    processes: int,
+    broker: str,
+    fast: bool,
+    profile: str,
+    lanes: int | None = None,
 ) -> dict[str, Any]:
     """One flood: fresh due rows, 1 or 2 scheduler children, then check every row and message."""
     with common.pg_connect(db) as conn:
@@ -234,7 +246,10 @@ def run_flood(
     env = common.child_env(
         db,
         broker=common.RABBIT_URL if broker == "amqp" else None,
-        extra={"SCHEDULING_FAST_PUBLISH": "true" if fast else "false"},
+        extra={
+            "SCHEDULING_FAST_PUBLISH": "true" if fast else "false",
+            **({"SCHEDULING_FLOOD_LANES": str(lanes)} if lanes is not None else {}),
+        },
     )
     start_at = time.time() + 4.0  # time to import Django and connect in every child
     params = {"start_at": start_at, "profile": profile}
@@ -257,7 +272,13 @@ def run_flood(
                 for i in range(processes)
             ]
             results = [f.result() for f in futures]
-    row: dict[str, Any] = {"label": label, "processes": processes, "broker": broker, "n": n}
+    row: dict[str, Any] = {
+        "label": label,
+        "processes": processes,
+        "broker": broker,
+        "n": n,
+        "lanes": lanes,
+    }
     failed = [r.error for r in results if not r.ok]
     if failed:
         row["error"] = failed[0]
@@ -308,12 +329,14 @@ def measure(args: Any) -> dict[str, Any]:
             out["raw"]["pg_claim_history"] = raw_claim(db, RAW_CLAIM_WITH_HISTORY)
             rabbit = common.rabbit_available()
             for key in args.runs.split(","):
-                label, processes, broker, fast = RUNS[key]
+                label, processes, broker, fast, lanes = RUNS[key]
                 if broker == "amqp" and (not rabbit or args.no_rabbit):
                     why = "skipped (--no-rabbit)" if args.no_rabbit else "RabbitMQ not reachable"
                     out["runs"].append({"label": label, "skipped": why})
                     continue
-                out["runs"].append(run_flood(db, n, label, processes, broker, fast, ""))
+                out["runs"].append(
+                    run_flood(db, n, label, processes, broker, fast, "", lanes=lanes)
+                )
             if args.profile:
                 # A run of its own: cProfile slows the scheduler down, so the measured runs
                 # above are never profiled.

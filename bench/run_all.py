@@ -107,6 +107,17 @@ def verdicts(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 _verdict(fast["rate"] >= 10_000, full),
             )
         )
+        by_label = {r["label"]: r for r in runs}
+        one = by_label.get("fast path, 1 process, 1 lane")
+        two = by_label.get("fast path, 2 processes of 1 lane")
+        if one and two:
+            out.append(
+                (
+                    "two schedulers together faster than one",
+                    f"{two['rate']:,.0f}/s against {one['rate']:,.0f}/s (one lane each)",
+                    _verdict(two["rate"] > one["rate"], full),
+                )
+            )
         check = flood.get("worker_check")
         if check:
             good = check.get("completed") == check["count"]

@@ -57,6 +57,7 @@ class Publisher:
         self.app = app
         self._connection: Any = None
         self._producer: Any = None
+        self._client: Any = None
 
     def _ensure(self) -> Any:
         if self._producer is None:
@@ -73,6 +74,7 @@ class Publisher:
                 logger.debug("publisher.close_failed", exc_info=True)
         self._connection = None
         self._producer = None
+        self._client = None
 
     def publish(self, bells: Sequence[Doorbell]) -> list[int]:
         """Publish ``bells``; return the execution ids known to have reached the broker."""
@@ -122,15 +124,28 @@ class Publisher:
         """The Redis server's ``run_id`` (new at every server start), or None elsewhere."""
         try:
             producer = self._ensure()
-            channel = self._redis_channel(producer)
-            if channel is None:
+            client = self._redis_client(producer)
+            if client is None:
                 return None
-            with channel.conn_or_acquire() as client:
-                return str(client.info("server").get("run_id") or "") or None
+            return str(client.info("server").get("run_id") or "") or None
         except Exception as exc:
             logger.debug("publisher.identity_failed error=%r", exc)
             self.close()
             return None
+
+    def _redis_client(self, producer: Any) -> Any:
+        """One Redis client for this connection's identity checks and pipelines.
+
+        kombu's channel builds a new client object (with its table of response callbacks) on
+        every access; kept, it costs nothing per tick. It shares the channel's connection pool.
+        """
+        if self._client is None:
+            channel = self._redis_channel(producer)
+            if channel is None:
+                return None
+            with channel.conn_or_acquire() as client:
+                self._client = client
+        return self._client
 
     @staticmethod
     def _redis_channel(producer: Any) -> Any:
@@ -141,16 +156,14 @@ class Publisher:
         """The fast path: the same messages ``send_task`` builds, written in one pipeline.
 
         For each shape of message (task, queue, priority, time limits) Celery's ``as_task_v2``
-        builds one template; each message copies it and fills in what differs per message (ids,
-        arguments and their reprs, the execution header, the delivery tag), then kombu's own
-        channel methods wrap it as ``Producer.publish`` does for a direct queue, which Celery
-        sends to the anonymous exchange, straight onto the queue's list. A worker cannot tell
-        these messages from ``send_task``'s (``tests/scheduling/test_publishing.py`` compares
-        them); only the Python overhead per message and the round trip per message are gone.
-        The pipeline is not transactional and not retried: on an error the whole batch counts
-        as unpublished and its rows are published again later.
+        and kombu's channel build one envelope, as ``Producer.publish`` does for a direct queue
+        (Celery sends those to the anonymous exchange, straight onto the queue's list); each
+        message fills in what differs (``_Template``). A worker cannot tell these messages from
+        ``send_task``'s (``tests/scheduling/test_publishing.py`` compares them); only the Python
+        overhead per message and the round trip per message are gone. The pipeline is not
+        transactional and not retried: on an error the whole batch counts as unpublished and
+        its rows are published again later.
         """
-        channel = producer.channel
         templates: dict[tuple[str, str, int | None, int], _Template] = {}
         by_key: dict[str, list[str]] = {}
         for bell in bells:
@@ -160,13 +173,12 @@ class Publisher:
                 template = templates[shape] = _Template.build(self.app, producer, bell, grace)
             key, message = template.message(bell)
             by_key.setdefault(key, []).append(message)
-        with channel.conn_or_acquire() as client:
-            pipe = client.pipeline(transaction=False)
-            for key, messages in by_key.items():
-                # One LPUSH per queue: the same order as one LPUSH per message.
-                for start in range(0, len(messages), LPUSH_CHUNK):
-                    pipe.lpush(key, *messages[start : start + LPUSH_CHUNK])
-            pipe.execute()
+        pipe = self._redis_client(producer).pipeline(transaction=False)
+        for key, messages in by_key.items():
+            # One LPUSH per queue: the same order as one LPUSH per message.
+            for start in range(0, len(messages), LPUSH_CHUNK):
+                pipe.lpush(key, *messages[start : start + LPUSH_CHUNK])
+        pipe.execute()
 
 
 _SLOTS = (

@@ -164,3 +164,16 @@ def test_a_flood_is_claimed_by_lanes_each_occurrence_once(
     )
     assert len({m["headers"]["id"] for m in messages}) == FLOOD
     assert set(Job.objects.values_list("next_due_at", flat=True)) == {now + timedelta(hours=1)}
+
+
+def test_the_broker_identity_is_the_redis_servers_run_id(redis_prefix: str, settings: Any) -> None:
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    publisher = Publisher(app)
+    try:
+        first = publisher.broker_identity()
+        assert publisher.publish([_bell(1)]) == [1]
+        again = publisher.broker_identity()
+    finally:
+        publisher.close()
+    _drain(client, redis_prefix)
+    assert first == again == client.info("server")["run_id"]

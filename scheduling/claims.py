@@ -93,13 +93,29 @@ class _Due:
     next_due: datetime | None = None
     executions: list[dict[str, Any]] = field(default_factory=list)
     current_execution_id: int | None = None
+    keep_times: bool = False  # paused for a time it cannot read: leave its times as they are
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claimed batch: the doorbells to publish, and how many jobs it took (a batch that
+    took ``limit`` jobs suggests more are due, whatever number of messages they made)."""
+
+    bells: list[Doorbell]
+    jobs: int
 
 
 def claim_due_jobs(*, now: datetime, limit: int) -> list[Doorbell]:
-    """Claim up to ``limit`` due jobs and return the doorbells to publish after the commit.
+    """Claim up to ``limit`` due jobs and return the doorbells to publish after the commit."""
+    return claim_batch(now=now, limit=limit).bells
+
+
+def claim_batch(*, now: datetime, limit: int) -> Claim:
+    """Claim up to ``limit`` due jobs in one transaction; publish the doorbells after it.
 
     A job whose schedule or target is broken gets a FAILED execution naming the reason (and a
-    broken schedule pauses it); every other due job in the batch is served as usual.
+    broken schedule pauses it); one whose own times cannot be read is paused with an error in
+    the log; every other due job in the batch is served as usual.
     """
     grace = timedelta(seconds=conf.get("MISFIRE_GRACE"))
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
@@ -107,7 +123,7 @@ def claim_due_jobs(*, now: datetime, limit: int) -> list[Doorbell]:
     with transaction.atomic():
         rows = _lock_due_pg(now, limit) if postgres else _lock_due_orm(now, limit)
         if not rows:
-            return []
+            return Claim([], 0)
         timings: dict[tuple[Any, ...], Timing | ScheduleError] = {}
         targets: dict[tuple[Any, ...], str] = {}
         due = [_plan(row, now, grace, catch_up_limit, timings, targets) for row in rows]
@@ -134,7 +150,7 @@ def claim_due_jobs(*, now: datetime, limit: int) -> list[Doorbell]:
                 )
             if execution["status"] == ExecutionStatus.PENDING:
                 bells.append(_bell(item.row, execution))
-    return bells
+    return Claim(bells, len(due))
 
 
 def _lock_due_orm(now: datetime, limit: int) -> list[dict[str, Any]]:
@@ -176,7 +192,11 @@ def _lock_due_pg(now: datetime, limit: int) -> list[dict[str, Any]]:
     for row in rows:
         for name in _TIME_FIELDS:
             if row[name] is not None:
-                row[name] = datetime.fromisoformat(row[name])
+                try:
+                    row[name] = datetime.fromisoformat(row[name])
+                except ValueError:  # 'infinity', '-infinity', years past 9999: raw SQL only
+                    row.setdefault("bad_times", {})[name] = row[name]
+                    row[name] = None
     return rows
 
 
@@ -206,6 +226,10 @@ def _json(value: Any) -> Any:
 
 
 def _timing(row: dict[str, Any], cache: dict[tuple[Any, ...], Timing | ScheduleError]) -> Any:
+    bad = {k: v for k, v in row.get("bad_times", {}).items() if k.startswith("schedule__")}
+    if bad:
+        name, value = next(iter(bad.items()))
+        return ScheduleError(name.removeprefix("schedule__"), _UNREADABLE.format(value=value))
     key = (
         row["schedule__interval"],
         row["schedule__cron"],
@@ -236,6 +260,13 @@ def _target_error(row: dict[str, Any], cache: dict[tuple[Any, ...], str]) -> str
     return cache[key]
 
 
+_UNREADABLE = "{value!r} is not a time the scheduler can use"
+
+
+def _unreadable(bad: dict[str, str]) -> str:
+    return "; ".join(f"{name}: {_UNREADABLE.format(value=value)}" for name, value in bad.items())
+
+
 def _execution(row: dict[str, Any], at: datetime, status: str) -> dict[str, Any]:
     return {
         "job_id": row["pk"],
@@ -256,6 +287,13 @@ def _plan(
     targets: dict[tuple[Any, ...], str],
 ) -> _Due:
     item = _Due(row=row)
+    bad = {k: v for k, v in row.get("bad_times", {}).items() if not k.startswith("schedule__")}
+    if bad:
+        # Without a readable occurrence there is nothing to record an execution for.
+        logger.error("job.paused job=%s error=%s", row["pk"], _unreadable(bad))
+        item.status = JobStatus.PAUSED
+        item.keep_times = True
+        return item
     occurrence = row["next_occurrence_at"] or row["next_due_at"]
     timing = _timing(row, timings)
     if isinstance(timing, ScheduleError):
@@ -329,6 +367,7 @@ def _write_pg(due: Sequence[_Due], *, now: datetime) -> None:
             ),
             "status": item.status,
             "forbid": item.row["overlap"] == Overlap.FORBID,
+            "keep": item.keep_times,
         }
         for item in due
     ]
@@ -357,15 +396,16 @@ def _write_pg(due: Sequence[_Due], *, now: datetime) -> None:
                          ORDER BY job_id, scheduled_for) AS p
             ), moved AS (
                 UPDATE {Job._meta.db_table} AS j
-                   SET next_due_at = v.next_due_at,
-                       next_occurrence_at = v.next_occurrence_at,
+                   SET next_due_at = CASE WHEN v.keep THEN j.next_due_at ELSE v.next_due_at END,
+                       next_occurrence_at = CASE WHEN v.keep THEN j.next_occurrence_at
+                                                 ELSE v.next_occurrence_at END,
                        status = v.status,
                        current_execution_id = CASE
                            WHEN v.forbid THEN (f.ids ->> v.id::text)::bigint END,
                        updated_at = %(now)s
                   FROM json_to_recordset(%(jobs)s::json) AS v(
                        id bigint, next_due_at timestamptz, next_occurrence_at timestamptz,
-                       status varchar, forbid boolean)
+                       status varchar, forbid boolean, keep boolean)
                  CROSS JOIN first_pending AS f
                  WHERE j.id = v.id
             )

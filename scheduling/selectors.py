@@ -151,7 +151,8 @@ def scheduler_probe(
               EXISTS (SELECT 1 FROM {execution} WHERE status = 'running'
                        AND last_heartbeat_at < %s),
               (SELECT MIN(next_due_at) FROM {job} WHERE status = 'active'
-                       AND current_execution_id IS NULL)
+                       AND current_execution_id IS NULL
+                       AND next_due_at > '-infinity' AND next_due_at < 'infinity')
             """,
             [now, pending_before, queued_before, now, stale_before],
         )

@@ -12,9 +12,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from emailer.models import SendEmailTask
-from scheduling import schedules, services
+from scheduling import schedules, selectors, services
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     AttemptOutcome,
@@ -468,6 +469,48 @@ def test_a_bad_row_fails_its_occurrence_and_every_other_job_is_claimed(
     assert invalid.status == ExecutionStatus.FAILED
     assert "schedule is invalid" in invalid.last_error and "months" in invalid.last_error
     assert fresh(broken).status == JobStatus.PAUSED
+
+
+def test_times_written_past_the_model_pause_their_job_and_every_other_job_is_claimed(
+    make_job: MakeJob, now: datetime
+) -> None:
+    """PostgreSQL takes 'infinity' and years past 9999 from raw SQL; Python cannot read them."""
+    healthy = make_job(every="PT1M")
+    endless = make_job(every="PT1M")
+    lost = make_job(every="PT1M")
+    waiting = make_job(every="PT1M")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE scheduling_schedule SET ends_at = 'infinity' WHERE id = %s",
+            [endless.schedule_id],
+        )
+        cursor.execute(
+            "UPDATE scheduling_job SET next_due_at = '-infinity',"
+            " next_occurrence_at = '-infinity' WHERE id = %s",
+            [lost.pk],
+        )
+        cursor.execute(
+            "UPDATE scheduling_job SET next_due_at = 'infinity' WHERE id = %s", [waiting.pk]
+        )
+
+    probe = selectors.scheduler_probe(
+        now=now, pending_before=now, queued_before=now, stale_before=now
+    )
+    assert probe.due and probe.next_due_at is not None
+    bells = claim(now)
+
+    assert [b.execution_id for b in bells] == [Execution.objects.get(job=healthy).pk]
+    failed = Execution.objects.get(job=endless)
+    assert failed.status == ExecutionStatus.FAILED
+    assert "ends_at: 'infinity' is not a time the scheduler can use" in failed.last_error
+    assert fresh(endless).status == JobStatus.PAUSED
+    assert not Execution.objects.filter(job=lost).exists()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT status, next_due_at::text FROM scheduling_job WHERE id = %s", [lost.pk]
+        )
+        assert cursor.fetchone() == (JobStatus.PAUSED, "-infinity")
+    assert claim(now) == []  # nothing left due: the paused job does not come back
 
 
 # --- publishing again -------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def _instrument() -> dict[str, Any]:
 
     from scheduling import selectors
 
-    timed(services, "claim_due_jobs", "claim")
+    timed(services, "claim_batch", "claim")
     timed(services, "mark_queued", "mark_queued")
     timed(services, "reclaim_for_publish", "reclaim")
     timed(services, "reap_stale_executions", "reap")

@@ -309,6 +309,22 @@ class _Template:
         return self.key, "".join(out)
 
 
+_heap_frozen = False
+
+
+def _freeze_startup_heap() -> None:
+    """Move what the process holds at its first dispatcher out of the collector's sight.
+
+    A scheduler lives long and everything it imported at startup (Django, Celery, kombu)
+    lives as long; frozen once, those objects stay out of the cyclic collector's full passes,
+    which floods of short-lived rows trigger.
+    """
+    global _heap_frozen
+    if not _heap_frozen:
+        gc.freeze()
+        _heap_frozen = True
+
+
 class Dispatcher:
     """One scheduler's loop state: its publisher, its back-off, and when it last reaped."""
 
@@ -316,13 +332,12 @@ class Dispatcher:
         self, app: Any, *, batch_size: int | None = None, max_sleep: float | None = None
     ) -> None:
         self.app = app
-        # A scheduler lives long and everything it imported at startup lives as long; frozen,
-        # those objects stay out of the cyclic collector's full passes during floods.
-        gc.freeze()
+        _freeze_startup_heap()
         self.batch_size = batch_size or conf.get("BATCH_SIZE")
         self.max_sleep = conf.get("MAX_SLEEP") if max_sleep is None else max_sleep
         self.publisher = Publisher(app)
         self._lanes: _Lanes | None = None
+        self._stats_lock = threading.Lock()
         self._failures = 0
         self._broker_identity: str | None = None
         self.stats = {"claimed": 0, "published": 0, "republished": 0, "reaped": 0}
@@ -417,41 +432,37 @@ class Dispatcher:
         and marked.
         """
         deadline = time.monotonic() + max(self.max_sleep, 0.1)
-        claimed, published, ok = self._claim_round(now, self.publisher, deadline, once=True)
-        if ok and claimed == self.batch_size:
+        ok, full = self._claim_round(now, self.publisher, deadline, once=True)
+        if ok and full:
             lanes = self._flood_lanes()
             if lanes is None:
-                rounds = [self._claim_round(now, self.publisher, deadline)]
+                ok, _ = self._claim_round(now, self.publisher, deadline)
             else:
-                rounds = lanes.run(lambda: self._lane_round(now, lanes, deadline))
-            claimed += sum(c for c, _, _ in rounds)
-            published += sum(p for _, p, _ in rounds)
-            ok = all(done for _, _, done in rounds)
-        self.stats["claimed"] += claimed
-        self.stats["published"] += published
+                ok = all(lanes.run(lambda: self._lane_round(now, lanes, deadline)))
         return ok
 
     def _claim_round(
         self, now: datetime, publisher: Publisher, deadline: float, *, once: bool = False
-    ) -> tuple[int, int, bool]:
+    ) -> tuple[bool, bool]:
         """Claim a batch, publish it, mark it; again until a short batch, a failure or the
-        deadline. Returns executions claimed, executions published, and whether all went out."""
-        claimed = published = 0
+        deadline. Returns whether everything went out, and whether the last batch was full."""
         while True:
-            bells = services.claim_due_jobs(now=now, limit=self.batch_size)
-            done = self._publish(bells, publisher)
-            claimed += len(bells)
-            published += done
-            if done < len(bells):
-                return claimed, published, False
-            if once or len(bells) < self.batch_size or time.monotonic() > deadline:
-                return claimed, published, True
+            claim = services.claim_batch(now=now, limit=self.batch_size)
+            done = self._publish(claim.bells, publisher)
+            with self._stats_lock:
+                self.stats["claimed"] += len(claim.bells)
+                self.stats["published"] += done
+            full = claim.jobs >= self.batch_size
+            if done < len(claim.bells):
+                return False, full
+            if once or not full or time.monotonic() > deadline:
+                return True, full
 
-    def _lane_round(self, now: datetime, lanes: _Lanes, deadline: float) -> tuple[int, int, bool]:
+    def _lane_round(self, now: datetime, lanes: _Lanes, deadline: float) -> bool:
         """``_claim_round`` on a lane, which looks after its own database connection."""
         close_old_connections()
         try:
-            return self._claim_round(now, lanes.publisher(), deadline)
+            return self._claim_round(now, lanes.publisher(), deadline)[0]
         except (DatabaseError, InterfaceError):
             connection.close()
             raise

@@ -21,10 +21,12 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Case, Exists, F, Q, Value, When
+from psycopg.types.numeric import Int8
 
 from scheduling import conf, schedules
 from scheduling.claims import Doorbell
-from scheduling.claims import claim_due_jobs as claim_due_jobs  # the claim lives in claims.py
+from scheduling.claims import claim_batch as claim_batch  # the claim lives in claims.py
+from scheduling.claims import claim_due_jobs as claim_due_jobs
 from scheduling.models import (
     EXECUTION_STARTABLE,
     Attempt,
@@ -386,12 +388,17 @@ def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
             return cursor.fetchone()
     connection.ensure_connection()
     raw = connection.connection
-    if raw.prepare_threshold is None:
-        # Django turns psycopg's statement cache off; Django's own cursors bind on the client
-        # and are never prepared, so turning it on touches only the statements sent here.
+    client_binding = connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
+    if raw.prepare_threshold is None and client_binding:
+        # Django turns psycopg's statement cache off. Its own cursors bind on the client and
+        # are never prepared, so turning the cache on touches only the statements sent here
+        # (with server-side binding configured, the project's own threshold is left alone).
         raw.prepare_threshold = HOT_PREPARE_THRESHOLD
+    # Integers go as int8 whatever their size, so each statement is prepared once, not once
+    # per combination of int2/int4/int8 parameters.
+    values = {k: Int8(v) if type(v) is int else v for k, v in params.items()}
     with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-        cursor.execute(sql, params, prepare=True)
+        cursor.execute(sql, values, prepare=True)
         return cursor.fetchone()
 
 

@@ -243,6 +243,51 @@ def load_dcb(conn: Any, count: int, *, last_run_sql: str, params: dict[str, Any]
     conn.execute("VACUUM ANALYZE django_celery_beat_periodictask")
 
 
+def load_redbeat(count: int, prefix: str, last_run_at: Callable[[int], dt.datetime]) -> float:
+    """``count`` hourly RedBeat entries (``g`` = 1..count), entry g last run at ``last_run_at(g)``.
+
+    Written as RedBeat itself writes them: a hash with the JSON definition and meta per entry,
+    and the schedule sorted set scored by the next due time in whole seconds (RedBeat's own
+    ``redbeat.decoder.to_timestamp``). Returns the seconds the load took.
+    """
+    from celery.schedules import schedule
+    from redbeat.decoder import RedBeatJSONEncoder
+
+    started = time.perf_counter()
+    client = redis_client()
+    every = dt.timedelta(hours=1)
+    hourly = schedule(run_every=every)
+    metas: dict[dt.datetime, str] = {}
+    pipe = client.pipeline(transaction=False)
+    zadd: dict[str, float] = {}
+    for g in range(1, count + 1):
+        name = f"bench-{g}"
+        key = prefix + name
+        last = last_run_at(g)
+        if last not in metas:
+            metas[last] = json.dumps({"last_run_at": last}, cls=RedBeatJSONEncoder)
+        definition = {
+            "name": name,
+            "task": BENCH_TASK,
+            "args": [],
+            "kwargs": {},
+            "options": {"queue": QUEUE},
+            "schedule": hourly,
+            "enabled": True,
+        }
+        encoded = json.dumps(definition, cls=RedBeatJSONEncoder)
+        pipe.hset(key, mapping={"definition": encoded, "meta": metas[last]})
+        zadd[key] = int((last + every).timestamp())
+        if len(zadd) >= 5000:
+            pipe.zadd(prefix + ":schedule", zadd)
+            pipe.execute()
+            zadd = {}
+    if zadd:
+        pipe.zadd(prefix + ":schedule", zadd)
+    pipe.execute()
+    return time.perf_counter() - started
+
+
 def reset_jobs(conn: Any, *, due_sql: str) -> None:
     """Forget every execution and make the jobs due again at ``due_sql`` (in terms of ``id``)."""
     conn.execute(

@@ -104,47 +104,6 @@ def load_dcb(conn: Any, count: int, t0: float, rate: float) -> None:
     )
 
 
-def load_redbeat(count: int, t0: float, rate: float, prefix: str) -> None:
-    """RedBeat entries due at t0 + g/rate (hourly, last run one hour before)."""
-    import json
-
-    from celery.schedules import schedule
-    from redbeat.decoder import RedBeatJSONEncoder
-
-    client = common.redis_client()
-    every = schedule(run_every=timedelta(hours=1))
-    pipe = client.pipeline(transaction=False)
-    zadd: dict[str, float] = {}
-    for g in range(count):
-        name = f"bench-{g}"
-        due = t0 + g / rate
-        definition = {
-            "name": name,
-            "task": common.BENCH_TASK,
-            "args": [],
-            "kwargs": {},
-            "options": {"queue": common.QUEUE},
-            "schedule": every,
-            "enabled": True,
-        }
-        meta = {"last_run_at": datetime.fromtimestamp(due - 3600, UTC)}
-        pipe.hset(
-            prefix + name,
-            mapping={
-                "definition": json.dumps(definition, cls=RedBeatJSONEncoder),
-                "meta": json.dumps(meta, cls=RedBeatJSONEncoder),
-            },
-        )
-        zadd[prefix + name] = int(due)  # RedBeat's own score: whole seconds (to_timestamp)
-        if len(zadd) >= 5000:
-            pipe.zadd(prefix + ":schedule", zadd)
-            pipe.execute()
-            zadd = {}
-    if zadd:
-        pipe.zadd(prefix + ":schedule", zadd)
-    pipe.execute()
-
-
 def run_ours(count: int, rate: float, duration: float, lead: float) -> dict[str, Any]:
     """``manage.py runscheduler`` over jobs due at a steady rate; lag from the ledger."""
     import psutil
@@ -214,7 +173,11 @@ def run_peer(kind: str, count: int, rate: float, duration: float, lead: float) -
         env = common.child_env(common.db_name("dcb"), settings="settings_peers")
     else:
         common.redis_cleanup()
-        load_redbeat(count, t0, rate, prefix)
+        common.load_redbeat(
+            count,
+            prefix,
+            lambda g: datetime.fromtimestamp(t0 + (g - 1) / rate - 3600, UTC),
+        )
         env = common.child_env(None)
     slack = t0 - time.time()
     if slack < 2:

@@ -23,7 +23,6 @@ or memory budget are killed; the table then says which limit they hit.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -238,49 +237,6 @@ def load_dcb(conn: Any, count: int) -> float:
     return time.perf_counter() - started
 
 
-def load_redbeat(count: int, prefix: str) -> float:
-    """N RedBeat entries (definition + meta hashes, and the schedule sorted set)."""
-    from celery.schedules import schedule
-    from redbeat.decoder import RedBeatJSONEncoder
-
-    started = time.perf_counter()
-    client = common.redis_client()
-    now = datetime.now(UTC)
-    every = schedule(run_every=timedelta(hours=1))
-    metas = {
-        True: json.dumps({"last_run_at": now - timedelta(hours=2)}, cls=RedBeatJSONEncoder),
-        False: json.dumps({"last_run_at": now}, cls=RedBeatJSONEncoder),
-    }
-    # RedBeat's own score: the due time in whole seconds (redbeat.decoder.to_timestamp).
-    scores = {True: int(now.timestamp()) - 3600, False: int(now.timestamp()) + 3600}
-    pipe = client.pipeline(transaction=False)
-    zadd: dict[str, float] = {}
-    for g in range(1, count + 1):
-        name = f"bench-{g}"
-        key = prefix + name
-        definition = {
-            "name": name,
-            "task": common.BENCH_TASK,
-            "args": [],
-            "kwargs": {},
-            "options": {"queue": common.QUEUE},
-            "schedule": every,
-            "enabled": True,
-        }
-        due = g % EVERY == 0
-        encoded = json.dumps(definition, cls=RedBeatJSONEncoder)
-        pipe.hset(key, mapping={"definition": encoded, "meta": metas[due]})
-        zadd[key] = scores[due]
-        if len(zadd) >= 5000:
-            pipe.zadd(prefix + ":schedule", zadd)
-            pipe.execute()
-            zadd = {}
-    if zadd:
-        pipe.zadd(prefix + ":schedule", zadd)
-    pipe.execute()
-    return time.perf_counter() - started
-
-
 # --- the driver -----------------------------------------------------------------------------
 
 
@@ -351,7 +307,12 @@ def measure(args: Any) -> dict[str, Any]:
             prefix = common.KEY_PREFIX + "rb:"
             for n in sizes:
                 common.redis_cleanup()
-                load_s = load_redbeat(n, prefix)
+                now = datetime.now(UTC)
+                load_s = common.load_redbeat(
+                    n,
+                    prefix,
+                    lambda g, now=now: now - timedelta(hours=2) if g % EVERY == 0 else now,
+                )
                 result = common.run_child(
                     common.child_argv(
                         "tick_cost.py",

@@ -397,7 +397,11 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str
     body += [
         "",
         "Orientation (other machines): a bare prefork worker, concurrency 2, runs about"
-        " 1,000-1,300 trivial acks_late tasks/s. A *what-if* row, when present, is the same"
+        " 1,000-1,300 trivial acks_late tasks/s. The *floor* rows run the history side's"
+        " messages and worker with its two ledger writes (the claim before the body, the end"
+        " before the acknowledgement) each replaced by a one-row update of an unindexed"
+        " counter (`bench/floorapp.py`): the most any design that commits twice per task can"
+        " reach on this machine. A *what-if* row, when present, is the same"
         " history run under another settings module (`--what-if`), to put a number on a"
         " configuration choice.",
     ]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.db import connection
 from django.utils import timezone
 
 from config.celery import app
@@ -177,3 +178,91 @@ def test_the_broker_identity_is_the_redis_servers_run_id(redis_prefix: str, sett
         publisher.close()
     _drain(client, redis_prefix)
     assert first == again == client.info("server")["run_id"]
+
+
+@pytest.fixture
+def fail_once_on_insert_of(db: Any) -> Any:
+    """Make the claim that inserts an execution for the given job fail once, in the database.
+
+    A trigger raises the first time that job's execution row is inserted; a sequence, which
+    a rollback does not undo, makes it only the first time. Returns a setter for the job id.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE SEQUENCE IF NOT EXISTS test_fault_once")
+    yield _install_fault
+    # A fresh cursor: the dispatcher closes the connection it saw fail.
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER IF EXISTS test_fault ON scheduling_execution")
+        cursor.execute("DROP FUNCTION IF EXISTS test_fault()")
+        cursor.execute("DROP SEQUENCE IF EXISTS test_fault_once")
+
+
+def _install_fault(job_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            CREATE OR REPLACE FUNCTION test_fault() RETURNS trigger AS $$
+            BEGIN
+                IF NEW.job_id = {int(job_id)} AND nextval('test_fault_once') = 1 THEN
+                    RAISE EXCEPTION 'injected fault for job {int(job_id)}';
+                END IF;
+                RETURN NEW;
+            END $$ LANGUAGE plpgsql
+            """
+        )
+        cursor.execute(
+            "CREATE TRIGGER test_fault BEFORE INSERT ON scheduling_execution"
+            " FOR EACH ROW EXECUTE FUNCTION test_fault()"
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lane_that_fails_mid_flood_loses_and_doubles_nothing(
+    redis_prefix: str, settings: Any, owner: Any, fail_once_on_insert_of: Any
+) -> None:
+    """A database error in one lane's claim rolls back that lane's batch only. The other lanes
+    claim what is still due (that batch's jobs included), the tick then reports the error and
+    backs off, and no lane is left running: every job once, every message once."""
+    now = timezone.now()
+    schedule = Schedule.objects.create(interval="PT1H")
+    jobs = Job.objects.bulk_create(
+        [
+            Job(
+                owner=owner,
+                name=f"flood-{i}",
+                schedule=schedule,
+                task="scheduling.diagnostics.noop",
+                # Due one after another, so the faulty job is claimed by a lane, not inline.
+                next_occurrence_at=now - timedelta(milliseconds=FLOOD - i),
+                next_due_at=now - timedelta(milliseconds=FLOOD - i),
+                created_at=now - timedelta(hours=1),
+            )
+            for i in range(FLOOD)
+        ]
+    )
+    fail_once_on_insert_of(jobs[FLOOD * 2 // 3].pk)
+    settings.SCHEDULING = {"FLOOD_LANES": 3}
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    dispatcher = Dispatcher(app, batch_size=100, max_sleep=1.0)
+    sleeps = []
+    try:
+        deadline = time.monotonic() + 60
+        while dispatcher.stats["claimed"] < FLOOD and time.monotonic() < deadline:
+            sleeps.append(dispatcher.tick(now))
+    finally:
+        dispatcher.close()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT last_value FROM test_fault_once")
+        assert cursor.fetchone()[0] >= 1, "the fault never fired"
+    assert sleeps[0] == 2.0, "the failed tick backs off"
+    assert not [t for t in threading.enumerate() if "duecourse-lane" in t.name]
+    assert dispatcher.stats["claimed"] == dispatcher.stats["published"] == FLOOD
+    executions = list(Execution.objects.values_list("id", "job_id", "status"))
+    assert len(executions) == FLOOD
+    assert len({job_id for _, job_id, _ in executions}) == FLOOD
+    assert {status for _, _, status in executions} == {ExecutionStatus.QUEUED}
+    messages = _drain(client, redis_prefix)
+    assert sorted(m["headers"]["duecourse_execution"] for m in messages) == sorted(
+        pk for pk, _, _ in executions
+    )
+    assert len({m["headers"]["id"] for m in messages}) == FLOOD

@@ -432,12 +432,18 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(SCRIPTS), help="comma-separated scripts")
     parser.add_argument("--render", action="store_true", help="only re-render the docs")
     parser.add_argument("--tick-args", default="", help="extra arguments for tick_cost.py (quoted)")
+    parser.add_argument(
+        "--worker-args", default="", help="extra arguments for worker_throughput.py (quoted)"
+    )
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n]
     facts = common.machine_facts()
     failed: dict[str, str] = {}
     if not args.render:
-        extra = {"tick_cost": args.tick_args.split()} if args.tick_args else {}
+        extra = {
+            "tick_cost": args.tick_args.split(),
+            "worker_throughput": args.worker_args.split(),
+        }
         failed = run_scripts(names, args.quick, extra)
     results = {name: common.load_result(name) for name in SCRIPTS}
     for name in SCRIPTS:

@@ -124,6 +124,11 @@ class Processes:
             except subprocess.TimeoutExpired:
                 self.kill(child, signal.SIGKILL)
                 child.wait(timeout=10)
+        # A leader that exited can leave members of its group behind (a worker's pool
+        # processes, say), still holding database connections: none outlives the test.
+        for child, _ in self.children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -136,6 +141,30 @@ def processes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Proces
         for child, log in group.children:
             sys.stderr.write(f"\n----- {log.name} (exit {child.returncode}) -----\n")
             sys.stderr.write(log.read_text(errors="replace")[-6000:])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stray_sessions_at_the_end(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
+    """Let the test database be dropped: wait until the sessions of killed processes are gone.
+
+    PostgreSQL ends a killed client's session a moment after the kill; a test database still
+    in use when the run ends cannot be dropped.
+    """
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+
+        def others() -> int:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return int(cursor.fetchone()[0])
+
+        deadline = time.monotonic() + 15
+        while others() and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -120,6 +120,21 @@ def test_fast_path_writes_a_whole_batch(redis_prefix: str, settings: Any) -> Non
 FLOOD = 3000
 
 
+def assert_flood_went_out_once(dispatcher: Dispatcher, client: redis.Redis, prefix: str) -> None:
+    """No lane left running; every job claimed once, QUEUED, with exactly one message."""
+    assert not [t for t in threading.enumerate() if "duecourse-lane" in t.name]
+    assert dispatcher.stats["claimed"] == dispatcher.stats["published"] == FLOOD
+    executions = list(Execution.objects.values_list("id", "job_id", "status"))
+    assert len(executions) == FLOOD
+    assert len({job_id for _, job_id, _ in executions}) == FLOOD
+    assert {status for _, _, status in executions} == {ExecutionStatus.QUEUED}
+    messages = _drain(client, prefix)
+    assert sorted(m["headers"]["duecourse_execution"] for m in messages) == sorted(
+        pk for pk, _, _ in executions
+    )
+    assert len({m["headers"]["id"] for m in messages}) == FLOOD
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_flood_is_claimed_by_lanes_each_occurrence_once(
     redis_prefix: str, settings: Any, owner: Any
@@ -153,17 +168,7 @@ def test_a_flood_is_claimed_by_lanes_each_occurrence_once(
     finally:
         dispatcher.close()
     assert len(lanes_seen) == 3, lanes_seen
-    assert not [t for t in threading.enumerate() if "duecourse-lane" in t.name]
-    assert dispatcher.stats["claimed"] == dispatcher.stats["published"] == FLOOD
-    executions = list(Execution.objects.values_list("id", "job_id", "status"))
-    assert len(executions) == FLOOD
-    assert len({job_id for _, job_id, _ in executions}) == FLOOD
-    assert {status for _, _, status in executions} == {ExecutionStatus.QUEUED}
-    messages = _drain(client, redis_prefix)
-    assert sorted(m["headers"]["duecourse_execution"] for m in messages) == sorted(
-        pk for pk, _, _ in executions
-    )
-    assert len({m["headers"]["id"] for m in messages}) == FLOOD
+    assert_flood_went_out_once(dispatcher, client, redis_prefix)
     assert set(Job.objects.values_list("next_due_at", flat=True)) == {now + timedelta(hours=1)}
 
 
@@ -255,14 +260,4 @@ def test_a_lane_that_fails_mid_flood_loses_and_doubles_nothing(
         cursor.execute("SELECT last_value FROM test_fault_once")
         assert cursor.fetchone()[0] >= 1, "the fault never fired"
     assert sleeps[0] == 2.0, "the failed tick backs off"
-    assert not [t for t in threading.enumerate() if "duecourse-lane" in t.name]
-    assert dispatcher.stats["claimed"] == dispatcher.stats["published"] == FLOOD
-    executions = list(Execution.objects.values_list("id", "job_id", "status"))
-    assert len(executions) == FLOOD
-    assert len({job_id for _, job_id, _ in executions}) == FLOOD
-    assert {status for _, _, status in executions} == {ExecutionStatus.QUEUED}
-    messages = _drain(client, redis_prefix)
-    assert sorted(m["headers"]["duecourse_execution"] for m in messages) == sorted(
-        pk for pk, _, _ in executions
-    )
-    assert len({m["headers"]["id"] for m in messages}) == FLOOD
+    assert_flood_went_out_once(dispatcher, client, redis_prefix)

@@ -388,8 +388,10 @@ def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
             return cursor.fetchone()
     connection.ensure_connection()
     raw = connection.connection
-    client_binding = connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
-    if raw.prepare_threshold is None and client_binding:
+    if (
+        raw.prepare_threshold is None
+        and connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
+    ):
         # Django turns psycopg's statement cache off. Its own cursors bind on the client and
         # are never prepared, so turning the cache on touches only the statements sent here
         # (with server-side binding configured, the project's own threshold is left alone).
@@ -402,6 +404,41 @@ def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         return cursor.fetchone()
 
 
+# The worker's two statements per task, built once: the start claim and the completion.
+_START_SQL = f"""
+    WITH started AS (
+        UPDATE {Execution._meta.db_table}
+           SET status = %(running)s, started_at = %(now)s, finished_at = NULL,
+               last_heartbeat_at = %(now)s, retry_at = NULL, worker = %(worker)s,
+               updated_at = %(now)s
+         WHERE id = %(id)s
+           AND (status IN (%(pending)s, %(queued)s)
+                OR (status = %(retry)s AND retry_at <= %(now)s))
+     RETURNING id, job_id, checkpoint
+    ), attempt AS (
+        INSERT INTO {Attempt._meta.db_table}
+               (execution_id, number, worker, pid, started_at, outcome, error)
+        SELECT s.id,
+               1 + (SELECT count(*) FROM {Attempt._meta.db_table} a
+                     WHERE a.execution_id = s.id),
+               %(worker)s, %(pid)s, %(now)s, %(attempt_running)s, ''
+          FROM started s
+     RETURNING number
+    ), keepalive AS (
+        UPDATE {Job._meta.db_table} j SET last_keepalive_at = %(now)s
+          FROM started s WHERE j.id = s.job_id
+    )
+    SELECT s.job_id, s.checkpoint, (SELECT number FROM attempt) FROM started s
+    """
+_START_VALUES = {
+    "running": ExecutionStatus.RUNNING.value,
+    "pending": ExecutionStatus.PENDING.value,
+    "queued": ExecutionStatus.QUEUED.value,
+    "retry": ExecutionStatus.RETRY.value,
+    "attempt_running": AttemptOutcome.RUNNING.value,
+}
+
+
 def _start_in_one_statement(
     execution_id: int, *, worker: str, pid: int, now: datetime
 ) -> Started | None:
@@ -410,42 +447,8 @@ def _start_in_one_statement(
     The same compare-and-set, attempt row and keep-alive, written as data-modifying CTEs.
     """
     row = execute_hot(
-        f"""
-            WITH started AS (
-                UPDATE {Execution._meta.db_table}
-                   SET status = %(running)s, started_at = %(now)s, finished_at = NULL,
-                       last_heartbeat_at = %(now)s, retry_at = NULL, worker = %(worker)s,
-                       updated_at = %(now)s
-                 WHERE id = %(id)s
-                   AND (status IN (%(pending)s, %(queued)s)
-                        OR (status = %(retry)s AND retry_at <= %(now)s))
-             RETURNING id, job_id, checkpoint
-            ), attempt AS (
-                INSERT INTO {Attempt._meta.db_table}
-                       (execution_id, number, worker, pid, started_at, outcome, error)
-                SELECT s.id,
-                       1 + (SELECT count(*) FROM {Attempt._meta.db_table} a
-                             WHERE a.execution_id = s.id),
-                       %(worker)s, %(pid)s, %(now)s, %(attempt_running)s, ''
-                  FROM started s
-             RETURNING number
-            ), keepalive AS (
-                UPDATE {Job._meta.db_table} j SET last_keepalive_at = %(now)s
-                  FROM started s WHERE j.id = s.job_id
-            )
-            SELECT s.job_id, s.checkpoint, (SELECT number FROM attempt) FROM started s
-            """,
-        {
-            "id": execution_id,
-            "now": now,
-            "worker": worker,
-            "pid": pid,
-            "running": ExecutionStatus.RUNNING.value,
-            "pending": ExecutionStatus.PENDING.value,
-            "queued": ExecutionStatus.QUEUED.value,
-            "retry": ExecutionStatus.RETRY.value,
-            "attempt_running": AttemptOutcome.RUNNING.value,
-        },
+        _START_SQL,
+        {**_START_VALUES, "id": execution_id, "now": now, "worker": worker, "pid": pid},
     )
     if row is None:
         return None
@@ -538,44 +541,44 @@ def complete_execution(*, execution_id: int, now: datetime, attempt: int | None 
     return True
 
 
+_COMPLETE_SQL = f"""
+    WITH done AS (
+        UPDATE {Execution._meta.db_table}
+           SET status = %(completed)s, finished_at = %(now)s, last_error = '',
+               updated_at = %(now)s
+         WHERE id = %(id)s AND status = %(running)s
+           AND (%(attempt)s::int IS NULL OR EXISTS (
+                SELECT 1 FROM {Attempt._meta.db_table} a
+                 WHERE a.execution_id = %(id)s AND a.number = %(attempt)s
+                   AND a.outcome = %(attempt_running)s))
+     RETURNING id, job_id
+    ), attempt AS (
+        UPDATE {Attempt._meta.db_table}
+           SET outcome = %(attempt_completed)s, finished_at = %(now)s
+         WHERE execution_id IN (SELECT id FROM done) AND outcome = %(attempt_running)s
+    ), job AS (
+        UPDATE {Job._meta.db_table} j
+           SET execute_count = j.execute_count + 1,
+               last_keepalive_at = %(now)s,
+               current_execution_id = NULLIF(j.current_execution_id, d.id)
+          FROM done d WHERE j.id = d.job_id
+    )
+    SELECT job_id FROM done
+    """
+_COMPLETE_VALUES = {
+    "completed": ExecutionStatus.COMPLETED.value,
+    "running": ExecutionStatus.RUNNING.value,
+    "attempt_completed": AttemptOutcome.COMPLETED.value,
+    "attempt_running": AttemptOutcome.RUNNING.value,
+}
+
+
 def _complete_in_one_statement(
     execution_id: int, *, now: datetime, attempt: int | None
 ) -> tuple[bool, int | None]:
     """The completion as one PostgreSQL statement: (whether it was running, its job)."""
     row = execute_hot(
-        f"""
-            WITH done AS (
-                UPDATE {Execution._meta.db_table}
-                   SET status = %(completed)s, finished_at = %(now)s, last_error = '',
-                       updated_at = %(now)s
-                 WHERE id = %(id)s AND status = %(running)s
-                   AND (%(attempt)s::int IS NULL OR EXISTS (
-                        SELECT 1 FROM {Attempt._meta.db_table} a
-                         WHERE a.execution_id = %(id)s AND a.number = %(attempt)s
-                           AND a.outcome = %(attempt_running)s))
-             RETURNING id, job_id
-            ), attempt AS (
-                UPDATE {Attempt._meta.db_table}
-                   SET outcome = %(attempt_completed)s, finished_at = %(now)s
-                 WHERE execution_id IN (SELECT id FROM done) AND outcome = %(attempt_running)s
-            ), job AS (
-                UPDATE {Job._meta.db_table} j
-                   SET execute_count = j.execute_count + 1,
-                       last_keepalive_at = %(now)s,
-                       current_execution_id = NULLIF(j.current_execution_id, d.id)
-                  FROM done d WHERE j.id = d.job_id
-            )
-            SELECT job_id FROM done
-            """,
-        {
-            "id": execution_id,
-            "now": now,
-            "attempt": attempt,
-            "completed": ExecutionStatus.COMPLETED.value,
-            "running": ExecutionStatus.RUNNING.value,
-            "attempt_completed": AttemptOutcome.COMPLETED.value,
-            "attempt_running": AttemptOutcome.RUNNING.value,
-        },
+        _COMPLETE_SQL, {**_COMPLETE_VALUES, "id": execution_id, "now": now, "attempt": attempt}
     )
     return (False, None) if row is None else (True, row[0])
 

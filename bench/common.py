@@ -166,7 +166,7 @@ def load_jobs(
     ``due_sql`` is an SQL expression for ``next_due_at`` in terms of ``g`` (1..count); the
     nominal occurrence equals the due time (no jitter) and each job is anchored one interval
     before it, so the next occurrence is exactly one interval later. One schedule per job is
-    what ``services.create_job`` does, so the claim's per-schedule cache gets no free hits.
+    what ``jobs.create_job`` does, so the claim's per-schedule cache gets no free hits.
     Returns the seconds the load took.
     """
     started = time.perf_counter()

@@ -7,8 +7,6 @@ time) is the job's Execution row.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import models
 
 
@@ -23,8 +21,3 @@ class SendEmailTask(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    def run_scheduled(self, *, execution: Any, task: Any) -> dict[str, int]:
-        from emailer.services import send_batch
-
-        return send_batch(email_task=self, task=task)

@@ -1,7 +1,7 @@
 """The admin: jobs and schedules are edited here; the execution history is read-only.
 
 Forms validate through the models' ``clean`` (the same rules as the command line), saves that
-change timing re-plan the job through ``services.replan_job``, and actions call one service per
+change timing re-plan the job through ``jobs.replan_job``, and actions call one service per
 row and report counts.
 """
 
@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from scheduling import services
+from scheduling import jobs, services
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -36,7 +36,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         if change:
             now = timezone.now()
             for job in obj.jobs.all():
-                services.replan_job(job=job, now=now)
+                jobs.replan_job(job=job, now=now)
 
 
 def _plural(count: int, noun: str) -> str:
@@ -94,18 +94,18 @@ class JobAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Job, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
         if not change or TIMING_FIELDS & set(form.changed_data):
-            services.replan_job(job=obj, now=timezone.now())
+            jobs.replan_job(job=obj, now=timezone.now())
 
     @admin.action(description="Pause selected jobs")
     def pause_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         now = timezone.now()
-        count = sum(services.pause_job(job=job, now=now) for job in queryset)
+        count = sum(jobs.pause_job(job=job, now=now) for job in queryset)
         self.message_user(request, f"{_plural(count, 'job')} paused.", messages.SUCCESS)
 
     @admin.action(description="Resume selected jobs")
     def resume_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         now = timezone.now()
-        count = sum(services.resume_job(job=job, now=now) for job in queryset)
+        count = sum(jobs.resume_job(job=job, now=now) for job in queryset)
         self.message_user(request, f"{_plural(count, 'job')} resumed.", messages.SUCCESS)
 
     @admin.action(description="Run one occurrence of selected jobs now")
@@ -114,7 +114,7 @@ class JobAdmin(admin.ModelAdmin):
         count = 0
         for job in queryset:
             try:
-                services.run_job_now(job=job, now=now)
+                jobs.run_job_now(job=job, now=now)
             except Exception as exc:
                 self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
             else:

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
 
 
 class SchedulingConfig(AppConfig):
@@ -6,4 +7,12 @@ class SchedulingConfig(AppConfig):
     verbose_name = "Scheduling"
 
     def ready(self) -> None:
-        from scheduling import signals  # noqa: F401  (connects the Celery receivers)
+        """Connect the Celery receivers and collect every app's ``scheduled`` declarations.
+
+        A domain app declares its task tables in its own ``scheduled`` module (see
+        docs/extending.md); importing them here makes the allowlist complete in every process,
+        web, worker or scheduler, before a job is validated or run.
+        """
+        from scheduling import signals  # noqa: F401  (an app's receivers connect at ready)
+
+        autodiscover_modules("scheduled")

@@ -6,7 +6,8 @@ import logging
 import time
 from typing import Any
 
-from scheduling.registry import PermanentError, schedulable_task
+from scheduling.registry import PermanentError
+from scheduling.taskbase import schedulable_task
 
 logger = logging.getLogger("scheduling")
 

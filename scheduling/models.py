@@ -19,7 +19,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.timezone import now as current_time
 
-from scheduling import schedules
+from scheduling import schedules, validation
 from scheduling.schedules import Misfire, ScheduleError, Timing
 
 
@@ -163,6 +163,12 @@ class Job(models.Model):
     )
     queue = models.CharField(max_length=200, default="celery")
     priority = models.PositiveSmallIntegerField(null=True, blank=True)
+    expires = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds after its due time past which an occurrence is skipped, not run late.",
+    )
+    pause_reason = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(default=current_time, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -206,8 +212,6 @@ class Job(models.Model):
         return bool(self.task_table)
 
     def clean(self) -> None:
-        from scheduling import validation
-
         validation.validate_job(self)
 
 

@@ -115,6 +115,17 @@ def list_executions(
     return rows[:limit]
 
 
+def task_row_target(execution_id: int) -> tuple[str, int] | None:
+    """The task table and row id of the execution's job, if it targets a task-table row."""
+    row = (
+        Execution.objects.filter(pk=execution_id, job__isnull=False)
+        .exclude(job__task_table="")
+        .values_list("job__task_table", "job__task_row_id")
+        .first()
+    )
+    return (row[0], int(row[1])) if row else None
+
+
 @dataclass(frozen=True)
 class Probe:
     """What one scheduler tick has to do, from one statement.

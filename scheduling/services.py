@@ -17,8 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Case, Exists, F, Q, Value, When
 from psycopg.types.numeric import Int8
@@ -34,12 +32,7 @@ from scheduling.models import (
     Execution,
     ExecutionStatus,
     Job,
-    JobStatus,
-    Overlap,
-    Schedule,
 )
-from scheduling.schedules import Misfire, Timing
-from scheduling.validation import TASK_ROW_TASK, check_target
 
 logger = logging.getLogger("scheduling")
 
@@ -50,172 +43,6 @@ MAX_ERROR = 4000
 def _lock(queryset: Any) -> Any:
     """Lock rows for a claim: skip rows another scheduler holds; never block on a foreign key."""
     return queryset.select_for_update(skip_locked=True, no_key=True, of=("self",))
-
-
-# --- jobs -----------------------------------------------------------------------------------
-
-
-def create_job(
-    *,
-    owner: Any,
-    name: str,
-    task: str = "",
-    args: list[Any] | None = None,
-    kwargs: dict[str, Any] | None = None,
-    every: str = "",
-    cron: str = "",
-    tz: str = "UTC",
-    at: datetime | None = None,
-    start: datetime | None = None,
-    end: datetime | None = None,
-    task_table: str = "",
-    task_row_id: int | None = None,
-    max_retries: int | None = None,
-    timeout: int | None = None,
-    jitter: timedelta | None = None,
-    misfire: str = Misfire.CATCH_UP.value,
-    overlap: str = Overlap.FORBID.value,
-    queue: str = "celery",
-    priority: int | None = None,
-    note: str = "",
-    schedule: Schedule | None = None,
-    now: datetime,
-) -> Job:
-    """Validate and save a job (and its schedule unless one is given), planned from ``now``."""
-    if schedule is None:
-        schedule = Schedule(
-            interval=every or "",
-            cron=cron or "",
-            timezone=tz or "UTC",
-            run_at=at,
-            starts_at=start,
-            ends_at=end,
-        )
-    job = Job(
-        owner=owner,
-        name=name,
-        schedule=schedule,
-        task=task or (TASK_ROW_TASK if task_table else ""),
-        args=[] if args is None else args,
-        kwargs={} if kwargs is None else kwargs,
-        task_table=task_table,
-        task_row_id=task_row_id,
-        max_retries=conf.get("DEFAULT_MAX_RETRIES") if max_retries is None else max_retries,
-        timeout=conf.get("DEFAULT_TIMEOUT") if timeout is None else timeout,
-        jitter=jitter or timedelta(0),
-        misfire=misfire,
-        overlap=overlap,
-        queue=queue,
-        priority=priority,
-        note=note,
-        created_at=now,
-    )
-    errors: dict[str, list[str]] = {}
-    try:
-        schedule.full_clean()
-    except ValidationError as exc:
-        errors.update(exc.message_dict)
-    try:
-        job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
-    except ValidationError as exc:
-        for field, messages in exc.message_dict.items():
-            # Job.clean validates the schedule again; say each reason once.
-            known = errors.setdefault(field, [])
-            known.extend(m for m in messages if m not in known)
-    if owner is not None and name and Job.objects.filter(owner=owner, name=name).exists():
-        errors.setdefault("name", []).append(f"{owner} already has a job named {name!r}")
-    if errors:
-        raise ValidationError(errors)
-    with transaction.atomic():
-        if schedule.pk is None:
-            schedule.save()
-        job.schedule = schedule
-        job.save()
-        _plan_from(job, schedule.timing(), now=now, first=True)
-        job.save()
-    logger.info("job.created job=%s name=%s next_due_at=%s", job.pk, job.name, job.next_due_at)
-    return job
-
-
-def _plan_from(job: Job, timing: Timing, *, now: datetime, first: bool = False) -> None:
-    """Set the job's next occurrence to the first one at or after ``now``.
-
-    A one-off whose instant has already passed still runs once at creation (seed 000: a due
-    time in the past runs at once).
-    """
-    if first and timing.at is not None:
-        occurrence = timing.at if timing.end is None or timing.at <= timing.end else None
-    else:
-        occurrence = timing.occurrence_at_or_after(now, anchor=job.created_at)
-    _set_next(job, occurrence)
-
-
-def _set_next(job: Job, occurrence: datetime | None) -> None:
-    job.next_occurrence_at = occurrence
-    if occurrence is None:
-        job.next_due_at = None
-        job.status = JobStatus.COMPLETED
-    else:
-        job.next_due_at = schedules.due_time(job.pk, occurrence, job.jitter)
-
-
-def replan_job(*, job: Job, now: datetime) -> None:
-    """Recompute an edited job's next occurrence from ``now`` (admin saves, schedule edits).
-
-    A job whose current execution is unfinished keeps waiting for it; the new position only
-    decides what comes after.
-    """
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().select_related("schedule").get(pk=job.pk)
-        if locked.status == JobStatus.COMPLETED:
-            locked.status = JobStatus.ACTIVE
-        _plan_from(locked, locked.schedule.timing(), now=now, first=locked.execute_count == 0)
-        locked.save(update_fields=["status", "next_due_at", "next_occurrence_at", "updated_at"])
-    logger.info("job.replanned job=%s next_due_at=%s", job.pk, locked.next_due_at)
-
-
-def pause_job(*, job: Job, now: datetime) -> bool:
-    changed = Job.objects.filter(pk=job.pk, status=JobStatus.ACTIVE).update(
-        status=JobStatus.PAUSED, updated_at=now
-    )
-    if changed:
-        logger.info("job.paused job=%s", job.pk)
-    return bool(changed)
-
-
-def resume_job(*, job: Job, now: datetime) -> bool:
-    """Make a paused job active again; its misfire policy decides what the pause missed."""
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PAUSED).first()
-        if locked is None:
-            return False
-        locked.status = JobStatus.ACTIVE
-        if locked.next_occurrence_at is None:
-            _plan_from(locked, locked.schedule.timing(), now=now)
-        locked.save(update_fields=["status", "next_due_at", "next_occurrence_at", "updated_at"])
-    logger.info("job.resumed job=%s next_due_at=%s", job.pk, locked.next_due_at)
-    job.refresh_from_db()
-    return True
-
-
-def remove_job(*, job: Job) -> None:
-    job_id = job.pk
-    with transaction.atomic():
-        schedule = job.schedule
-        job.delete()
-        if not schedule.jobs.exists():
-            schedule.delete()
-    logger.info("job.removed job=%s", job_id)
-
-
-def run_job_now(*, job: Job, now: datetime) -> Execution:
-    """Create one extra occurrence at ``now``; the scheduler's next tick publishes it."""
-    check_target(job)
-    execution = Execution.objects.create(
-        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=now
-    )
-    logger.info("job.run_now job=%s execution=%s", job.pk, execution.pk)
-    return execution
 
 
 # --- claim ----------------------------------------------------------------------------------
@@ -311,6 +138,7 @@ class Started:
     job_id: int | None
     attempt: int
     checkpoint: Any
+    scheduled_for: datetime
 
 
 def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) -> Started | None:
@@ -324,6 +152,8 @@ def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) 
     else:
         started = _start_with_orm(execution_id, worker=worker, pid=pid, now=now)
     if started is None:
+        if skip_expired(execution_id=execution_id, now=now):
+            return None
         Execution.objects.filter(pk=execution_id).update(duplicates=F("duplicates") + 1)
         logger.warning(
             "execution.duplicate execution=%s worker=%s: already started or finished; "
@@ -348,6 +178,8 @@ _STARTABLE_NOW = Q(status__in=[ExecutionStatus.PENDING, ExecutionStatus.QUEUED])
 def _start_with_orm(execution_id: int, *, worker: str, pid: int, now: datetime) -> Started | None:
     startable = _STARTABLE_NOW | Q(status=ExecutionStatus.RETRY, retry_at__lte=now)
     with transaction.atomic():
+        if _expired(execution_id, now):
+            return None
         changed = Execution.objects.filter(startable, pk=execution_id).update(
             status=ExecutionStatus.RUNNING,
             started_at=now,
@@ -359,14 +191,57 @@ def _start_with_orm(execution_id: int, *, worker: str, pid: int, now: datetime) 
         )
         if not changed:
             return None
-        row = Execution.objects.values("job_id", "checkpoint").get(pk=execution_id)
+        row = Execution.objects.values("job_id", "checkpoint", "scheduled_for").get(
+            pk=execution_id
+        )
         number = Attempt.objects.filter(execution_id=execution_id).count() + 1
         Attempt.objects.create(
             execution_id=execution_id, number=number, worker=worker, pid=pid, started_at=now
         )
         if row["job_id"] is not None:
             Job.objects.filter(pk=row["job_id"]).update(last_keepalive_at=now)
-    return Started(execution_id, row["job_id"], number, row["checkpoint"])
+    return Started(execution_id, row["job_id"], number, row["checkpoint"], row["scheduled_for"])
+
+
+def _expired(execution_id: int, now: datetime) -> bool:
+    """Whether the execution is still startable but its job's ``expires`` has run out."""
+    row = (
+        Execution.objects.filter(
+            pk=execution_id, status__in=EXECUTION_STARTABLE, job__expires__isnull=False
+        )
+        .values_list("scheduled_for", "job__expires")
+        .first()
+    )
+    return row is not None and row[0] + timedelta(seconds=row[1]) < now
+
+
+def skip_expired(*, execution_id: int, now: datetime) -> bool:
+    """Skip an occurrence that would start later than its job's ``expires`` allows.
+
+    Called when a start did not happen, so the common path pays nothing for it: a message for
+    an expired occurrence is acknowledged, the execution is SKIPPED with the reason and a
+    forbid-overlap job is released for its next occurrence.
+    """
+    with transaction.atomic():
+        execution = (
+            Execution.objects.select_for_update(of=("self",))
+            .select_related("job")
+            .filter(pk=execution_id)
+            .first()
+        )
+        if execution is None or not _expired(execution_id, now):
+            return False
+        late = (now - execution.scheduled_for).total_seconds()
+        execution.status = ExecutionStatus.SKIPPED
+        execution.finished_at = now
+        execution.last_error = (
+            f"expired: would have started {late:.0f}s after its due time; "
+            f"the job's expires is {execution.job.expires}s"
+        )
+        execution.save(update_fields=["status", "finished_at", "last_error", "updated_at"])
+        _release_job(execution, now=now)
+    logger.warning("execution.expired execution=%s late=%.0fs", execution_id, late)
+    return True
 
 
 HOT_PREPARE_THRESHOLD = 5
@@ -414,7 +289,12 @@ _START_SQL = f"""
          WHERE id = %(id)s
            AND (status IN (%(pending)s, %(queued)s)
                 OR (status = %(retry)s AND retry_at <= %(now)s))
-     RETURNING id, job_id, checkpoint
+           AND NOT EXISTS (
+                SELECT 1 FROM {Job._meta.db_table} x
+                 WHERE x.id = {Execution._meta.db_table}.job_id AND x.expires IS NOT NULL
+                   AND {Execution._meta.db_table}.scheduled_for
+                       + x.expires * interval '1 second' < %(now)s)
+     RETURNING id, job_id, checkpoint, scheduled_for
     ), attempt AS (
         INSERT INTO {Attempt._meta.db_table}
                (execution_id, number, worker, pid, started_at, outcome, error)
@@ -428,7 +308,7 @@ _START_SQL = f"""
         UPDATE {Job._meta.db_table} j SET last_keepalive_at = %(now)s
           FROM started s WHERE j.id = s.job_id
     )
-    SELECT s.job_id, s.checkpoint, (SELECT number FROM attempt) FROM started s
+    SELECT s.job_id, s.checkpoint, (SELECT number FROM attempt), s.scheduled_for FROM started s
     """
 _START_VALUES = {
     "running": ExecutionStatus.RUNNING.value,
@@ -453,7 +333,7 @@ def _start_in_one_statement(
     if row is None:
         return None
     checkpoint = json.loads(row[1]) if isinstance(row[1], str) else row[1]
-    return Started(execution_id, row[0], row[2], checkpoint)
+    return Started(execution_id, row[0], row[2], checkpoint, row[3])
 
 
 def record_adhoc_start(
@@ -770,17 +650,3 @@ def reap_stale_executions(*, now: datetime, stale_after: float, limit: int = 500
             logger.warning("execution.reaped execution=%s status=%s", execution_id, status)
             reaped.append(execution_id)
     return reaped
-
-
-def owner_for(username: str | None) -> Any:
-    """The owning user: ``username``, or the first superuser, or a ``scheduler`` user."""
-    user_model = get_user_model()
-    if username:
-        try:
-            return user_model.objects.get(username=username)
-        except user_model.DoesNotExist:
-            raise ValidationError({"owner": f"no user named {username!r}"}) from None
-    user = user_model.objects.filter(is_superuser=True).order_by("pk").first()
-    if user is None:
-        user, _ = user_model.objects.get_or_create(username="scheduler")
-    return user

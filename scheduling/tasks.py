@@ -4,27 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduling import diagnostics  # noqa: F401  (registers the diagnostic tasks)
-from scheduling.registry import PermanentError, schedulable_task
+from scheduling import (
+    diagnostics,  # noqa: F401  (registers the diagnostic tasks)
+    selectors,
+    tasktables,
+)
+from scheduling.registry import PermanentError
+from scheduling.taskbase import schedulable_task
+from scheduling.tasktables import TASK_ROW_TASK
 
 
-@schedulable_task(name="scheduling.run_task_row", bind=True)
+@schedulable_task(name=TASK_ROW_TASK, bind=True)
 def run_task_row(self: Any) -> Any:
-    """Run the task-table row a job points at (seed 000's TaskTable + TaskId)."""
-    from scheduling.models import Execution
-    from scheduling.validation import task_row_model
+    """Run the task-table row a job points at (seed 000's TaskTable + TaskId).
 
-    if self.execution_id is None:
+    The row is read fresh for every attempt and handed to the runner its table registered,
+    with the attempt's ``RunContext``.
+    """
+    run = self.run
+    if run is None:
         raise PermanentError("run_task_row runs only for a job's execution")
-    execution = Execution.objects.select_related("job").get(pk=self.execution_id)
-    job = execution.job
-    if job is None or not job.task_table:
+    target = selectors.task_row_target(run.execution_id)
+    if target is None:
         raise PermanentError("the job has no task-table target")
+    label, row_id = target
     try:
-        model = task_row_model(job.task_table)
+        table = tasktables.get(label)
     except LookupError as exc:
         raise PermanentError(f"task_table: {exc}") from None
-    row = model._default_manager.filter(pk=job.task_row_id).first()
+    row = table.model._default_manager.filter(pk=row_id).first()
     if row is None:
-        raise PermanentError(f"task_row_id: no {job.task_table} row with id {job.task_row_id}")
-    return row.run_scheduled(execution=execution, task=self)
+        raise PermanentError(f"task_row_id: no {label} row with id {row_id}")
+    return table.runner(row, run)

@@ -11,17 +11,16 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from django.apps import apps
 from django.core.exceptions import ValidationError
 
-from scheduling import conf
+from scheduling import conf, tasktables
 from scheduling.registry import UnknownTask, get_schedulable
+from scheduling.tasktables import TASK_ROW_TASK
 
 if TYPE_CHECKING:
     from scheduling.models import Job
 
 MAX_NOTE = 500
-TASK_ROW_TASK = "scheduling.run_task_row"
 
 
 def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:
@@ -43,14 +42,8 @@ def _check_json_shape(value: Any, *, field: str, expect: type) -> None:
 
 
 def task_row_model(label: str) -> Any:
-    """The task-table model for ``app_label.Model``, or raise LookupError with the reason."""
-    try:
-        model = apps.get_model(label)
-    except (LookupError, ValueError):
-        raise LookupError(f"{label!r} is not a model (use app_label.ModelName)") from None
-    if not callable(getattr(model, "run_scheduled", None)):
-        raise LookupError(f"{label!r} is not a task table (it has no run_scheduled method)")
-    return model
+    """The registered task-table model ``app_label.Model``, or LookupError with the reason."""
+    return tasktables.get(label).model
 
 
 def check_target(job: Job) -> None:
@@ -68,6 +61,10 @@ def check_target_values(*, task: str, task_table: str, task_row_id: int | None) 
             get_schedulable(task)
         except UnknownTask as exc:
             errors["task"] = str(exc)
+    if task == TASK_ROW_TASK and not task_table:
+        errors["task"] = (
+            f"{TASK_ROW_TASK!r} runs task-table rows; give a task table and row id instead"
+        )
     if task_table and task and task != TASK_ROW_TASK:
         errors["task"] = (
             f"a job with a task table runs {TASK_ROW_TASK!r}, which reads the row; got {task!r}"

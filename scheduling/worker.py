@@ -20,6 +20,7 @@ from django.utils import timezone
 from scheduling import conf, services
 from scheduling.heartbeats import heartbeat
 from scheduling.registry import EXECUTION_HEADER
+from scheduling.runs import RunContext
 
 logger = logging.getLogger("scheduling")
 T = TypeVar("T")
@@ -93,8 +94,29 @@ def begin(task: Any) -> bool:
     request.duecourse_execution_id = started.execution_id
     request.duecourse_attempt = started.attempt
     request.duecourse_checkpoint = started.checkpoint
+    request.duecourse_run = RunContext(
+        execution_id=started.execution_id,
+        job_id=started.job_id,
+        scheduled_for=started.scheduled_for,
+        attempt=started.attempt,
+        checkpoint=started.checkpoint,
+        _save=_save_checkpoint,
+        _keep_alive=_keep_alive,
+    )
     heartbeat.track(started.execution_id)
     return True
+
+
+def _save_checkpoint(execution_id: int, value: Any) -> None:
+    on_live_connection(
+        lambda: services.save_checkpoint(execution_id=execution_id, checkpoint=value)
+    )
+
+
+def _keep_alive(execution_id: int) -> None:
+    on_live_connection(
+        lambda: services.heartbeat(execution_ids=[execution_id], now=timezone.now())
+    )
 
 
 def end(execution_id: int) -> None:

@@ -61,7 +61,8 @@ def owner(django_user_model: Any) -> Any:
 @pytest.fixture
 def make_job(owner: Any, now: datetime) -> Callable[..., Any]:
     """Create a job through the service, with defaults a test can override."""
-    from scheduling import services
+    from scheduling import jobs
+
 
     counter = iter(range(1, 1_000_000))
 
@@ -75,7 +76,7 @@ def make_job(owner: Any, now: datetime) -> Callable[..., Any]:
         if not {"every", "cron", "at", "schedule"} & overrides.keys():
             options["every"] = "PT1M"
         options.update(overrides)
-        return services.create_job(**options)
+        return jobs.create_job(**options)
 
     return make
 

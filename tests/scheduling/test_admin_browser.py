@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduling import services
+from scheduling import jobs
 from scheduling.models import Job, JobStatus, Schedule
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -101,11 +101,11 @@ def test_admin_creates_a_job_plans_it_and_pauses_it(page: Any, admin_user: Any) 
 
 
 def test_execution_history_is_read_only(page: Any, admin_user: Any) -> None:
-    job = services.create_job(
+    job = jobs.create_job(
         owner=admin_user, name="once", task="scheduling.diagnostics.noop", every="PT1H",
         now=timezone.now(),
     )  # fmt: skip
-    execution = services.run_job_now(job=job, now=timezone.now())
+    execution = jobs.run_job_now(job=job, now=timezone.now())
     page.goto(f"{page.base}/admin/scheduling/execution/{execution.pk}/change/")
     page.wait_for_selector("#content")
     assert page.locator("input[name=_save]").count() == 0

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.management import CommandError, ManagementUtility, call_command, get_commands
 
-from scheduling import services
+from scheduling import jobs, services
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
 from tests.conftest import ROOT, database_url
 
@@ -160,7 +160,7 @@ def test_jobs_add_for_a_task_table_row(owner: Any) -> None:
 def test_jobs_list_shows_every_job(make_job: MakeJob, django_user_model: Any) -> None:
     make_job(name="b-job", every="PT3H")
     paused = make_job(name="a-job", cron="0 9 * * *", tz="Europe/Berlin")
-    services.pause_job(job=paused, now=paused.created_at)
+    jobs.pause_job(job=paused, now=paused.created_at)
     data = call_json("jobs", "list")
     assert [(j["name"], j["status"]) for j in data] == [("a-job", "paused"), ("b-job", "active")]
     text = call("jobs", "list").splitlines()

@@ -1,6 +1,6 @@
 """The rules of a valid job: every bad input is refused before anything is saved.
 
-The same rules answer through ``services.create_job`` (the command line and the code) and
+The same rules answer through ``jobs.create_job`` (the command line and the code) and
 through the models' ``full_clean`` (the admin's forms), each naming the field and the reason.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from emailer.models import SendEmailTask
-from scheduling import services
+from scheduling import jobs
 from scheduling.models import Job, Schedule
 from tests.conftest import FIXED_NOW
 
@@ -66,13 +66,13 @@ JOB_CASES = [
         "task table not a model",
         {"task_table": "nowhere.Nothing", "task_row_id": 1},
         "task_table",
-        "not a model",
+        "not a registered task table",
     ),
     (
-        "task table without run_scheduled",
+        "task table never registered",
         {"task_table": "auth.User", "task_row_id": 1},
         "task_table",
-        "not a task table",
+        "not a registered task table",
     ),
     (
         "task row that does not exist",
@@ -108,7 +108,7 @@ def create(owner: Any, **overrides: Any) -> Job:
     if not {"every", "cron", "at"} & overrides.keys():
         options["every"] = "PT1M"
     options.update(overrides)
-    return services.create_job(**options)
+    return jobs.create_job(**options)
 
 
 def build(owner: Any, **overrides: Any) -> Job:

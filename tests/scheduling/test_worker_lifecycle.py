@@ -28,10 +28,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling import services
+from scheduling import jobs
 from scheduling.heartbeats import Heartbeat
 from scheduling.models import Attempt, Execution, ExecutionStatus, Job
-from scheduling.registry import schedulable_task
+from scheduling.taskbase import schedulable_task
 from tests.conftest import celery_worker_command, scheduler_command, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -115,7 +115,7 @@ def start_worker(processes: Any, env: dict[str, str], name: str, **options: Any)
 def due_job(owner: Any, name: str, task: str, **options: Any) -> Job:
     """A job due now that runs every hour, so the test sees only its first occurrence."""
     options.setdefault("every", "PT1H")
-    return services.create_job(owner=owner, name=name, task=task, now=timezone.now(), **options)
+    return jobs.create_job(owner=owner, name=name, task=task, now=timezone.now(), **options)
 
 
 def execution_of(job: Job) -> Execution | None:

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import selectors, services
+from scheduling import jobs, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Job, Overlap
 from scheduling.schedules import Misfire
@@ -100,8 +100,8 @@ class Command(DuecourseCommand):
             errors["jitter"] = "must be zero or more"
         if errors:
             raise ValidationError(errors)
-        job = services.create_job(
-            owner=services.owner_for(o["owner"]),
+        job = jobs.create_job(
+            owner=jobs.owner_for(o["owner"]),
             name=o["name"],
             task=o["task"],
             args=parsed["args"],
@@ -164,7 +164,7 @@ class Command(DuecourseCommand):
 
     def do_pause(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        changed = services.pause_job(job=job, now=timezone.now())
+        changed = jobs.pause_job(job=job, now=timezone.now())
         job.refresh_from_db()
         self.emit(
             selectors.job_summary(job),
@@ -174,7 +174,7 @@ class Command(DuecourseCommand):
 
     def do_resume(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        changed = services.resume_job(job=job, now=timezone.now())
+        changed = jobs.resume_job(job=job, now=timezone.now())
         job.refresh_from_db()
         self.emit(
             selectors.job_summary(job),
@@ -186,7 +186,7 @@ class Command(DuecourseCommand):
 
     def do_run(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        execution = services.run_job_now(job=job, now=timezone.now())
+        execution = jobs.run_job_now(job=job, now=timezone.now())
         self.emit(
             selectors.execution_summary(execution),
             f"queued one occurrence of {job.name!r} (execution {execution.pk})",
@@ -196,5 +196,5 @@ class Command(DuecourseCommand):
     def do_remove(self, o: dict[str, Any]) -> None:
         job = self._job(o)
         data = selectors.job_summary(job)
-        services.remove_job(job=job)
+        jobs.remove_job(job=job)
         self.emit(data, f"removed {data['name']!r}", as_json=o["json"])

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import services
+from scheduling import jobs, services
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job
 
@@ -42,7 +42,7 @@ class Command(DuecourseCommand):
                 if recurring
                 else {"at": now + services.schedules.parse_duration(interval)}
             )
-            services.create_job(
+            jobs.create_job(
                 owner=owner,
                 name=name,
                 task="scheduling.diagnostics.noop",
@@ -55,7 +55,7 @@ class Command(DuecourseCommand):
             created.append(name)
         demo, _ = users.get_or_create(username="demo")
         if not Job.objects.filter(owner=demo, name="quick").exists():
-            services.create_job(
+            jobs.create_job(
                 owner=demo,
                 name="quick",
                 task="scheduling.diagnostics.sleep",

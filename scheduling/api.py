@@ -1,0 +1,196 @@
+"""The engine's public API: the one module a domain app imports.
+
+A domain app (``emailer``, ``subscriptions``, yours) talks to the scheduler only through the
+names below; everything else in ``scheduling`` may change shape between releases. The rule is
+enforced by import-linter in CI (see docs/architecture.md), and docs/extending.md walks through
+a worked example.
+
+- Declare work: ``@schedulable_task`` for a Celery task, ``@task_table(Model)`` for a model whose
+  rows are units of scheduled work (seed 000's TaskTable + TaskId). Both are allowlists: a job
+  can target only what was declared. Put task-table declarations in your app's ``scheduled``
+  module; the engine imports it when Django starts.
+- Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
+  ``Once``) and a ``Policies`` value.
+- Operate it: ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``, and read it with
+  ``jobs_for_row`` and ``executions``.
+- Run it: a runner receives its row and a ``RunContext`` (ids, the occurrence's due time, the
+  attempt number, the last checkpoint, ``save_checkpoint`` and ``progress``), never the
+  ledger's ORM rows or Celery objects. Raise ``PermanentError`` for what a retry cannot fix;
+  any other exception is retried under the job's retry policy.
+
+Jobs made from code without an ``owner`` belong to the system user ``SYSTEM_OWNER``: an
+inactive account that cannot log in, which superusers see in the admin and which no staff
+user's owner scoping reaches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from django.db.models.signals import post_delete
+from django.utils import timezone
+
+from scheduling import jobs as _jobs
+from scheduling import tasktables
+from scheduling.registry import PermanentError
+from scheduling.runs import RunContext
+from scheduling.taskbase import ScheduledTask, schedulable_task
+from scheduling.timing import Cron, Every, Once, Timing
+
+__all__ = [
+    "SYSTEM_OWNER",
+    "Cron",
+    "Every",
+    "ExecutionInfo",
+    "JobInfo",
+    "Once",
+    "PermanentError",
+    "Policies",
+    "RunContext",
+    "ScheduledTask",
+    "Timing",
+    "cancel",
+    "executions",
+    "job",
+    "jobs_for_row",
+    "pause",
+    "resume",
+    "run_now",
+    "schedulable_task",
+    "schedule_row",
+    "schedule_task",
+    "task_table",
+    "unschedule",
+    "unschedule_row",
+]
+
+SYSTEM_OWNER = _jobs.SYSTEM_OWNER
+Policies = _jobs.Policies
+JobInfo = _jobs.JobInfo
+ExecutionInfo = _jobs.ExecutionInfo
+
+R = TypeVar("R", bound=Callable[..., Any])
+JobRef = int | _jobs.JobInfo
+
+
+def task_table(model: Any) -> Callable[[R], R]:
+    """Declare ``model`` a task table whose rows jobs may run, with the decorated runner.
+
+    ``runner(row, run)`` receives the row (read fresh for every attempt) and a ``RunContext``;
+    its return value (JSON) is logged. Deleting a row deletes the jobs that run it and their
+    history, so a task stays scheduled exactly as long as it exists.
+    """
+
+    def declare(runner: R) -> R:
+        tasktables.register(model, runner)
+        post_delete.connect(
+            _unschedule_deleted_row, sender=model, weak=False, dispatch_uid=f"duecourse:{model}"
+        )
+        return runner
+
+    return declare
+
+
+def _unschedule_deleted_row(sender: Any, instance: Any, **_: Any) -> None:
+    _jobs.remove_jobs_for_row(tasktables.label_of(sender), instance.pk)
+
+
+def schedule_row(
+    row: Any,
+    *,
+    timing: Timing,
+    policies: _jobs.Policies | None = None,
+    name: str | None = None,
+    owner: Any = None,
+    now: datetime | None = None,
+) -> _jobs.JobInfo:
+    """Make a job that runs ``row`` (of a registered task table) on ``timing``.
+
+    ``name`` defaults to ``<label>:<pk>:<n>``; a row may be run by several jobs, and one job per
+    schedule is how one task gets several schedules. Raises ``ValidationError`` naming the field.
+    """
+    return _jobs.schedule(
+        target=_jobs.Target(task_table=tasktables.label_of(type(row)), task_row_id=row.pk),
+        timing=timing,
+        policies=policies or _jobs.Policies(),
+        name=name,
+        owner=owner,
+        now=now or timezone.now(),
+    )
+
+
+def schedule_task(
+    task: str | Any,
+    *,
+    timing: Timing,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    policies: _jobs.Policies | None = None,
+    name: str | None = None,
+    owner: Any = None,
+    now: datetime | None = None,
+) -> _jobs.JobInfo:
+    """Make a job that calls the schedulable task ``task`` (its name, or the task itself)."""
+    task_name = task if isinstance(task, str) else task.name
+    return _jobs.schedule(
+        target=_jobs.Target(task=task_name, args=list(args), kwargs=dict(kwargs or {})),
+        timing=timing,
+        policies=policies or _jobs.Policies(),
+        name=name,
+        owner=owner,
+        now=now or timezone.now(),
+    )
+
+
+def _id(job: JobRef) -> int:
+    return job.id if isinstance(job, _jobs.JobInfo) else int(job)
+
+
+def job(job: JobRef) -> _jobs.JobInfo:
+    """The job as it is now (raises ``ValidationError`` on ``job`` when it does not exist)."""
+    return _jobs.info(_id(job))
+
+
+def jobs_for_row(row: Any) -> list[_jobs.JobInfo]:
+    """Every job that runs ``row``."""
+    return _jobs.jobs_for_row(tasktables.label_of(type(row)), row.pk)
+
+
+def pause(job: JobRef, *, reason: str = "") -> bool:
+    """Stop claiming the job's occurrences; False when it was not active."""
+    return _jobs.pause(_id(job), reason=reason, now=timezone.now())
+
+
+def resume(job: JobRef) -> bool:
+    """Claim the job again; its misfire policy decides what the pause missed."""
+    return _jobs.resume(_id(job), now=timezone.now())
+
+
+def run_now(job: JobRef) -> int:
+    """One extra occurrence now, published at once; returns its execution id."""
+    return _jobs.run_now(_id(job), now=timezone.now())
+
+
+def cancel(job: JobRef, *, reason: str = "cancelled") -> int:
+    """Cancel the job's queued and running executions; returns how many were cancelled."""
+    return _jobs.cancel(_id(job), reason=reason, now=timezone.now())
+
+
+def unschedule(job: JobRef) -> None:
+    """Delete the job and its history."""
+    _jobs.remove(_id(job))
+
+
+def unschedule_row(row: Any) -> int:
+    """Delete every job that runs ``row``; returns how many."""
+    return _jobs.remove_jobs_for_row(tasktables.label_of(type(row)), row.pk)
+
+
+def executions(
+    job: JobRef, *, limit: int = 50, status: str | None = None
+) -> list[_jobs.ExecutionInfo]:
+    """The job's executions, newest first, with their attempt counts."""
+    return _jobs.executions(_id(job), limit=limit, status=status)
+

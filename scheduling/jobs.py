@@ -1,0 +1,467 @@
+"""Job lifecycle: make, plan, pause, resume, run now, cancel and remove jobs.
+
+The command line, the admin and ``scheduling.api`` all come here, so a job made by any of them
+passes the same rules (``Job.clean``) and gets its first occurrence planned the same way. A job
+is described by three values: its target (a schedulable task with arguments, or a task-table
+row), its timing (``scheduling.timing``) and its policies.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count
+
+from scheduling import conf, schedules
+from scheduling.models import (
+    EXECUTION_UNFINISHED,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    Overlap,
+    Schedule,
+)
+from scheduling.schedules import Misfire, Timing
+from scheduling.services import cancel_execution
+from scheduling.tasktables import TASK_ROW_TASK
+from scheduling.timing import Cron, Every, Once
+from scheduling.validation import check_target
+
+logger = logging.getLogger("scheduling")
+
+#: Username of the owner of jobs made by the system (code without an owner).
+SYSTEM_OWNER = "duecourse-system"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a job runs: a schedulable task with JSON arguments, or a task-table row."""
+
+    task: str = ""
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    task_table: str = ""
+    task_row_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Policies:
+    """How a job runs: retries, limits, placement and what to do with missed occurrences.
+
+    ``None`` takes the setting's default (``SCHEDULING_DEFAULT_MAX_RETRIES``, ...). ``expires``
+    (seconds) skips an attempt that would begin more than that long after the occurrence's due
+    time, with the reason recorded, instead of running it late.
+    """
+
+    max_retries: int | None = None
+    timeout: int | None = None
+    retry_backoff: float | None = None
+    retry_backoff_max: float | None = None
+    jitter: timedelta = timedelta(0)
+    misfire: str = Misfire.CATCH_UP.value
+    overlap: str = Overlap.FORBID.value
+    queue: str = "celery"
+    priority: int | None = None
+    expires: int | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job as domain code sees it: plain values, no ORM row."""
+
+    id: int
+    name: str
+    owner: str
+    status: str
+    task: str
+    task_table: str
+    task_row_id: int | None
+    schedule: str
+    next_due_at: datetime | None
+    execute_count: int
+
+    @classmethod
+    def of(cls, job: Job) -> JobInfo:
+        return cls(
+            id=job.pk,
+            name=job.name,
+            owner=job.owner.get_username(),
+            status=job.status,
+            task=job.task,
+            task_table=job.task_table,
+            task_row_id=job.task_row_id,
+            schedule=job.schedule.describe(),
+            next_due_at=job.next_due_at,
+            execute_count=job.execute_count,
+        )
+
+
+@dataclass(frozen=True)
+class ExecutionInfo:
+    """One occurrence's history as domain code sees it."""
+
+    id: int
+    job_id: int | None
+    scheduled_for: datetime
+    status: str
+    retry_count: int
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str
+    checkpoint: Any
+
+
+def system_owner() -> Any:
+    """The inactive user that owns jobs made by code without an owner (cannot log in)."""
+    user_model = get_user_model()
+    user, created = user_model.objects.get_or_create(
+        username=SYSTEM_OWNER, defaults={"is_active": False}
+    )
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    return user
+
+
+def owner_for(username: str | None) -> Any:
+    """The owning user for the command line: ``username``, else the first superuser, else
+    a ``scheduler`` user."""
+    user_model = get_user_model()
+    if username:
+        try:
+            return user_model.objects.get(username=username)
+        except user_model.DoesNotExist:
+            raise ValidationError({"owner": f"no user named {username!r}"}) from None
+    user = user_model.objects.filter(is_superuser=True).order_by("pk").first()
+    if user is None:
+        user, _ = user_model.objects.get_or_create(username="scheduler")
+    return user
+
+
+def schedule(
+    *,
+    target: Target,
+    timing: Every | Cron | Once,
+    policies: Policies,
+    name: str | None,
+    owner: Any,
+    now: datetime,
+) -> JobInfo:
+    """Validate and save a job for ``target`` on ``timing``; the code path of the API."""
+    owner = owner if owner is not None else system_owner()
+    if not name:
+        if target.task_table:
+            taken = Job.objects.filter(
+                task_table=target.task_table, task_row_id=target.task_row_id
+            ).count()
+            name = f"{target.task_table}:{target.task_row_id}:{taken + 1}"
+        else:
+            name = f"{target.task}:{Job.objects.filter(task=target.task).count() + 1}"
+    job = save_new(
+        owner=owner,
+        name=name,
+        schedule=Schedule(**timing.schedule_fields()),
+        target=target,
+        policies=policies,
+        now=now,
+    )
+    return JobInfo.of(job)
+
+
+def create_job(
+    *,
+    owner: Any,
+    name: str,
+    task: str = "",
+    args: list[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    every: str = "",
+    cron: str = "",
+    tz: str = "UTC",
+    at: datetime | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    task_table: str = "",
+    task_row_id: int | None = None,
+    schedule: Schedule | None = None,
+    now: datetime,
+    **policies: Any,
+) -> Job:
+    """Save a job from flag-shaped values (``jobs add``, fixtures); see ``save_new``."""
+    if schedule is None:
+        schedule = Schedule(
+            interval=every or "",
+            cron=cron or "",
+            timezone=tz or "UTC",
+            run_at=at,
+            starts_at=start,
+            ends_at=end,
+        )
+    values = {k: v for k, v in policies.items() if v is not None or k == "priority"}
+    if values.get("jitter") is None:
+        values.pop("jitter", None)
+    return save_new(
+        owner=owner,
+        name=name,
+        schedule=schedule,
+        target=Target(
+            task=task,
+            args=[] if args is None else args,
+            kwargs={} if kwargs is None else kwargs,
+            task_table=task_table,
+            task_row_id=task_row_id,
+        ),
+        policies=Policies(**values),
+        now=now,
+    )
+
+
+def save_new(
+    *,
+    owner: Any,
+    name: str,
+    schedule: Schedule,
+    target: Target,
+    policies: Policies,
+    now: datetime,
+) -> Job:
+    """Validate and save a job (and its schedule unless it is saved), planned from ``now``.
+
+    Every reason is collected before anything is saved, each field named once.
+    """
+    job = Job(
+        owner=owner,
+        name=name,
+        schedule=schedule,
+        task=target.task or (TASK_ROW_TASK if target.task_table else ""),
+        args=target.args,
+        kwargs=target.kwargs,
+        task_table=target.task_table,
+        task_row_id=target.task_row_id,
+        max_retries=(
+            conf.get("DEFAULT_MAX_RETRIES")
+            if policies.max_retries is None
+            else policies.max_retries
+        ),
+        timeout=conf.get("DEFAULT_TIMEOUT") if policies.timeout is None else policies.timeout,
+        retry_backoff=policies.retry_backoff,
+        retry_backoff_max=policies.retry_backoff_max,
+        jitter=policies.jitter or timedelta(0),
+        misfire=policies.misfire,
+        overlap=policies.overlap,
+        queue=policies.queue,
+        priority=policies.priority,
+        expires=policies.expires,
+        note=policies.note,
+        created_at=now,
+    )
+    errors: dict[str, list[str]] = {}
+    if schedule.pk is None:
+        try:
+            schedule.full_clean()
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    try:
+        job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
+    except ValidationError as exc:
+        for name_, messages in exc.message_dict.items():
+            # Job.clean validates the schedule again; say each reason once.
+            known = errors.setdefault(name_, [])
+            known.extend(m for m in messages if m not in known)
+    if owner is not None and name and Job.objects.filter(owner=owner, name=name).exists():
+        errors.setdefault("name", []).append(f"{owner} already has a job named {name!r}")
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        if schedule.pk is None:
+            schedule.save()
+        job.schedule = schedule
+        job.save()
+        plan_from(job, schedule.timing(), now=now, first=True)
+        job.save()
+    logger.info("job.created job=%s name=%s next_due_at=%s", job.pk, job.name, job.next_due_at)
+    return job
+
+
+def plan_from(job: Job, timing: Timing, *, now: datetime, first: bool = False) -> None:
+    """Set the job's next occurrence to the first one at or after ``now``.
+
+    A one-off whose instant has already passed still runs once at creation (seed 000: a due
+    time in the past runs at once).
+    """
+    if first and timing.at is not None:
+        occurrence = timing.at if timing.end is None or timing.at <= timing.end else None
+    else:
+        occurrence = timing.occurrence_at_or_after(now, anchor=job.created_at)
+    _set_next(job, occurrence)
+
+
+def _set_next(job: Job, occurrence: datetime | None) -> None:
+    job.next_occurrence_at = occurrence
+    if occurrence is None:
+        job.next_due_at = None
+        job.status = JobStatus.COMPLETED
+    else:
+        job.next_due_at = schedules.due_time(job.pk, occurrence, job.jitter)
+
+
+def replan_job(*, job: Job, now: datetime) -> None:
+    """Recompute an edited job's next occurrence from ``now`` (admin saves, schedule edits).
+
+    A job whose current execution is unfinished keeps waiting for it; the new position only
+    decides what comes after.
+    """
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().select_related("schedule").get(pk=job.pk)
+        if locked.status == JobStatus.COMPLETED:
+            locked.status = JobStatus.ACTIVE
+        plan_from(locked, locked.schedule.timing(), now=now, first=locked.execute_count == 0)
+        locked.save(update_fields=["status", "next_due_at", "next_occurrence_at", "updated_at"])
+    logger.info("job.replanned job=%s next_due_at=%s", job.pk, locked.next_due_at)
+
+
+def pause_job(*, job: Job, now: datetime, reason: str = "") -> bool:
+    changed = Job.objects.filter(pk=job.pk, status=JobStatus.ACTIVE).update(
+        status=JobStatus.PAUSED, pause_reason=reason[:500], updated_at=now
+    )
+    if changed:
+        logger.info("job.paused job=%s reason=%s", job.pk, reason or "-")
+    return bool(changed)
+
+
+def resume_job(*, job: Job, now: datetime) -> bool:
+    """Make a paused job active again; its misfire policy decides what the pause missed."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PAUSED).first()
+        if locked is None:
+            return False
+        locked.status = JobStatus.ACTIVE
+        locked.pause_reason = ""
+        if locked.next_occurrence_at is None:
+            plan_from(locked, locked.schedule.timing(), now=now)
+        locked.save(
+            update_fields=[
+                "status",
+                "pause_reason",
+                "next_due_at",
+                "next_occurrence_at",
+                "updated_at",
+            ]
+        )
+    logger.info("job.resumed job=%s next_due_at=%s", job.pk, locked.next_due_at)
+    job.refresh_from_db()
+    return True
+
+
+def remove_job(*, job: Job) -> None:
+    job_id = job.pk
+    with transaction.atomic():
+        schedule = job.schedule
+        job.delete()
+        if not schedule.jobs.exists():
+            schedule.delete()
+    logger.info("job.removed job=%s", job_id)
+
+
+def run_job_now(*, job: Job, now: datetime) -> Execution:
+    """Create one extra occurrence at ``now``, due for publishing at once.
+
+    Its ``queued_at`` is left empty: the scheduler publishes PENDING rows without one on its
+    next tick instead of waiting for the pending grace that protects a claim in flight.
+    """
+    check_target(job)
+    execution = Execution.objects.create(
+        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=None
+    )
+    logger.info("job.run_now job=%s execution=%s", job.pk, execution.pk)
+    return execution
+
+
+# --- by id, for scheduling.api ---------------------------------------------------------------
+
+
+def _get(job_id: int) -> Job:
+    found = Job.objects.select_related("schedule", "owner").filter(pk=job_id).first()
+    if found is None:
+        raise ValidationError({"job": f"no job with id {job_id}"})
+    return found
+
+
+def info(job_id: int) -> JobInfo:
+    return JobInfo.of(_get(job_id))
+
+
+def jobs_for_row(task_table: str, task_row_id: int) -> list[JobInfo]:
+    rows = Job.objects.select_related("schedule", "owner").filter(
+        task_table=task_table, task_row_id=task_row_id
+    )
+    return [JobInfo.of(job) for job in rows.order_by("pk")]
+
+
+def pause(job_id: int, *, reason: str, now: datetime) -> bool:
+    return pause_job(job=_get(job_id), now=now, reason=reason)
+
+
+def resume(job_id: int, *, now: datetime) -> bool:
+    return resume_job(job=_get(job_id), now=now)
+
+
+def run_now(job_id: int, *, now: datetime) -> int:
+    return int(run_job_now(job=_get(job_id), now=now).pk)
+
+
+def cancel(job_id: int, *, reason: str, now: datetime) -> int:
+    """Cancel every unfinished execution of the job (see ``attempts.cancel_execution``)."""
+    ids = Execution.objects.filter(job_id=job_id, status__in=EXECUTION_UNFINISHED).values_list(
+        "pk", flat=True
+    )
+    return sum(cancel_execution(execution_id=i, now=now, reason=reason) for i in list(ids))
+
+
+def remove(job_id: int) -> None:
+    remove_job(job=_get(job_id))
+
+
+def remove_jobs_for_row(task_table: str, task_row_id: int) -> int:
+    """Delete every job that runs the row (and, by cascade, their history)."""
+    removed = 0
+    for job in Job.objects.select_related("schedule").filter(
+        task_table=task_table, task_row_id=task_row_id
+    ):
+        remove_job(job=job)
+        removed += 1
+    return removed
+
+
+def executions(job_id: int, *, limit: int, status: str | None) -> list[ExecutionInfo]:
+    rows = Execution.objects.filter(job_id=job_id).annotate(attempt_count=Count("attempts"))
+    if status:
+        if status not in ExecutionStatus.values:
+            raise ValidationError(
+                {"status": f"{status!r} is not one of {', '.join(ExecutionStatus.values)}"}
+            )
+        rows = rows.filter(status=status)
+    return [
+        ExecutionInfo(
+            id=row.pk,
+            job_id=row.job_id,
+            scheduled_for=row.scheduled_for,
+            status=row.status,
+            retry_count=row.retry_count,
+            attempts=row.attempt_count,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            last_error=row.last_error,
+            checkpoint=row.checkpoint,
+        )
+        for row in rows.order_by("-scheduled_for", "-id")[: max(1, limit)]
+    ]

@@ -1,0 +1,59 @@
+"""Timing values: when a job made from code runs (``Every``, ``Cron`` or ``Once``).
+
+These are what ``scheduling.api`` takes instead of command-line-shaped keywords; each maps to
+one ``Schedule`` row. They are plain values: validation happens when the job is saved, with the
+same rules and messages as the admin and ``jobs add``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from scheduling.schedules import format_duration
+
+
+@dataclass(frozen=True)
+class Every:
+    """A fixed interval of elapsed time: an ISO-8601 duration (``"PT2H"``) or a timedelta."""
+
+    interval: str | timedelta
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def schedule_fields(self) -> dict[str, Any]:
+        interval = self.interval
+        text = format_duration(interval) if isinstance(interval, timedelta) else str(interval)
+        return {"interval": text, "starts_at": self.start, "ends_at": self.end}
+
+
+@dataclass(frozen=True)
+class Cron:
+    """A five-field cron expression read in an IANA time zone (``"0 10-18/2 * * MON-FRI"``)."""
+
+    expression: str
+    tz: str = "UTC"
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def schedule_fields(self) -> dict[str, Any]:
+        return {
+            "cron": self.expression,
+            "timezone": self.tz or "UTC",
+            "starts_at": self.start,
+            "ends_at": self.end,
+        }
+
+
+@dataclass(frozen=True)
+class Once:
+    """A single instant (a time in the past runs at once, when the job is saved)."""
+
+    at: datetime
+
+    def schedule_fields(self) -> dict[str, Any]:
+        return {"run_at": self.at}
+
+
+Timing = Every | Cron | Once

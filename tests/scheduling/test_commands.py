@@ -164,7 +164,8 @@ def test_jobs_list_shows_every_job(make_job: MakeJob, django_user_model: Any) ->
     data = call_json("jobs", "list")
     assert [(j["name"], j["status"]) for j in data] == [("a-job", "paused"), ("b-job", "active")]
     text = call("jobs", "list").splitlines()
-    assert text[0].split() == ["NAME", "STATUS", "SCHEDULE", "NEXT", "DUE", "RUNS"]
+    assert text[0].split() == ["NAME", "OWNER", "STATUS", "SCHEDULE", "NEXT", "DUE", "RUNS"]
+    assert text[1].split()[1] == "owner"
     assert text[1].startswith("a-job") and "paused" in text[1] and "Europe/Berlin" in text[1]
     assert text[2].startswith("b-job") and "every PT3H" in text[2]
 
@@ -222,6 +223,84 @@ def test_jobs_with_the_same_name_are_told_apart_by_owner(
     assert "--owner" in refused("jobs", "pause", "nightly")
     assert call_json("jobs", "pause", "nightly", "--owner", "other")["owner"] == "other"
     assert Job.objects.get(owner=other).status == JobStatus.PAUSED
+
+
+@db
+def test_a_name_two_owners_use_is_refused_naming_both(
+    make_job: MakeJob, django_user_model: Any
+) -> None:
+    other = django_user_model.objects.create(username="other")
+    make_job(name="nightly")
+    make_job(name="nightly", owner=other)
+    message = refused("jobs", "show", "nightly")
+    assert message == (
+        "name: other, owner each have a job named 'nightly'; pass --owner USERNAME to say whose"
+    )
+    assert "no job named 'nightly' owned by 'nobody'" in refused(
+        "jobs", "show", "nightly", "--owner", "nobody"
+    )
+    listed = call("jobs", "list", "--owner", "other").splitlines()
+    assert len(listed) == 2 and listed[1].split()[:2] == ["nightly", "other"]
+
+
+# --- jobs edit --------------------------------------------------------------------------------
+
+
+@db
+def test_jobs_edit_changes_only_the_given_options_and_keeps_the_history(
+    make_job: MakeJob, now: datetime
+) -> None:
+    job = make_job(name="nightly", every="PT1H", max_retries=5, queue="reports", note="n")
+    services.claim_due_jobs(now=now, limit=10)
+    data = call_json("jobs", "edit", "nightly", "--cron", "30 2 * * *", "--tz", "Europe/Paris",
+                     "--timeout", "60")  # fmt: skip
+    edited = Job.objects.select_related("schedule").get(pk=job.pk)
+    assert (edited.schedule.interval, edited.schedule.cron) == ("", "30 2 * * *")
+    assert edited.schedule.timezone == "Europe/Paris"
+    assert (edited.timeout, edited.max_retries, edited.queue, edited.note) == (
+        60, 5, "reports", "n"
+    )  # fmt: skip
+    assert Execution.objects.filter(job=edited).count() == 1
+    local = edited.next_occurrence_at.astimezone(ZoneInfo("Europe/Paris"))
+    assert (local.hour, local.minute) == (2, 30)
+    assert data["schedule"]["cron"] == "30 2 * * *" and data["timeout"] == 60
+
+    call("jobs", "edit", "nightly", "--rename", "nightly-2", "--start", "2031-01-01T00:00Z")
+    renamed = Job.objects.select_related("schedule").get(pk=job.pk)
+    assert renamed.name == "nightly-2"
+    assert renamed.schedule.starts_at == datetime(2031, 1, 1, tzinfo=UTC)
+    assert renamed.next_occurrence_at >= datetime(2031, 1, 1, tzinfo=UTC)
+    call("jobs", "edit", "nightly-2", "--start", "")
+    assert Schedule.objects.get(pk=renamed.schedule_id).starts_at is None
+
+
+@db
+def test_jobs_edit_refuses_bad_input_naming_the_option(make_job: MakeJob) -> None:
+    job = make_job(name="nightly", every="PT1H")
+    make_job(name="taken")
+    assert refused("jobs", "edit", "nightly", "--every", "PT0S").startswith(
+        "interval (--every): 'PT0S' is shorter than one second"
+    )
+    assert refused("jobs", "edit", "nightly", "--cron", "61 * * * *").startswith("cron: ")
+    assert refused("jobs", "edit", "nightly", "--task", "nope.task").startswith("task: ")
+    assert "already has a job named 'taken'" in refused(
+        "jobs", "edit", "nightly", "--rename", "taken"
+    )
+    assert "nothing to change" in refused("jobs", "edit", "nightly")
+    unchanged = Job.objects.select_related("schedule").get(pk=job.pk)
+    assert (unchanged.name, unchanged.schedule.interval, unchanged.task) == (
+        "nightly", "PT1H", NOOP
+    )  # fmt: skip
+
+
+@db
+def test_jobs_edit_of_a_shared_schedule_leaves_the_other_jobs_alone(make_job: MakeJob) -> None:
+    first = make_job(name="first", every="PT1H")
+    second = make_job(name="second", schedule=first.schedule)
+    call("jobs", "edit", "second", "--every", "PT5M")
+    assert Job.objects.get(pk=first.pk).schedule.interval == "PT1H"
+    assert Job.objects.get(pk=second.pk).schedule.interval == "PT5M"
+    assert Schedule.objects.count() == 2
 
 
 # --- executions -------------------------------------------------------------------------------
@@ -327,7 +406,7 @@ def test_executions_with_no_rows_says_so() -> None:
 # --- help -------------------------------------------------------------------------------------
 
 SCHEDULING_COMMANDS = sorted(name for name, app in get_commands().items() if app == "scheduling")
-JOBS_ACTIONS = ["add", "list", "show", "pause", "resume", "run", "remove"]
+JOBS_ACTIONS = ["add", "edit", "list", "show", "pause", "resume", "run", "remove"]
 
 
 @pytest.mark.parametrize(

@@ -220,6 +220,11 @@ class JobForm(forms.ModelForm):
 
     class Meta:
         model = Job
+        widgets = {
+            "note": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "args": forms.Textarea(attrs={"rows": 1, "cols": 60}),
+            "kwargs": forms.Textarea(attrs={"rows": 1, "cols": 60}),
+        }
         fields = (
             "owner",
             "name",
@@ -324,6 +329,14 @@ class HealthFilter(admin.SimpleListFilter):
         if self.value() == "paused":
             return queryset.filter(status=JobStatus.PAUSED)
         return queryset
+
+
+def _ago(moment: datetime, now: datetime) -> str:
+    if abs((now - moment).total_seconds()) < 60:
+        return "just now"
+    if moment > now:
+        return f"in {timeuntil(moment, now, depth=1)}"
+    return f"{timesince(moment, now, depth=1)} ago"
 
 
 def _seconds(delta: timedelta) -> str:
@@ -475,8 +488,7 @@ class JobAdmin(admin.ModelAdmin):
         due = job.next_due_at
         if due is None or job.status != JobStatus.ACTIVE:
             return "-"
-        now = timezone.now()
-        words = f"in {timeuntil(due, now)}" if due > now else f"{timesince(due, now)} ago"
+        words = _ago(due, timezone.now())
         return format_html('<span title="{}">{}</span>', due.isoformat(timespec="seconds"), words)
 
     @admin.display(description="last run", ordering="last_scheduled_for")
@@ -488,10 +500,10 @@ class JobAdmin(admin.ModelAdmin):
         started: datetime | None = job.last_started_at
         lag = f" · lag {_seconds(started - due)}" if started else ""
         return format_html(
-            '{} <span title="{}">{} ago</span>{}',
+            '{} <span title="{}">{}</span>{}',
             badge(status),
             due.isoformat(timespec="seconds"),
-            timesince(due, timezone.now()),
+            _ago(due, timezone.now()),
             lag,
         )
 

@@ -172,6 +172,13 @@ JOB_POLICY_FIELDS = (
     "queue",
     "priority",
 )
+
+
+def _schedule_label(schedule: Schedule) -> str:
+    words = selectors.describe_schedule(schedule)
+    return f"{schedule.name}: {words}" if schedule.name else f"#{schedule.pk}: {words}"
+
+
 #: Where an error about a field the form does not show is displayed.
 ERROR_HOME = {"task_table": "task", "schedule": "existing_schedule"}
 
@@ -209,7 +216,7 @@ class JobForm(forms.ModelForm):
         required=False,
         widget=AdminSplitDateTime,
         label="Once at",
-        help_text="A single instant (UTC), instead of an interval or a cron expression.",
+        help_text="A single instant, instead of an interval or a cron expression.",
     )
     starts_at = forms.SplitDateTimeField(
         required=False, widget=AdminSplitDateTime, label="Start", help_text="No occurrence before."
@@ -241,6 +248,10 @@ class JobForm(forms.ModelForm):
         job = self.instance
         self.fields["task"].choices = target_choices(job if job.pk else None)
         self.fields["existing_schedule"].queryset = self.schedule_queryset
+        self.fields["existing_schedule"].label_from_instance = _schedule_label
+        zone = timezone.get_current_timezone_name()
+        for name in ("run_at", "starts_at", "ends_at"):
+            self.fields[name].help_text += f" In {zone}."
         if job.pk is None and self.owner_for_new is not None:
             job.owner = self.owner_for_new
         if job.task_table:

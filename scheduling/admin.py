@@ -25,7 +25,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.widgets import AdminSplitDateTime
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -87,7 +87,8 @@ def usable_schedules(request: HttpRequest) -> QuerySet[Schedule]:
     schedules = Schedule.objects.all()
     if sees_everything(request):
         return schedules
-    return schedules.filter(Q(jobs__owner=request.user) | Q(jobs__isnull=True)).distinct()
+    used = Job.objects.filter(schedule=OuterRef("pk"))
+    return schedules.filter(Exists(used.filter(owner=request.user)) | ~Exists(used))
 
 
 def _say(count: int, singular: str, plural: str) -> str:
@@ -103,7 +104,7 @@ class ScheduleAdmin(admin.ModelAdmin):
     search_fields = ("name", "cron", "interval")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
-        return usable_schedules(request)
+        return usable_schedules(request).annotate(job_total=Count("jobs"))
 
     def _only_mine(self, request: HttpRequest, obj: Schedule | None) -> bool:
         """A shared schedule is changed only by someone who owns every job on it."""
@@ -123,9 +124,9 @@ class ScheduleAdmin(admin.ModelAdmin):
     def in_words(self, schedule: Schedule) -> str:
         return selectors.describe_schedule(schedule)
 
-    @admin.display(description="jobs")
+    @admin.display(description="jobs", ordering="job_total")
     def job_count(self, schedule: Schedule) -> int:
-        return schedule.jobs.count()
+        return int(getattr(schedule, "job_total", 0))
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)

@@ -395,3 +395,15 @@ def test_a_staff_user_cannot_retime_a_schedule_shared_with_another_owner(
     )
     assert response.status_code == 403
     assert Schedule.objects.get(pk=theirs.schedule_id).interval == "PT1H"
+
+
+def test_a_staff_user_cannot_cancel_or_retry_another_owners_executions(
+    as_alice: Client, bob: Any, new_job: Callable[..., Job]
+) -> None:
+    theirs = new_job(bob, name="theirs")
+    queued = jobs.run_job_now(job=theirs, now=timezone.now())
+    failed = finished(theirs, ExecutionStatus.FAILED, ago=timedelta(hours=1))
+    for action, execution in (("cancel_executions", queued), ("retry_executions", failed)):
+        as_alice.post(EXECUTIONS, {"action": action, "_selected_action": [execution.pk]})
+    statuses = dict(Execution.objects.values_list("pk", "status"))
+    assert statuses == {queued.pk: ExecutionStatus.PENDING, failed.pk: ExecutionStatus.FAILED}

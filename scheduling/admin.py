@@ -470,6 +470,25 @@ class JobAdmin(admin.ModelAdmin):
         )
         obj.refresh_from_db()
 
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        """The job's page, with buttons for the actions that apply to it now."""
+        job = self.get_object(request, object_id)
+        buttons = []
+        if job is not None and self.has_change_permission(request, job):
+            buttons.append(("run_now", "Run now"))
+            if job.status == JobStatus.ACTIVE:
+                buttons.append(("pause_jobs", "Pause…"))
+            if job.status == JobStatus.PAUSED:
+                buttons.append(("resume_jobs", "Resume"))
+        context = {**(extra_context or {}), "job_actions": buttons}
+        return super().change_view(request, object_id, form_url, context)
+
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
         jobs.remove_job(job=obj)
 
@@ -544,7 +563,7 @@ class JobAdmin(admin.ModelAdmin):
         level = messages.SUCCESS if count else messages.WARNING
         self.message_user(request, _say(count, singular, plural), level)
 
-    @admin.action(description="Run one occurrence of the selected jobs now")
+    @admin.action(description="Run one occurrence of the selected jobs now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         count = 0
         for job in queryset:
@@ -559,7 +578,7 @@ class JobAdmin(admin.ModelAdmin):
             request, count, "%(count)d job queued to run now.", "%(count)d jobs queued to run now."
         )
 
-    @admin.action(description="Pause the selected jobs (with a reason)")
+    @admin.action(description="Pause the selected jobs (with a reason)", permissions=["change"])
     def pause_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
         form = PauseForm(request.POST if "apply" in request.POST else None)
         if form.is_bound and form.is_valid():
@@ -582,7 +601,7 @@ class JobAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/scheduling/job/pause.html", context)
 
-    @admin.action(description="Resume the selected jobs")
+    @admin.action(description="Resume the selected jobs", permissions=["change"])
     def resume_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         now = timezone.now()
         count = 0
@@ -592,7 +611,9 @@ class JobAdmin(admin.ModelAdmin):
                 count += 1
         self._report(request, count, "%(count)d job resumed.", "%(count)d jobs resumed.")
 
-    @admin.action(description="Retry the failed executions of the selected jobs")
+    @admin.action(
+        description="Retry the failed executions of the selected jobs", permissions=["change"]
+    )
     def retry_failed_executions(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         now = timezone.now()
         count = 0
@@ -608,7 +629,10 @@ class JobAdmin(admin.ModelAdmin):
             "%(count)d failed executions retried.",
         )
 
-    @admin.action(description="Cancel the running and queued executions of the selected jobs")
+    @admin.action(
+        description="Cancel the running and queued executions of the selected jobs",
+        permissions=["change"],
+    )
     def cancel_unfinished_executions(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         count = 0
         reason = f"cancelled in the admin by {request.user.get_username()}"

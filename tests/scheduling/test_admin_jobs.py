@@ -301,6 +301,27 @@ def test_pause_asks_for_a_reason_and_is_logged(
     assert messages == ["1 job paused.", "1 job resumed."]
 
 
+def test_a_jobs_page_offers_the_actions_that_apply_to_it_now(
+    admin_client: Client, admin_user: Any, alice: Any, new_job: Callable[..., Job]
+) -> None:
+    job = new_job(admin_user)
+    page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    assert "job-action-run_now" in page and "job-action-pause_jobs" in page
+    assert "job-action-resume_jobs" not in page
+    jobs.pause_job(job=job, now=timezone.now(), reason="r")
+    page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    assert "job-action-resume_jobs" in page and "job-action-pause_jobs" not in page
+
+    alice.user_permissions.set(Permission.objects.filter(codename="view_job"))
+    viewer = Client()
+    viewer.force_login(alice)
+    mine = new_job(alice)
+    page = viewer.get(f"{JOBS}{mine.pk}/change/").content.decode()
+    assert "job-action-" not in page
+    act(viewer, "run_now", mine.pk)
+    assert not Execution.objects.filter(job=mine).exists()
+
+
 def test_run_now_retry_and_cancel_act_on_executions(
     admin_client: Client, admin_user: Any, new_job: Callable[..., Job]
 ) -> None:

@@ -110,11 +110,15 @@ def test_an_operator_makes_pauses_resumes_and_runs_a_cron_job(
     assert status_in_list(page, job) == "paused"
     assert Job.objects.get(pk=job.pk).pause_reason == "quarter close"
 
-    choose_action(page, job, "resume_jobs")
+    # The job's own page offers the actions that apply to it now.
+    page.goto(f"{live_server.url}/admin/scheduling/job/{job.pk}/change/")
+    assert page.locator(".job-action-pause_jobs").count() == 0
+    page.click(".job-action-resume_jobs button")
     assert "1 job resumed." in page.locator(".messagelist").inner_text()
     assert status_in_list(page, job) == "active"
 
-    choose_action(page, job, "run_now")
+    page.goto(f"{live_server.url}/admin/scheduling/job/{job.pk}/change/")
+    page.click(".job-action-run_now button")
     assert "1 job queued to run now." in page.locator(".messagelist").inner_text()
 
     def completed_on_the_jobs_page() -> bool:

@@ -180,6 +180,7 @@ def _schedule_label(schedule: Schedule) -> str:
     return f"{schedule.name}: {words}" if schedule.name else f"#{schedule.pk}: {words}"
 
 
+CRON_HELP = 'Five fields, minute hour day month weekday, such as "0 9 * * 1-5".'
 #: Where an error about a field the form does not show is displayed.
 ERROR_HOME = {"task_table": "task", "schedule": "existing_schedule"}
 
@@ -206,10 +207,7 @@ class JobForm(forms.ModelForm):
         label="Every",
         help_text="An ISO-8601 duration: PT30S, PT10M, PT3H, P1D.",
     )
-    cron = forms.CharField(
-        required=False,
-        help_text='Five fields, minute hour day month weekday, such as "0 9 * * 1-5".',
-    )
+    cron = forms.CharField(required=False, help_text=CRON_HELP)
     timezone = forms.ChoiceField(
         choices=_zone_choices, initial="UTC", help_text="The zone the cron expression is read in."
     )
@@ -263,7 +261,7 @@ class JobForm(forms.ModelForm):
                 self.initial[name] = getattr(schedule, name)
             if schedule.cron:
                 words = selectors.describe_cron(schedule.cron)
-                self.fields["cron"].help_text += f" Now: {words} ({schedule.timezone})."
+                self.fields["cron"].help_text = f"{CRON_HELP} Reads: {words}."
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -284,9 +282,14 @@ class JobForm(forms.ModelForm):
         elif existing is not None:
             self.instance.schedule = existing
         else:
+            cron = " ".join((data.get("cron") or "").split())
+            if cron:
+                # The bound field copied its help text when fields were cleaned.
+                words = selectors.describe_cron(cron)
+                self["cron"].help_text = f"{CRON_HELP} Reads: {words}."
             self.instance.schedule = Schedule(
                 interval=(data.get("interval") or "").strip(),
-                cron=" ".join((data.get("cron") or "").split()),
+                cron=cron,
                 timezone=data.get("timezone") or "UTC",
                 run_at=data.get("run_at"),
                 starts_at=data.get("starts_at"),

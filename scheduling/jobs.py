@@ -1,4 +1,4 @@
-"""Job lifecycle: make, plan, pause, resume, run now, cancel and remove jobs.
+"""Job lifecycle: make, edit, plan, pause, resume, run now, retry, cancel and remove jobs.
 
 The command line, the admin and ``scheduling.api`` all come here, so a job made by any of them
 passes the same rules (``Job.clean``) and gets its first occurrence planned the same way. A job

@@ -161,6 +161,16 @@ def test_bad_timing_is_refused_beside_its_field(admin_client: Client, admin_user
     assert not Job.objects.exists() and not Schedule.objects.exists()
 
 
+def test_a_typed_cron_expression_is_read_back_in_words(admin_client: Client, admin_user: Any):
+    response = admin_client.post(
+        f"{JOBS}add/", form_data(owner=admin_user.pk, cron="*/15 9-17 * * 1-5", name="")
+    )
+    form = form_of(response)
+    assert "name" in form.errors and "interval" in form.errors  # two kinds given, no name
+    page = response.content.decode()
+    assert "Reads: Every 15 minutes, between 09:00 and 17:59, Monday through Friday." in page
+
+
 def test_a_task_table_target_needs_an_existing_row(admin_client: Client, admin_user: Any):
     response = admin_client.post(
         f"{JOBS}add/",

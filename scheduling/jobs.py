@@ -376,6 +376,7 @@ def edit_job(
 
     errors: dict[str, list[str]] = {}
     replan = bool(_REPLAN & changes.keys())
+    retimed = False  # the job's schedule row (its own, or a new copy) has new values
     if schedule is not None and schedule.pk != old_schedule.pk:
         job.schedule = schedule
         replan = True
@@ -397,7 +398,7 @@ def edit_job(
             except ValidationError as exc:
                 errors.update(exc.message_dict)
             job.schedule = target
-            replan = True
+            retimed = replan = True
     try:
         job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
     except ValidationError as exc:
@@ -411,7 +412,7 @@ def edit_job(
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
-        if job.schedule.pk is None or job.schedule is old_schedule:
+        if retimed:
             job.schedule.save()
         job.save()
         if job.schedule.pk != old_schedule.pk and not old_schedule.jobs.exists():

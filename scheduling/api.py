@@ -32,12 +32,14 @@ from typing import Any, TypeVar
 from django.db.models.signals import post_delete
 from django.utils import timezone
 
+from config.celery import app as celery_app
 from scheduling import jobs as _jobs
 from scheduling import tasktables
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
-from scheduling.taskbase import ScheduledTask, schedulable_task
+from scheduling.scheduler.publisher import publish_now
 from scheduling.timing import Cron, Every, Once, Timing
+from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
     "SYSTEM_OWNER",
@@ -169,8 +171,14 @@ def resume(job: JobRef) -> bool:
 
 
 def run_now(job: JobRef) -> int:
-    """One extra occurrence now, published at once; returns its execution id."""
-    return _jobs.run_now(_id(job), now=timezone.now())
+    """One extra occurrence now, published at once; returns its execution id.
+
+    The execution is committed before its message is published, as every occurrence is; if
+    the broker cannot be reached, the scheduler publishes it after ``SCHEDULING_PENDING_GRACE``.
+    """
+    execution_id = _jobs.run_now(_id(job), now=timezone.now())
+    publish_now(celery_app, execution_ids=[execution_id])
+    return execution_id
 
 
 def cancel(job: JobRef, *, reason: str = "cancelled") -> int:

@@ -10,8 +10,8 @@ from scheduling import (
     tasktables,
 )
 from scheduling.registry import PermanentError
-from scheduling.taskbase import schedulable_task
 from scheduling.tasktables import TASK_ROW_TASK
+from scheduling.worker.taskbase import schedulable_task
 
 
 @schedulable_task(name=TASK_ROW_TASK, bind=True)
@@ -21,7 +21,7 @@ def run_task_row(self: Any) -> Any:
     The row is read fresh for every attempt and handed to the runner its table registered,
     with the attempt's ``RunContext``.
     """
-    run = self.run
+    run = self.run_context
     if run is None:
         raise PermanentError("run_task_row runs only for a job's execution")
     target = selectors.task_row_target(run.execution_id)

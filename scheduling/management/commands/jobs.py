@@ -9,9 +9,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import jobs, selectors
+from scheduling import api, jobs, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
-from scheduling.models import Job, Overlap
+from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
 from scheduling.validation import parse_json_argument
 
@@ -186,10 +186,11 @@ class Command(DuecourseCommand):
 
     def do_run(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        execution = jobs.run_job_now(job=job, now=timezone.now())
+        execution = Execution.objects.select_related("job").get(pk=api.run_now(job.pk))
+        state = "published" if execution.status == ExecutionStatus.QUEUED else "saved"
         self.emit(
             selectors.execution_summary(execution),
-            f"queued one occurrence of {job.name!r} (execution {execution.pk})",
+            f"{state} one occurrence of {job.name!r} now (execution {execution.pk})",
             as_json=o["json"],
         )
 

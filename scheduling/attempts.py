@@ -5,7 +5,10 @@ message is acknowledged and does nothing); ``complete_execution``, ``fail_attemp
 decides retry or failure), ``cancel_execution`` and ``interrupt_execution`` end it; the job is
 released for its next occurrence when the execution is finished. Every write is conditional on
 the state it expects, and on the attempt number the worker started, so a late or repeated
-signal changes nothing.
+signal changes nothing. The worker's verbs commit on their own (``atomic(durable=True)``):
+joined to a caller's transaction, a start or an end would not be visible, or could be rolled
+back, after the worker acknowledged its message. ``cancel_execution`` may join one: a person's
+or a domain app's cancel belongs with the rest of its change.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ _STARTABLE_NOW = Q(status__in=EXECUTION_STARTABLE) & ~Q(status=ExecutionStatus.R
 
 def _start_with_orm(execution_id: int, *, worker: str, pid: int, now: datetime) -> Started | None:
     startable = _STARTABLE_NOW | Q(status=ExecutionStatus.RETRY, retry_at__lte=now)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if _expired(execution_id, now):
             return None
         changed = Execution.objects.filter(startable, pk=execution_id).update(
@@ -123,7 +126,7 @@ def skip_expired(*, execution_id: int, now: datetime) -> bool:
     an expired occurrence is acknowledged, the execution is SKIPPED with the reason and a
     forbid-overlap job is released for its next occurrence.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         execution = (
             Execution.objects.select_for_update(of=("self",))
             .select_related("job")
@@ -235,7 +238,7 @@ def complete_execution(*, execution_id: int, now: datetime, attempt: int | None 
         if not changed:
             return False
     else:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             changed = Execution.objects.filter(
                 _attempt_running(execution_id, attempt),
                 pk=execution_id,
@@ -291,7 +294,7 @@ def fail_attempt(
     with ``stale_before``, its heartbeat is no longer older than that: the reaper's condition).
     """
     still_stale = Q() if stale_before is None else Q(last_heartbeat_at__lt=stale_before)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         execution = (
             Execution.objects.select_for_update(of=("self",))
             .select_related("job")
@@ -384,7 +387,7 @@ def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
     Celery acknowledge it as WorkerLostError. The scheduler's next tick therefore publishes
     it again; if the requeued message also arrives, the claim absorbs the second one.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         changed = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.RUNNING).update(
             status=ExecutionStatus.RETRY, retry_at=now, finished_at=now, updated_at=now
         )

@@ -5,6 +5,8 @@ This is the scheduler's hot path, so it works on plain rows instead of model ins
 timing decisions of ``scheduling.schedules.plan_claim`` (the only place they live), then one
 write. On PostgreSQL that write is a single statement inserting the executions and moving the
 jobs; SQLite, which serialises writers anyway, uses the ORM's bulk methods.
+The claim commits on its own (``atomic(durable=True)``): inside a caller's transaction its row
+locks would be held, and its rows invisible to workers, for as long as the caller runs.
 Nothing is published here: the scheduler loop (``scheduling.scheduler.loop``) does that after
 the commit.
 """
@@ -116,7 +118,7 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
     grace = timedelta(seconds=conf.get("MISFIRE_GRACE"))
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
     postgres = connection.vendor == "postgresql"
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         rows = _lock_due_pg(now, limit) if postgres else _lock_due_orm(now, limit)
         if not rows:
             return Claim([], 0)

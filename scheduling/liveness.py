@@ -25,7 +25,7 @@ def record_heartbeat(*, execution_ids: Sequence[int], now: datetime) -> int:
     if not execution_ids:
         return 0
     ids = list(execution_ids)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         changed = Execution.objects.filter(pk__in=ids, status=ExecutionStatus.RUNNING).update(
             last_heartbeat_at=now
         )

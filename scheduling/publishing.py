@@ -53,7 +53,7 @@ def mark_queued(*, execution_ids: Iterable[int], now: datetime) -> int:
         return Execution.objects.filter(pk__in=ids, status=ExecutionStatus.PENDING).update(
             status=ExecutionStatus.QUEUED, queued_at=now, updated_at=now
         )
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
         cursor.execute("SET LOCAL synchronous_commit = off")
         cursor.execute(
             sql.MARK_QUEUED,
@@ -95,7 +95,7 @@ def reclaim_for_publish(*, now: datetime, limit: int) -> list[Doorbell]:
         | Q(status=ExecutionStatus.QUEUED, queued_at__lt=queued_before)
         | Q(status=ExecutionStatus.RETRY, retry_at__lte=now)
     )
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         rows = list(_lock(Execution.objects.filter(due)).select_related("job")[:limit])
         if not rows:
             return []

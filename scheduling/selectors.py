@@ -66,6 +66,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "max_retries": job.max_retries,
         "queue": job.queue,
         "priority": job.priority,
+        "expires": job.expires,
+        "pause_reason": job.pause_reason or None,
         "note": job.note,
         "created_at": _iso(job.created_at),
     }

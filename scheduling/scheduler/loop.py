@@ -165,7 +165,7 @@ class Dispatcher:
 
         The first batch is claimed and published here. If it was full, a flood is due: the
         rest is claimed by the lanes (``Lanes``) side by side, or in line where lanes cannot
-        work: inside a caller's transaction a second connection could not see the new rows,
+        work: inside a test case's transaction a second connection could not see the new rows,
         and SQLite has a single writer. Claiming stops after MAX_SLEEP so recovery still runs
         between rounds; the tick returns only when every batch it claimed has been published
         and marked.

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from scheduling import attempts, claims, jobs, liveness, publishing, schedules, selectors
 from scheduling.claims import Doorbell
@@ -602,3 +602,12 @@ def test_a_manual_run_at_an_occurrence_instant_does_not_stop_the_claim(
     claim(now)
     assert history(other) == [(now, ExecutionStatus.PENDING)]
     assert Execution.objects.filter(job=manual, scheduled_for=now).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_never_joins_a_callers_transaction(make_job: MakeJob, now: datetime) -> None:
+    """Joined to a caller's transaction, its locks and rows would live as long as the caller."""
+    make_job(every="PT1M")
+    with transaction.atomic(), pytest.raises(RuntimeError, match="durable"):
+        claims.claim_due_jobs(now=now, limit=10)
+    assert not Execution.objects.exists()

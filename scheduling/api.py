@@ -6,7 +6,7 @@ enforced by import-linter in CI (see docs/architecture.md), and docs/extending.m
 a worked example.
 
 - Declare work: ``@schedulable_task`` for a Celery task, ``@task_table(Model)`` for a model whose
-  rows are units of scheduled work (seed 000's TaskTable + TaskId). Both are allowlists: a job
+  rows are units of scheduled work (a job points at one row). Both are allowlists: a job
   can target only what was declared. Put task-table declarations in your app's ``scheduled``
   module; the engine imports it when Django starts.
 - Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
@@ -201,4 +201,3 @@ def executions(
 ) -> list[_jobs.ExecutionInfo]:
     """The job's executions, newest first, with their attempt counts."""
     return _jobs.executions(_id(job), limit=limit, status=status)
-

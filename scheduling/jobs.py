@@ -295,8 +295,8 @@ def save_new(
 def plan_from(job: Job, timing: Timing, *, now: datetime, first: bool = False) -> None:
     """Set the job's next occurrence to the first one at or after ``now``.
 
-    A one-off whose instant has already passed still runs once at creation (seed 000: a due
-    time in the past runs at once).
+    A one-off whose instant has already passed still runs once, at creation: a due time in
+    the past means "now", not "never".
     """
     if first and timing.at is not None:
         occurrence = timing.at if timing.end is None or timing.at <= timing.end else None

@@ -230,5 +230,3 @@ class Dispatcher:
             "dispatch.published count=%s seconds=%.4f", len(done), time.monotonic() - started
         )
         return len(done)
-
-

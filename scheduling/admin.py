@@ -34,7 +34,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import ngettext
 
-from scheduling import api, jobs, registry, selectors, services, tasktables
+from scheduling import api, attempts, jobs, registry, selectors, tasktables
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -718,7 +718,7 @@ class ExecutionAdmin(admin.ModelAdmin):
         reason = f"cancelled in the admin by {request.user.get_username()}"
         count = 0
         for execution in queryset.filter(status__in=EXECUTION_UNFINISHED):
-            if services.cancel_execution(execution_id=execution.pk, now=now, reason=reason):
+            if attempts.cancel_execution(execution_id=execution.pk, now=now, reason=reason):
                 self.log_change(request, execution, "Cancelled.")
                 count += 1
         self.message_user(

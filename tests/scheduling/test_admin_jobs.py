@@ -20,7 +20,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling import jobs, selectors, services
+from scheduling import attempts, jobs, selectors
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
 
 pytestmark = pytest.mark.django_db
@@ -265,8 +265,8 @@ def test_a_jobs_page_shows_its_recent_executions_with_attempts(
 ) -> None:
     job = new_job(admin_user)
     execution = jobs.run_job_now(job=job, now=timezone.now())
-    services.start_execution(execution_id=execution.pk, worker="w1", pid=1, now=timezone.now())
-    services.fail_attempt(
+    attempts.start_execution(execution_id=execution.pk, worker="w1", pid=1, now=timezone.now())
+    attempts.fail_attempt(
         execution_id=execution.pk,
         now=timezone.now(),
         error="boom",
@@ -338,7 +338,7 @@ def test_run_now_retry_and_cancel_act_on_executions(
     job = new_job(admin_user)
     act(admin_client, "run_now", job.pk)
     execution = Execution.objects.get(job=job)
-    assert execution.status == ExecutionStatus.PENDING
+    assert execution.status == ExecutionStatus.QUEUED  # published at once
 
     act(admin_client, "cancel_unfinished_executions", job.pk)
     assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.CANCELLED

@@ -1,5 +1,5 @@
-"""Changing a job in place, retrying a failed execution, running now: the services the admin
-and the command line share (``scheduling.jobs``)."""
+"""Changing a job in place and retrying a failed execution: the services the admin and the
+command line share (``scheduling.jobs``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from emailer.models import SendEmailTask
-from scheduling import conf, jobs, selectors, services
+from scheduling import attempts, jobs, publishing
 from scheduling.models import Execution, ExecutionStatus, Job, Schedule
 from scheduling.tasktables import TASK_ROW_TASK
 
@@ -20,36 +20,20 @@ MakeJob = Callable[..., Job]
 MINUTE = timedelta(minutes=1)
 
 
-def probe(now: datetime) -> selectors.Probe:
-    """What the scheduler's tick at ``now`` asks, with the configured pending grace."""
-    grace = timedelta(seconds=conf.get("PENDING_GRACE"))
-    return selectors.scheduler_probe(
-        now=now, pending_before=now - grace, queued_before=now - grace, stale_before=now
-    )
-
-
-def test_run_now_is_published_on_the_schedulers_next_tick(make_job: MakeJob, now: datetime):
-    job = make_job(every="PT1H")
-    execution = jobs.run_job_now(job=job, now=now)
-    assert probe(now).republish
-    [bell] = services.reclaim_for_publish(now=now, limit=10)
-    assert bell.execution_id == execution.pk
-
-
 def test_a_retried_execution_is_published_again_and_keeps_its_attempts(
     make_job: MakeJob, now: datetime
 ) -> None:
     job = make_job(every="PT1H", max_retries=0)
     execution = jobs.run_job_now(job=job, now=now)
-    services.start_execution(execution_id=execution.pk, worker="w", pid=1, now=now)
-    services.fail_attempt(execution_id=execution.pk, error="boom", outcome="failed", now=now)
+    attempts.start_execution(execution_id=execution.pk, worker="w", pid=1, now=now)
+    attempts.fail_attempt(execution_id=execution.pk, error="boom", outcome="failed", now=now)
     assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.FAILED
 
     assert jobs.retry_failed(job=job, now=now + MINUTE) == 1
     assert not jobs.retry_execution(execution_id=execution.pk, now=now + MINUTE)  # not failed now
-    [bell] = services.reclaim_for_publish(now=now + MINUTE, limit=10)
+    [bell] = publishing.reclaim_for_publish(now=now + MINUTE, limit=10)
     assert bell.execution_id == execution.pk
-    started = services.start_execution(execution_id=execution.pk, worker="w", pid=1, now=now)
+    started = attempts.start_execution(execution_id=execution.pk, worker="w", pid=1, now=now)
     assert started is not None and started.attempt == 2
 
 

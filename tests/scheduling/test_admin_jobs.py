@@ -333,7 +333,7 @@ def test_a_jobs_page_offers_the_actions_that_apply_to_it_now(
 
 
 def test_run_now_retry_and_cancel_act_on_executions(
-    admin_client: Client, admin_user: Any, new_job: Callable[..., Job]
+    admin_client: Client, admin_user: Any, new_job: Callable[..., Job], publish_under_prefix: str
 ) -> None:
     job = new_job(admin_user)
     act(admin_client, "run_now", job.pk)

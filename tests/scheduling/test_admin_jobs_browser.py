@@ -74,7 +74,12 @@ def status_in_list(page: Any, job: Job) -> str:
 
 
 def test_an_operator_makes_pauses_resumes_and_runs_a_cron_job(
-    browser: Any, live_server: Any, admin_user: Any, processes: Any, process_env: dict[str, str]
+    browser: Any,
+    live_server: Any,
+    admin_user: Any,
+    processes: Any,
+    process_env: dict[str, str],
+    publish_under_prefix: str,
 ) -> None:
     processes.start(celery_worker_command(name="admin-ui"), env=process_env, name="worker")
     processes.start(scheduler_command(), env=process_env, name="scheduler")

@@ -258,6 +258,8 @@ def test_filters_find_failing_late_and_paused_jobs(
     assert listed("failing") == {"failing"}
     assert listed("late") == {"late"}
     assert listed("paused") == {"paused"}
+    with_counts = admin_client.get(JOBS, {"_facets": "True"}).content.decode()
+    assert "Failing (last run failed or retrying) (1)" in with_counts
 
 
 def test_a_jobs_page_shows_its_recent_executions_with_attempts(

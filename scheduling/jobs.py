@@ -411,10 +411,15 @@ def edit_job(
         errors.setdefault("name", []).append(f"{job.owner} already has a job named {job.name!r}")
     if errors:
         raise ValidationError(errors)
+    # Only the edited columns are written: the scheduler and workers own the others
+    # (next due time, current execution, counters) and may have moved them meanwhile.
+    columns = [*changes, "updated_at"]
     with transaction.atomic():
         if retimed:
             job.schedule.save()
-        job.save()
+        if job.schedule.pk != old_schedule.pk:
+            columns.append("schedule")
+        job.save(update_fields=columns)
         if job.schedule.pk != old_schedule.pk and not old_schedule.jobs.exists():
             old_schedule.delete()
         if replan:

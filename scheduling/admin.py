@@ -598,7 +598,7 @@ class JobAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "Pause jobs",
             "opts": self.model._meta,
-            "jobs": list(queryset),
+            "jobs": list(queryset.select_related("owner")),
             "form": form,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         }

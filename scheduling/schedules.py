@@ -9,9 +9,14 @@ Rules worth knowing:
   job's creation), so daylight-saving changes never make them run twice or skip a run.
   ``P1D`` is 24 hours, not "the same wall time tomorrow"; use cron for wall-clock times.
   Months and years have no fixed length and are refused.
-- Cron schedules follow the wall clock of their zone; see ``scheduling.cron`` for the spring
-  gap (runs once, shifted past the gap) and the autumn overlap (runs once, the first time).
+- Cron schedules follow the wall clock of their zone; see ``scheduling.cron`` for what they do
+  when the clocks change. The zone belongs to cron alone: an interval counts elapsed time and
+  an instant carries its own offset, so a schedule saved with either and another zone is
+  refused rather than silently read in UTC.
 - A window ``[start, end]`` bounds every kind: nothing before start, nothing after end.
+- Occurrences stay within the calendar (up to the year 9999). A schedule whose next occurrence
+  would fall beyond it is refused when saved (``check_savable``); asked anyway,
+  ``Timing.next_after`` raises ScheduleError naming the field rather than OverflowError.
 """
 
 from __future__ import annotations
@@ -161,7 +166,11 @@ class Timing:
         return self.next_after(when - _EPSILON, anchor=anchor)
 
     def next_after(self, after: datetime, *, anchor: datetime) -> datetime | None:
-        """The first occurrence strictly after ``after``, or None when the schedule is over."""
+        """The first occurrence strictly after ``after``, or None when the schedule is over.
+
+        Raises ScheduleError (field ``interval`` or ``cron``) when that occurrence would fall
+        beyond the calendar.
+        """
         if self.start is not None and after < self.start:
             after = self.start - _EPSILON
         candidate: datetime | None
@@ -171,9 +180,19 @@ class Timing:
                 candidate = base
             else:
                 steps = (after - base) // self.interval + 1
-                candidate = base + self.interval * steps
+                try:
+                    candidate = base + self.interval * steps
+                except OverflowError:
+                    raise ScheduleError(
+                        "interval",
+                        f"{format_duration(self.interval)} puts the occurrence after "
+                        f"{after.isoformat()} beyond the year 9999",
+                    ) from None
         elif self.cron is not None:
-            candidate = self.cron.next_after(after, self.zone)
+            try:
+                candidate = self.cron.next_after(after, self.zone)
+            except CronError as exc:
+                raise ScheduleError("cron", str(exc)) from None
         else:
             assert self.at is not None
             candidate = self.at if self.at > after else None
@@ -219,6 +238,35 @@ def timing_from(
     except ScheduleError as exc:
         renamed = {"at": "run_at", "start": "starts_at", "end": "ends_at"}
         raise ScheduleError(renamed.get(exc.field, exc.field), exc.reason) from None
+
+
+def check_savable(
+    interval: str,
+    cron: str,
+    zone: str,
+    at: datetime | None,
+    start: datetime | None,
+    end: datetime | None,
+    *,
+    now: datetime,
+) -> Timing:
+    """``timing_from`` plus the rules for saving a schedule; errors name the stored field.
+
+    Kept apart from ``timing_from``, which the claim also runs on rows already saved, so that
+    a rule added here never turns an existing job into a failing one.
+    """
+    timing = timing_from(interval, cron, zone, at, start, end)
+    if not cron and (zone or "UTC") != "UTC":
+        kind = "an interval counts elapsed time" if interval else "an instant carries its offset"
+        raise ScheduleError(
+            "timezone", f"{zone!r} applies to a cron expression only; {kind}, so leave it UTC"
+        )
+    # The first occurrence from now and the one after it: a schedule whose next occurrence
+    # cannot be computed would otherwise fail on every claim.
+    first = timing.occurrence_at_or_after(now, anchor=now)
+    if first is not None and timing.at is None:
+        timing.next_after(first, anchor=now)
+    return timing
 
 
 def due_time(job_id: int, occurrence: datetime, jitter: timedelta) -> datetime:
@@ -269,7 +317,7 @@ def plan_claim(
 
     - On time (within ``grace``) every policy runs ``due``.
     - ``catch_up`` runs every missed occurrence in order. With overlap forbidden they come one
-      claim at a time (each waits for the previous to finish, as seed 000's NextDueTime did);
+      claim at a time (each waits for the previous one to finish);
       with overlap allowed a single claim creates up to ``catch_up_limit`` of them.
     - ``coalesce`` runs once for all missed occurrences (recorded at the first missed one), then
       waits for the next future occurrence.

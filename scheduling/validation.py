@@ -50,12 +50,12 @@ def parse_seconds(raw: str, *, field: str, maximum: timedelta) -> timedelta:
     if value < 0:
         raise ValidationError({field: "must be zero or more"})
     if value > maximum.total_seconds():
-        raise ValidationError({field: _limit(field, maximum)})
+        raise ValidationError({field: _limit(maximum)})
     return timedelta(seconds=value)
 
 
-def _limit(field: str, maximum: timedelta) -> str:
-    return f"must be at most {maximum.total_seconds():g} seconds ({maximum})"
+def _limit(maximum: timedelta) -> str:
+    return f"must be at most {maximum.total_seconds():g} seconds"
 
 
 def _check_json_shape(value: Any, *, field: str, expect: type) -> None:
@@ -133,7 +133,7 @@ def validate_job(job: Job) -> None:
     if job.jitter is not None and job.jitter.total_seconds() < 0:
         errors["jitter"] = "must be zero or more"
     elif job.jitter is not None and job.jitter > MAX_JITTER:
-        errors["jitter"] = _limit("jitter", MAX_JITTER)
+        errors["jitter"] = _limit(MAX_JITTER)
     for field in ("retry_backoff", "retry_backoff_max"):
         value = getattr(job, field)
         if value is not None and value < 0:

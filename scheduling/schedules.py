@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -294,12 +294,15 @@ class ClaimPlan:
 
     ``run`` are the occurrences to execute now, ``skipped`` the first missed occurrence when the
     skip policy dropped some (recorded once so the history shows the gap), and ``next_occurrence``
-    where the job goes next (None: its schedule is over).
+    where the job goes next (None: its schedule is over). ``error`` says why there is no next
+    occurrence when one could not be computed (a row saved around the rules whose schedule runs
+    off the calendar): the job ends there instead of failing every claim it is part of.
     """
 
     run: tuple[datetime, ...]
     skipped: datetime | None
     next_occurrence: datetime | None
+    error: ScheduleError | None = None
 
 
 def plan_claim(
@@ -323,25 +326,55 @@ def plan_claim(
       waits for the next future occurrence.
     - ``skip`` runs nothing for missed occurrences; an occurrence that is itself on time (within
       ``grace`` of ``now``) still runs, and then the job waits for the next one.
+    - A next occurrence that cannot be computed ends the schedule there, with ``error`` set.
     """
+    failures: list[ScheduleError] = []
+
+    def following(after: datetime) -> datetime | None:
+        try:
+            return timing.next_after(after, anchor=anchor)
+        except ScheduleError as exc:
+            failures.append(exc)
+            return None
+
+    plan = _plan_claim(
+        following,
+        due=due,
+        now=now,
+        misfire=misfire,
+        allow_overlap=allow_overlap,
+        grace=grace,
+        catch_up_limit=catch_up_limit,
+    )
+    return replace(plan, error=failures[0]) if failures else plan
+
+
+def _plan_claim(
+    following: Callable[[datetime], datetime | None],
+    *,
+    due: datetime,
+    now: datetime,
+    misfire: Misfire,
+    allow_overlap: bool,
+    grace: timedelta,
+    catch_up_limit: int,
+) -> ClaimPlan:
     late = now - due > grace
     if not late or misfire is Misfire.CATCH_UP:
         runs = [due]
-        nxt = timing.next_after(due, anchor=anchor)
+        nxt = following(due)
         if allow_overlap:
             while nxt is not None and nxt <= now and len(runs) < catch_up_limit:
                 runs.append(nxt)
-                nxt = timing.next_after(nxt, anchor=anchor)
+                nxt = following(nxt)
         return ClaimPlan(run=tuple(runs), skipped=None, next_occurrence=nxt)
-    after_now = timing.next_after(now, anchor=anchor)
+    after_now = following(now)
     if misfire is Misfire.COALESCE:
         return ClaimPlan(run=(due,), skipped=None, next_occurrence=after_now)
-    recent = timing.next_after(max(due, now - grace), anchor=anchor)
+    recent = following(max(due, now - grace))
     if recent is not None and recent <= now:
         # The latest occurrence is on time: only the ones before it were missed.
-        return ClaimPlan(
-            run=(recent,), skipped=due, next_occurrence=timing.next_after(recent, anchor=anchor)
-        )
+        return ClaimPlan(run=(recent,), skipped=due, next_occurrence=following(recent))
     return ClaimPlan(run=(), skipped=due, next_occurrence=after_now)
 
 

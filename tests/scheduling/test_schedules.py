@@ -564,3 +564,34 @@ def test_check_savable_accepts_what_can_run() -> None:
     # A one-off already past, or a window already over: nothing left to run, nothing to refuse.
     assert check_savable("", "", "UTC", T0 - MINUTE, None, None, now=T0).at == T0 - MINUTE
     assert check_savable("PT1H", "", "", None, None, T0 - MINUTE, now=T0).end == T0 - MINUTE
+
+
+def test_a_claim_whose_next_occurrence_runs_off_the_calendar_ends_the_schedule_there() -> None:
+    # Only a row written around the rules gets here; the claim must not fail with it.
+    plan = plan_claim(
+        every("P99999999D"),
+        anchor=T0,
+        due=T0,
+        now=T0,
+        misfire=Misfire.CATCH_UP,
+        allow_overlap=False,
+        grace=GRACE,
+        catch_up_limit=10,
+    )
+    assert plan.run == (T0,)
+    assert plan.next_occurrence is None
+    assert plan.error is not None and plan.error.field == "interval"
+
+
+def test_a_claim_that_can_plan_has_no_error() -> None:
+    plan = plan_claim(
+        every("PT1H"),
+        anchor=T0,
+        due=T0,
+        now=T0,
+        misfire=Misfire.SKIP,
+        allow_overlap=False,
+        grace=GRACE,
+        catch_up_limit=10,
+    )
+    assert plan == ClaimPlan(run=(T0,), skipped=None, next_occurrence=T0 + timedelta(hours=1))

@@ -53,7 +53,7 @@ import calendar
 import functools
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 
 from cronsim import CronSim, CronSimError
@@ -88,6 +88,9 @@ _MACROS = {
 # expression with no occurrence from this instant on has none at all.
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 _MONTHS_KEPT = 1200
+_SECOND = timedelta(seconds=1)
+_MINUTE = timedelta(minutes=1)
+_DAY = timedelta(days=1)
 _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Zulu", "Etc/Zulu"})
 
 
@@ -208,17 +211,20 @@ class _Search(CronSim):
 
     The expression is parsed once; ``first_after`` copies the parsed state and moves the
     start. cronsim steps to the next allowed minute or hour one unit at a time (through UTC
-    when it walks aware wall-clock time); here it gets there in one step, which is what the
-    claim path pays per due job. Within an hour the step is the same UTC move as the single
-    steps added up; across hours it is the wall time made real the way a step through UTC
-    makes it, so daylight-saving transitions come out as cronsim's own walk has them (the
-    property tests in ``tests/scheduling/test_cron.py`` compare against a minute-by-minute
-    oracle).
+    when it walks aware wall-clock time) and re-checks every field after each step; the claim
+    path pays that per due job, so here the next allowed day, hour and minute are reached in
+    one step each. On a plain clock (naive wall time, which cronsim walks for fixed-time
+    expressions, or UTC) a step within the day or hour leaves the larger fields valid and
+    the search goes on from there. On an aware clock a step within the hour is the same UTC
+    move as cronsim's single steps added up, and a step across hours is the wall time made
+    real the way a step through UTC makes it; either is then re-checked. The property tests
+    in ``tests/scheduling/test_cron.py`` hold the result to a minute-by-minute oracle.
     """
 
     def __init__(self, text: str, start: datetime) -> None:
         super().__init__(text, start)
         self._zone: Any = self.fixup_tz if self.fixup_tz is not None else self.dt.tzinfo
+        self._plain = self.fixup_tz is not None or self._zone is UTC
         self._minutes = sorted(self.minutes)
         self._hours = sorted(self.hours)
         # Matching days per (year, month), decided by cronsim's own day rule once per month;
@@ -228,17 +234,56 @@ class _Search(CronSim):
     def first_after(self, after: datetime) -> datetime:
         search = object.__new__(_Search)
         search.__dict__.update(self.__dict__)
-        local = after.astimezone(self._zone)
+        # cronsim starts one second after the start it is given, on the clock it walks: naive
+        # wall time for fixed-time expressions (so a start just before a spring gap still
+        # finds the times the gap skipped), otherwise UTC. (The constructor, not replace(),
+        # which is several times slower on CPython.)
         if self.fixup_tz is not None:
-            search.dt = local.replace(tzinfo=None, microsecond=0)
+            at = after.astimezone(self._zone)
+            search.dt = datetime(at.year, at.month, at.day, at.hour, at.minute, at.second) + _SECOND
         else:
-            search.dt = local.replace(microsecond=0)
+            at = (after + _SECOND - timedelta(microseconds=after.microsecond)).astimezone(
+                self._zone
+            )
+            search.dt = datetime(
+                at.year,
+                at.month,
+                at.day,
+                at.hour,
+                at.minute,
+                at.second,
+                tzinfo=self._zone,
+                fold=at.fold,
+            )
         # A wall time repeated in autumn maps to its first instant, which can lie before an
         # `after` inside the repeat; keep going until past it.
-        found = next(search).astimezone(UTC)
+        found = search._step(tick=False)
         while found <= after:
-            found = next(search).astimezone(UTC)
+            found = search._step()
         return found
+
+    def _step(self, *, tick: bool = True) -> datetime:
+        """cronsim's ``__next__`` going forward, with the instant in UTC.
+
+        Walking naive wall time (fixed-time expressions), cronsim moves a time the clocks
+        skipped to the first real minute after it; that is done here with the UTC instant the
+        result needs anyway, instead of converting twice more.
+        """
+        if tick:
+            self.tick()
+        self.advance()
+        zone = self.fixup_tz
+        if zone is None:
+            return self.dt.astimezone(UTC)
+        while True:
+            wall = self.dt
+            instant = datetime(
+                wall.year, wall.month, wall.day, wall.hour, wall.minute, tzinfo=zone
+            ).astimezone(UTC)
+            real = instant.astimezone(zone)
+            if (real.minute, real.hour, real.day) == (wall.minute, wall.hour, wall.day):
+                return instant
+            self.dt += _MINUTE
 
     def advance_day(self) -> bool:
         day = self.dt.date()
@@ -247,10 +292,10 @@ class _Search(CronSim):
             return False
         later = bisect_right(days, day.day)
         if later < len(days):
-            day = day.replace(day=days[later])
-        else:
-            day = (day.replace(day=28) + timedelta(days=4)).replace(day=1)
-        self.dt = datetime.combine(day, time(), tzinfo=self.dt.tzinfo)
+            self.dt = datetime(day.year, day.month, days[later], tzinfo=self.dt.tzinfo)
+            return False  # same month: still allowed
+        year, month = (day.year + 1, 1) if day.month == 12 else (day.year, day.month + 1)
+        self.dt = datetime(year, month, 1, tzinfo=self.dt.tzinfo)
         return True
 
     def _days_of(self, year: int, month: int) -> tuple[int, ...]:
@@ -263,29 +308,33 @@ class _Search(CronSim):
             self._month_days[(year, month)] = days
         return days
 
+    def advance_hour(self) -> bool:
+        hour = self.dt.hour
+        if hour in self.hours:
+            return False
+        dt = self.dt
+        later = bisect_right(self._hours, hour)
+        if later < len(self._hours):
+            wall = datetime(dt.year, dt.month, dt.day, self._hours[later], tzinfo=dt.tzinfo)
+            if self._plain:
+                self.dt = wall
+                return False  # same day: still allowed
+        else:
+            wall = datetime(dt.year, dt.month, dt.day, tzinfo=dt.tzinfo) + _DAY
+        if not self._plain:
+            wall = wall.astimezone(UTC).astimezone(wall.tzinfo)
+        self.dt = wall
+        return True
+
     def advance_minute(self) -> bool:
         minute = self.dt.minute
         if minute in self.minutes:
             return False
         later = bisect_right(self._minutes, minute)
         target = self._minutes[later] if later < len(self._minutes) else 60
-        if self.fixup_tz is not None and target < 60:
-            self.dt = self.dt.replace(minute=target, second=0)
-        else:
-            self.dt = self.dt.replace(second=0)
-            self.tick(seconds=(target - minute) * 60)
-        return True
-
-    def advance_hour(self) -> bool:
-        hour = self.dt.hour
-        if hour in self.hours:
-            return False
-        later = bisect_right(self._hours, hour)
-        if later < len(self._hours):
-            wall = self.dt.replace(hour=self._hours[later], minute=0, second=0)
-        else:
-            wall = self.dt.replace(hour=0, minute=0, second=0, fold=0) + timedelta(days=1)
-        if self.fixup_tz is None and wall.tzinfo is not UTC:
-            wall = wall.astimezone(UTC).astimezone(wall.tzinfo)
-        self.dt = wall
+        dt = self.dt
+        if self._plain and target < 60:
+            self.dt = datetime(dt.year, dt.month, dt.day, dt.hour, target, tzinfo=dt.tzinfo)
+            return False  # same hour: still allowed
+        self.tick(seconds=(target - minute) * 60 - dt.second)
         return True

@@ -384,6 +384,11 @@ def test_a_skipped_time_fires_in_order_with_the_real_times_after_the_gap() -> No
     ]
 
 
+def test_a_skipped_time_is_found_when_asking_from_the_last_second_before_the_gap() -> None:
+    for after in (utc(2024, 3, 31, 0, 59, 59), datetime(2024, 3, 31, 0, 59, 59, 999999, UTC)):
+        assert parse("30 2 * * *").next_after(after, BERLIN) == utc(2024, 3, 31, 1)
+
+
 def test_a_skipped_time_is_not_fired_late_when_asking_from_after_the_gap() -> None:
     after = datetime(2024, 3, 31, 3, 10, tzinfo=BERLIN)
     assert parse("15 2 * * *").next_after(after, BERLIN) == utc(2024, 4, 1, 0, 15)

@@ -185,8 +185,8 @@ class Timing:
                 except OverflowError:
                     raise ScheduleError(
                         "interval",
-                        f"{format_duration(self.interval)} puts the occurrence after "
-                        f"{after.isoformat()} beyond the year 9999",
+                        f"{format_duration(self.interval)} puts the next occurrence "
+                        "beyond the year 9999",
                     ) from None
         elif self.cron is not None:
             try:

@@ -67,6 +67,7 @@ def load_baseline(rev: str) -> ModuleType:
 
 
 def per_call_us(expression: Any, zone: ZoneInfo, instants: list[datetime]) -> float:
+    """CPU microseconds per call of ``next_after`` over ``instants``."""
     started = time.process_time()
     for instant in instants:
         expression.next_after(instant, zone)
@@ -119,20 +120,27 @@ def table(rows: list[dict[str, Any]]) -> str:
 def write_section(rows: list[dict[str, Any]], rounds: int, rev: str) -> None:
     body = (
         f"{SECTION}\n\n"
-        "`bench/cron_next.py`: microseconds per `CronExpression.next_after` call, 500 instants "
-        f"per expression and zone, {rounds} rounds alternating between cronsim (with the "
-        f"module's parsed-once search) and the hand-written iterator of `{rev}`. A ratio below "
-        "1 means cronsim is faster.\n\n" + table(rows) + "\n"
+        "`bench/cron_next.py`: CPU microseconds (process time, steadier than wall time on a "
+        "shared machine) per `CronExpression.next_after` call, 500 instants per expression "
+        f"and zone, {rounds} rounds alternating between cronsim (with the module's parsed-once "
+        f"search) and the hand-written iterator of `{rev}`. A ratio below 1 means cronsim is "
+        "faster. `run_all.py` keeps this section when it rewrites the page.\n\n"
+        + table(rows)
+        + "\n"
     )
     text = DOCS.read_text()
-    if SECTION in text:
-        head, _, rest = text.partition(SECTION)
-        following = rest.find("\n## ")
-        tail = rest[following + 1 :] if following >= 0 else ""
-        text = head + body + ("\n" + tail if tail else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + body
+    kept = saved_section(text)
+    text = text.replace(kept, "").rstrip("\n") + "\n\n" + body
     DOCS.write_text(text)
+
+
+def saved_section(text: str) -> str:
+    """This script's section of ``text`` (up to the next section), or ""."""
+    if SECTION not in text:
+        return ""
+    start = text.index(SECTION)
+    following = text.find("\n## ", start + len(SECTION))
+    return text[start : following + 1 if following >= 0 else len(text)]
 
 
 def main() -> None:

@@ -84,9 +84,11 @@ _MACROS = {
     "@hourly": "0 * * * *",
 }
 
-# cronsim looks 50 years ahead; every pattern it accepts repeats well within that, so an
-# expression with no occurrence from this instant on has none at all.
+# cronsim looks 50 years ahead; every day pattern it accepts recurs within that (the rarest,
+# a fifth Monday in February, within 40 years), so one with no occurrence from this instant
+# on has none at all.
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+# How many (year, month) lists of matching days a search keeps before starting afresh.
 _MONTHS_KEPT = 1200
 _SECOND = timedelta(seconds=1)
 _MINUTE = timedelta(minutes=1)
@@ -96,7 +98,7 @@ _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Zulu", 
 
 @dataclass(frozen=True)
 class CronExpression:
-    """A validated five-field expression; ``text`` is its canonical spelling.
+    """A validated five-field expression; ``text`` is it with macros expanded and single spaces.
 
     Construction parses through cronsim and checks that the expression fires at some point,
     so every instance can answer ``next_after``.
@@ -126,12 +128,14 @@ class CronExpression:
             raise ValueError(f"after must be a timezone-aware datetime, got naive {after!r}")
         search = self._search(tz)
         try:
-            found = search.first_after(after)
-        except (StopIteration, OverflowError):
-            found = None
-        if found is None:
-            raise CronError(f"no firing time after {after.isoformat()} before the year 10000")
-        return found
+            return search.first_after(after)
+        except StopIteration:
+            # cronsim's horizon; only reached near the end of the calendar.
+            raise CronError(f"no firing time in the 50 years after {after.isoformat()}") from None
+        except OverflowError:
+            raise CronError(
+                f"no firing time after {after.isoformat()} before the year 10000"
+            ) from None
 
     def _search(self, tz: tzinfo) -> _Search:
         key = str(tz)

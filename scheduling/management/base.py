@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from datetime import datetime
@@ -55,6 +56,28 @@ def one_line_reason(message: str) -> str:
         if pattern.match(text):
             return pattern.sub(replacement, text)  # type: ignore[arg-type]
     return text
+
+
+def positive_seconds(raw: str) -> float:
+    """argparse type: a finite number of seconds above zero (``nan`` and ``inf`` are not)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive number of seconds")
+    return value
+
+
+def positive_int(raw: str) -> int:
+    """argparse type: a whole number of 1 or more."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number of 1 or more")
+    return value
 
 
 def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

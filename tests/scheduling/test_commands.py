@@ -447,6 +447,11 @@ def test_a_reason_checked_by_django_and_by_our_rules_is_said_once(owner: Any) ->
         ([*ADD, "--every", "PT1H", "--timeout", "soon"], "--timeout: 'soon' is not a whole number"),
         ([*ADD, "--every", "PT1H", "--misfire", "later"], "--misfire: invalid choice: 'later'"),
         (["jobs", "launch"], "ACTION: invalid choice: 'launch'"),
+        (["reap", "--stale-after", "nan"], "--stale-after: 'nan' is not a positive number of"),
+        (["reap", "--stale-after", "-5"], "--stale-after: '-5' is not a positive number of"),
+        (["runscheduler", "--max-sleep", "inf"], "--max-sleep: 'inf' is not a positive number"),
+        (["runscheduler", "--batch-size", "0"], "--batch-size: '0' is not a whole number of 1"),
+        (["runstack", "--concurrency", "two"], "--concurrency: 'two' is not a whole number of 1"),
     ],
     ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None,
 )

@@ -40,9 +40,7 @@ class Command(DuecourseCommand):
             if Job.objects.filter(owner=owner, name=name).exists():
                 continue
             schedule: dict[str, Any] = (
-                {"every": interval}
-                if recurring
-                else {"at": now + parse_duration(interval)}
+                {"every": interval} if recurring else {"at": now + parse_duration(interval)}
             )
             jobs.create_job(
                 owner=owner,

@@ -54,7 +54,7 @@ def one_line_reason(message: str) -> str:
     text = " ".join(message.split())
     for pattern, replacement in _REWRITES:
         if pattern.match(text):
-            return pattern.sub(replacement, text)  # type: ignore[arg-type]
+            return pattern.sub(replacement, text)
     return text
 
 

@@ -89,7 +89,7 @@ _MACROS = {
 # on has none at all.
 _PROBE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 # How many (year, month) lists of matching days a search keeps before starting afresh.
-_MONTHS_KEPT = 1200
+_MONTHS_KEPT = 240
 _SECOND = timedelta(seconds=1)
 _MINUTE = timedelta(minutes=1)
 _DAY = timedelta(days=1)
@@ -148,7 +148,7 @@ class CronExpression:
         return search
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)
 def _parse(text: str) -> CronExpression:
     # Shared instances keep their parsed searches, so a schedule read on every claim is
     # parsed once per process.

@@ -290,7 +290,8 @@ class JobForm(forms.ModelForm):
             self.instance.schedule = Schedule(
                 interval=(data.get("interval") or "").strip(),
                 cron=cron,
-                timezone=data.get("timezone") or "UTC",
+                # The zone belongs to cron alone; the select always holds one.
+                timezone=(data.get("timezone") or "UTC") if cron else "UTC",
                 run_at=data.get("run_at"),
                 starts_at=data.get("starts_at"),
                 ends_at=data.get("ends_at"),
@@ -468,6 +469,8 @@ class JobAdmin(admin.ModelAdmin):
             changes.update(task=obj.task, task_table=obj.task_table, task_row_id=obj.task_row_id)
         existing = data.get("existing_schedule")
         timing = {name: data[name] for name in jobs.TIMING_FIELDS if name in form.changed_data}
+        if not data.get("cron"):
+            timing.pop("timezone", None)  # ignored without cron, as the form validated it
         jobs.edit_job(
             job=obj, now=now, schedule=existing, timing=None if existing else timing, **changes
         )

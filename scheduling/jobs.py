@@ -264,21 +264,25 @@ def save_new(
         note=policies.note,
         created_at=now,
     )
-    errors: dict[str, list[str]] = {}
+    # Kept as ValidationError instances: their codes tell Django's generic messages from ours.
+    errors: dict[str, list[ValidationError]] = {}
     if schedule.pk is None:
         try:
             schedule.full_clean()
         except ValidationError as exc:
-            errors.update(exc.message_dict)
+            errors.update(exc.error_dict)
     try:
         job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
     except ValidationError as exc:
-        for name_, messages in exc.message_dict.items():
+        for name_, found in exc.error_dict.items():
             # Job.clean validates the schedule again; say each reason once.
             known = errors.setdefault(name_, [])
-            known.extend(m for m in messages if m not in known)
+            said = {message for error in known for message in error.messages}
+            known.extend(error for error in found if not set(error.messages) <= said)
     if owner is not None and name and Job.objects.filter(owner=owner, name=name).exists():
-        errors.setdefault("name", []).append(f"{owner} already has a job named {name!r}")
+        errors.setdefault("name", []).append(
+            ValidationError(f"{owner} already has a job named {name!r}")
+        )
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -384,6 +388,8 @@ def edit_job(
         values = {name: getattr(old_schedule, name) for name in TIMING_FIELDS}
         if any(timing.get(kind) for kind in _KINDS):
             values.update(interval="", cron="", run_at=None)
+            if not timing.get("cron") and "timezone" not in timing:
+                values["timezone"] = "UTC"  # the zone belongs to cron alone
         values.update(
             {k: "" if v is None and k in _TEXT_TIMING else v for k, v in timing.items()}
         )

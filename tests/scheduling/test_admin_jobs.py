@@ -213,6 +213,17 @@ def test_retiming_a_job_on_a_shared_schedule_gives_it_its_own_copy(
     assert Execution.objects.filter(pk=execution.pk, job=second).exists()  # history kept
 
 
+def test_a_cron_job_retimed_to_an_interval_drops_its_zone(
+    admin_client: Client, admin_user: Any, new_job: Callable[..., Job]
+) -> None:
+    job = new_job(admin_user, cron="0 9 * * *", tz="Europe/Paris")
+    data = form_data(owner=admin_user.pk, name=job.name, interval="PT5M", timezone="Asia/Tokyo")
+    response = admin_client.post(f"{JOBS}{job.pk}/change/", data)
+    assert response.status_code == 302, form_of(response).errors
+    schedule = Job.objects.get(pk=job.pk).schedule
+    assert (schedule.interval, schedule.cron, schedule.timezone) == ("PT5M", "", "UTC")
+
+
 # --- the list --------------------------------------------------------------------------------
 
 

@@ -273,6 +273,11 @@ def test_jobs_edit_changes_only_the_given_options_and_keeps_the_history(
     assert renamed.next_occurrence_at >= datetime(2031, 1, 1, tzinfo=UTC)
     call("jobs", "edit", "nightly-2", "--start", "")
     assert Schedule.objects.get(pk=renamed.schedule_id).starts_at is None
+    call("jobs", "edit", "nightly-2", "--every", "PT5M")  # the Paris zone went with the cron
+    assert Schedule.objects.filter(pk=renamed.schedule_id).values_list(
+        "interval", "timezone"
+    ).get() == ("PT5M", "UTC")
+    assert "--tz" in refused("jobs", "edit", "nightly-2", "--tz", "Europe/Paris")
 
 
 @db
@@ -473,6 +478,22 @@ ADD = ["jobs", "add", "bad", "--task", NOOP]
         ([*ADD, "--every", "PT1H", "--timeout", "0"], "timeout", "at least 1"),
         ([*ADD, "--every", "PT1H", "--max-retries", "-1"], "max_retries", "zero or more"),
         ([*ADD, "--every", "PT1H", "--jitter", "-1"], "jitter", "zero or more"),
+        ([*ADD, "--every", "PT1H", "--jitter", "nan"], "jitter", "'nan' is not a number"),
+        ([*ADD, "--every", "PT1H", "--jitter", "inf"], "jitter", "'inf' is not a number"),
+        ([*ADD, "--every", "PT1H", "--jitter", "1e15"], "jitter", "at most 86400 seconds"),
+        ([*ADD, "--every", "P99999999D"], "interval", "beyond the year 9999"),
+        ([*ADD, "--every=-PT5S"], "interval", "negative"),
+        (
+            [*ADD, "--every", "PT1H", "--start", "9999-12-31T23:30Z"],
+            "interval",
+            "beyond the year 9999",
+        ),
+        ([*ADD, "--every", "PT1H", "--tz", "Europe/Berlin"], "timezone", "cron expression only"),
+        (
+            [*ADD, "--at", "2030-01-07T09:00Z", "--tz", "Europe/Berlin"],
+            "timezone",
+            "cron expression only",
+        ),
         ([*ADD, "--every", "PT1H", "--note", "x" * 501], "note", "501 characters"),
         (["jobs", "show", "nobody"], "name", "no job named 'nobody'"),
         (["jobs", "pause", "nobody"], "name", "no job named 'nobody'"),
@@ -489,6 +510,38 @@ def test_errors_are_one_line_naming_the_field(
     message = refused(*argv)
     assert re.search(rf"(^|; ){field}( \(--[a-z-]+\))?: ", message), message
     assert words in message
+
+
+@db
+def test_a_reason_checked_by_django_and_by_our_rules_is_said_once(owner: Any) -> None:
+    assert (
+        refused(*ADD, "--every", "PT1H", "--timeout", "0") == "timeout: must be at least 1 second"
+    )
+
+
+@db
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            [*ADD, "--every", "-PT5S"],
+            "--every: expected a value (for one that starts with '-', write --every=VALUE)",
+        ),
+        ([*ADD, "--every", "PT1H", "--cron", "* * * * *"], "--cron: not allowed with --every"),
+        (ADD, "--every: one of --every, --cron, --at is required"),
+        ([*ADD, "--every", "PT1H", "--timeout", "soon"], "--timeout: 'soon' is not a whole number"),
+        ([*ADD, "--every", "PT1H", "--misfire", "later"], "--misfire: invalid choice: 'later'"),
+        (["jobs", "launch"], "ACTION: invalid choice: 'launch'"),
+        (["reap", "--stale-after", "nan"], "--stale-after: 'nan' is not a positive number of"),
+        (["reap", "--stale-after", "-5"], "--stale-after: '-5' is not a positive number of"),
+        (["runscheduler", "--max-sleep", "inf"], "--max-sleep: 'inf' is not a positive number"),
+        (["runscheduler", "--batch-size", "0"], "--batch-size: '0' is not a whole number of 1"),
+        (["runstack", "--concurrency", "two"], "--concurrency: 'two' is not a whole number of 1"),
+    ],
+    ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None,
+)
+def test_option_errors_are_one_line_naming_the_option(argv: list[str], message: str) -> None:
+    assert refused(*argv).startswith(message)
 
 
 @db
@@ -529,3 +582,24 @@ def test_a_shell_sees_one_json_value_or_one_error_line(owner: Any) -> None:
     [line] = bad.stderr.strip().splitlines()
     assert "interval (--every): '3 hours' is not an ISO-8601 duration" in line
     assert not Job.objects.filter(name="late").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shell_sees_option_errors_as_one_line_and_help_in_full(owner: Any) -> None:
+    bad = manage("jobs", "add", "x", "--task", NOOP, "--every", "PT1H", "--cron", "* * * * *")
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    [line] = bad.stderr.strip().splitlines()
+    assert line == "manage.py jobs add: error: --cron: not allowed with --every"
+
+    jitter = manage("jobs", "add", "x", "--task", NOOP, "--every", "PT1H", "--jitter", "nan")
+    assert jitter.returncode == 1
+    assert "Traceback" not in jitter.stderr
+    [line] = jitter.stderr.strip().splitlines()
+    assert line == "CommandError: jitter: 'nan' is not a number of seconds"
+
+    helped = manage("jobs", "add", "--help")
+    assert helped.returncode == 0
+    assert helped.stdout.startswith("usage: manage.py jobs add")
+    assert "--tz TZ" in helped.stdout and len(helped.stdout.splitlines()) > 20
+    assert not Job.objects.exists()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -13,7 +12,7 @@ from scheduling import api, jobs, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
-from scheduling.validation import parse_json_argument
+from scheduling.validation import MAX_JITTER, parse_json_argument, parse_seconds
 
 
 class Command(DuecourseCommand):
@@ -81,7 +80,9 @@ class Command(DuecourseCommand):
         when.add_argument("--cron", help='Five-field cron expression, such as "0 9 * * 1-5".')
         when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
         parser.add_argument(
-            "--tz", default=default("UTC"), help="IANA time zone of --cron (default UTC)."
+            "--tz",
+            default=default("UTC"),
+            help="IANA time zone of --cron (default UTC); refused with --every and --at.",
         )
         clear = ' ("" clears it)' if editing else ""
         parser.add_argument("--start", help=f"No occurrence before this instant{clear}.")
@@ -91,7 +92,7 @@ class Command(DuecourseCommand):
         parser.add_argument("--max-retries", type=int, help="Retries after the first try (3).")
         parser.add_argument("--timeout", type=int, help="Seconds per attempt (300).")
         parser.add_argument(
-            "--jitter", type=float, default=default(0.0), help="Spread in seconds (0)."
+            "--jitter", default=default("0"), help="Spread in seconds, up to 86400 (0)."
         )
         parser.add_argument(
             "--misfire", choices=[m.value for m in Misfire], default=default("catch_up")
@@ -142,8 +143,13 @@ class Command(DuecourseCommand):
         for field in ("max_retries", "timeout", "expires"):
             if o[field] is not None and o[field] < 0:
                 errors[field] = "must be zero or more"
-        if o["jitter"] is not None and o["jitter"] < 0:
-            errors["jitter"] = "must be zero or more"
+        if o["jitter"] is not None:
+            try:
+                parsed["jitter"] = parse_seconds(o["jitter"], field="jitter", maximum=MAX_JITTER)
+            except ValidationError as exc:
+                errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+        else:
+            parsed["jitter"] = None
         if errors:
             raise ValidationError(errors)
         return parsed
@@ -167,7 +173,7 @@ class Command(DuecourseCommand):
             task_row_id=o["task_row_id"],
             max_retries=o["max_retries"],
             timeout=o["timeout"],
-            jitter=timedelta(seconds=o["jitter"]),
+            jitter=parsed["jitter"],
             misfire=o["misfire"],
             overlap=o["overlap"],
             queue=o["queue"],
@@ -206,8 +212,8 @@ class Command(DuecourseCommand):
         for field in ("args", "kwargs"):
             if parsed[field] is not None:
                 changes[field] = parsed[field]
-        if o["jitter"] is not None:
-            changes["jitter"] = timedelta(seconds=o["jitter"])
+        if parsed["jitter"] is not None:
+            changes["jitter"] = parsed["jitter"]
         timing: dict[str, Any] = {}
         for option, field in (("every", "interval"), ("cron", "cron"), ("tz", "timezone")):
             if o[option] is not None:

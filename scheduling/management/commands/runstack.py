@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from scheduling.management.base import DuecourseCommand
+from scheduling.management.base import DuecourseCommand, positive_int
 
 STOP_TIMEOUT = 20.0
 
@@ -26,7 +26,9 @@ class Command(DuecourseCommand):
     help = "Run a Celery worker and the scheduler until interrupted."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--concurrency", type=int, default=2, help="Worker processes (2).")
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=2, help="Worker processes (2)."
+        )
         parser.add_argument("--loglevel", default="INFO")
 
     def handle(self, *args: Any, **o: Any) -> None:

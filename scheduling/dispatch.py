@@ -32,7 +32,7 @@ from django.utils import timezone
 from kombu import serialization
 from kombu.utils.json import dumps
 
-from scheduling import conf, selectors, services
+from scheduling import conf, liveness, selectors, services
 from scheduling.ids import uuid4_text
 from scheduling.registry import EXECUTION_HEADER
 from scheduling.services import Doorbell
@@ -350,9 +350,11 @@ class Dispatcher:
 
     def tick(self, now: datetime | None = None) -> float:
         """Do one round of work; return how long to sleep before the next."""
+        started = time.monotonic()
         try:
             close_old_connections()
             sleep = self._tick(now or timezone.now())
+            liveness.record_tick(stats=self.stats, seconds=time.monotonic() - started)
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1
             delay = self._backoff()

@@ -1,5 +1,6 @@
 # Two commands on a fresh machine:
 #   make run    the embedded default (SQLite + file-system broker under var/): worker + scheduler
+#               + the admin at a printed address, with a generated demo login
 #   make test   the test suite (PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379)
 PYTHON ?= python3
 VENV ?= .venv

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -425,6 +426,15 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str
     return "\n".join(lines) + "\n"
 
 
+def kept_sections() -> str:
+    """Sections other scripts write between ``<!-- section:NAME -->`` markers (such as
+    bench/dashboard.py's), carried over when the rest of the file is rendered again."""
+    if not DOC.exists():
+        return ""
+    blocks = re.finditer(r"<!-- section:(\w+) -->.*?<!-- /section:\1 -->", DOC.read_text(), re.S)
+    return "".join(f"\n{block.group(0)}\n" for block in blocks)
+
+
 def main() -> None:
     """Run the scripts (unless --render), print every table, write the report and plot."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -455,7 +465,7 @@ def main() -> None:
         print(common.render_table(module.HEADERS, module.table_rows(data), markdown=False))
     plotted = bool(results["tick_cost"]) and plot(results["tick_cost"], PLOT)
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(render(results, facts, plotted))
+    DOC.write_text(render(results, facts, plotted) + kept_sections())
     print("\nTargets")
     print(common.render_table(["target", "measured", "verdict"], verdicts(results), markdown=False))
     print(f"\nwrote {DOC}" + (f" and {PLOT.name}" if plotted else ""))

@@ -159,6 +159,10 @@ SCHEDULING: dict[str, object] = {
     if name.startswith("SCHEDULING_") and name != "SCHEDULING_LOG_LEVEL"
 }
 
+if DATABASES["default"].get("DISABLE_SERVER_SIDE_CURSORS"):
+    # DATABASE_TRANSACTION_POOLING: the workers' prepared statements would not survive either.
+    SCHEDULING.setdefault("PREPARE_STATEMENTS", False)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.functions import TruncHour
@@ -28,6 +29,9 @@ from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
 DAY = timedelta(hours=24)
 HOUR = timedelta(hours=1)
 LAG_QUANTILES = (0.5, 0.95, 0.99)
+#: An hour this long past its end is counted once and kept (see ``executions_per_hour``).
+SETTLED_AFTER = timedelta(hours=1)
+DAY_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -145,29 +149,47 @@ def recent_failures(
 def executions_per_hour(
     *, now: datetime, hours: int = 24, owner_id: int | None = None
 ) -> list[tuple[datetime, dict[str, int]]]:
-    """Executions due in each of the last ``hours`` hours, by status, oldest hour first."""
+    """Executions due in each of the last ``hours`` hours, by status, oldest hour first.
+
+    An hour that ended more than ``SETTLED_AFTER`` ago rarely changes any more, so its counts
+    are kept in Django's cache for a day; a page then counts only the latest hours, and its
+    cost no longer grows with how many executions a day brings. The first page after a start
+    (or in a new hour) counts the hours it lacks, in the same one statement.
+    """
     end = timezone.localtime(now).replace(minute=0, second=0, microsecond=0) + HOUR
     start = end - hours * HOUR
+    every = [start + step * HOUR for step in range(hours)]
+    settled = [hour for hour in every if hour + HOUR <= now - SETTLED_AFTER]
+    keys = {hour: _hour_key(hour, owner_id) for hour in settled}
+    kept = cache.get_many(list(keys.values()))
+    counts: dict[datetime, dict[str, int]] = {
+        hour: kept[key] for hour, key in keys.items() if key in kept
+    }
+    first_missing = next((hour for hour in every if hour not in counts), end)
     rows = (
         _executions(owner_id)
-        .filter(scheduled_for__gte=start, scheduled_for__lt=end)
+        .filter(scheduled_for__gte=first_missing, scheduled_for__lt=end)
         .annotate(hour=TruncHour("scheduled_for"))
         .values("hour", "status")
         .annotate(n=Count("*"))
         .order_by()
     )
-    counts: dict[datetime, dict[str, int]] = {}
+    fresh: dict[datetime, dict[str, int]] = {hour: {} for hour in every if hour >= first_missing}
     for row in rows:
-        counts.setdefault(row["hour"], {})[row["status"]] = row["n"]
-    hours_out = []
-    for step in range(hours):
-        hour = start + step * HOUR
-        hours_out.append((hour, counts.get(hour, {})))
-    return hours_out
+        fresh.setdefault(row["hour"], {})[row["status"]] = row["n"]
+    cache.set_many(
+        {keys[hour]: value for hour, value in fresh.items() if hour in keys}, timeout=DAY_SECONDS
+    )
+    counts.update(fresh)
+    return [(hour, counts.get(hour, {})) for hour in every]
+
+
+def _hour_key(hour: datetime, owner_id: int | None) -> str:
+    return f"duecourse:hour:{hour.timestamp():.0f}:{owner_id or 'all'}"
 
 
 def lag_percentiles(
-    *, now: datetime, within: timedelta = DAY, owner_id: int | None = None
+    *, now: datetime, within: timedelta = HOUR, owner_id: int | None = None
 ) -> dict[float, float | None]:
     """Start minus due time, in seconds, at the 50th, 95th and 99th percentile.
 

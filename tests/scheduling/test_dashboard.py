@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -22,6 +23,12 @@ def execution(job: Job, *, due: datetime, status: str, **fields: Any) -> Executi
     return Execution.objects.create(
         job=job, task=job.task, scheduled_for=due, status=status, **fields
     )
+
+
+@pytest.fixture(autouse=True)
+def no_kept_hours() -> None:
+    """Hour counts kept by an earlier test must not leak into this one."""
+    cache.clear()
 
 
 @pytest.fixture
@@ -107,11 +114,27 @@ def test_executions_per_hour_cover_24_hours_by_status(ledger: Any, now: datetime
 
 
 @db
+def test_settled_hours_are_counted_once_and_kept(
+    ledger: Any, now: datetime, make_job: Callable[..., Job]
+) -> None:
+    first = dict(overview.executions_per_hour(now=now))
+    job = make_job(name="late-arrival")
+    execution(job, due=now - 5 * HOUR, status="completed")  # a settled hour, already counted
+    execution(job, due=now - 10 * MINUTE, status="completed")  # the current hour
+    second = dict(overview.executions_per_hour(now=now))
+    assert second[now - 5 * HOUR] == first[now - 5 * HOUR] == {}
+    assert second[now - HOUR]["completed"] == first[now - HOUR]["completed"] + 1
+    cache.clear()
+    assert dict(overview.executions_per_hour(now=now))[now - 5 * HOUR] == {"completed": 1}
+
+
+@db
 def test_lag_percentiles_interpolate_start_minus_due(ledger: Any, now: datetime) -> None:
     lag = overview.lag_percentiles(now=now)
-    # started lags: 0 s, 1 s, 2 s, 4 s
-    assert lag[0.5] == pytest.approx(1.5)
-    assert lag[0.99] == pytest.approx(3.94)
+    # started within the last hour, lags: 0 s, 1 s, 2 s (the 4 s one is 90 minutes old)
+    assert lag[0.5] == pytest.approx(1.0)
+    assert lag[0.99] == pytest.approx(1.98)
+    assert overview.lag_percentiles(now=now, within=24 * HOUR)[0.5] == pytest.approx(1.5)
 
 
 @db

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from django.utils import timezone
 
 from scheduling import jobs, liveness
@@ -88,6 +89,7 @@ def a_day_of_history(owner: Any) -> None:
 
 
 def test_the_dashboard_renders_with_a_day_of_history(browser_page: Any, admin_user: Any) -> None:
+    cache.clear()
     a_day_of_history(admin_user)
     page = browser_page
     page.goto(f"{page.base}/admin/")

@@ -8,6 +8,7 @@ so an idle tick stays a single query and a busy one pays nothing measurable.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -15,11 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import DatabaseError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from scheduling import conf
 from scheduling.models import SchedulerState
+
+logger = logging.getLogger("scheduling")
 
 #: Rows of schedulers silent for this long are removed when another scheduler starts.
 FORGET_AFTER = timedelta(days=7)
@@ -65,6 +69,21 @@ def record_tick(*, stats: Mapping[str, int], seconds: float, now: datetime | Non
     if local.written_at is not None and clock - local.written_at < conf.get("LIVENESS_INTERVAL"):
         return False
     now = now or timezone.now()
+    try:
+        with transaction.atomic():
+            _write(local, stats, now)
+    except DatabaseError as exc:
+        # Liveness is for the operators; it must never stop the scheduler (a database not yet
+        # migrated during an upgrade, say). The next interval tries again.
+        logger.warning("liveness.write_failed error=%r", exc)
+        local.written_at = clock
+        return False
+    local.written_at = clock
+    local.longest = 0.0
+    return True
+
+
+def _write(local: _Local, stats: Mapping[str, int], now: datetime) -> None:
     SchedulerState.objects.bulk_create(
         [
             SchedulerState(
@@ -93,9 +112,6 @@ def record_tick(*, stats: Mapping[str, int], seconds: float, now: datetime | Non
     if local.first_write:
         SchedulerState.objects.filter(last_tick_at__lt=now - FORGET_AFTER).delete()
         local.first_write = False
-    local.written_at = clock
-    local.longest = 0.0
-    return True
 
 
 def last_tick() -> datetime | None:

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import DatabaseError
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -53,6 +54,18 @@ def test_a_tick_is_written_at_most_once_per_interval(settings: Any) -> None:
     row.refresh_from_db()
     assert row.reaped_total == 3 and row.ticks_total == 3
     assert row.last_tick_seconds == 0.5  # the longest tick since the previous write
+
+
+@db
+def test_a_failed_liveness_write_never_stops_the_scheduler(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def unmigrated(*args: Any) -> None:
+        raise DatabaseError('relation "scheduling_schedulerstate" does not exist')
+
+    monkeypatch.setattr(liveness, "_write", unmigrated)
+    assert liveness.record_tick(stats={}, seconds=0.01) is False
+    assert "liveness.write_failed" in caplog.text
 
 
 @pytest.mark.django_db(transaction=True)

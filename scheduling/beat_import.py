@@ -226,7 +226,7 @@ def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime) -> Job:
     if s["run_at"] and spec.ran:
         # A one-off that beat already ran is history, not a new occurrence.
         fields.update(status=JobStatus.COMPLETED, next_due_at=None, next_occurrence_at=None)
-    if spec.anchor is not None and not s["starts_at"]:
+    if spec.anchor is not None and s["interval"] and not s["starts_at"]:
         fields["created_at"] = spec.anchor
     Job.objects.filter(pk=job.pk).update(**fields)
     job.refresh_from_db()

@@ -22,5 +22,6 @@ urlpatterns = [
     *dashboard.urls(),
     path("admin/", admin.site.urls),
     path("health/", health.health_view, name="health"),
+    path("health/live/", health.live_view, name="health-live"),
     path("metrics", metrics.metrics_view, name="metrics"),
 ]

@@ -95,3 +95,11 @@ def health_view(request: HttpRequest) -> JsonResponse:
     healthy = all(result["ok"] for result in checks.values())
     body = {"status": "ok" if healthy else "fail", "time": now.isoformat(), "checks": checks}
     return JsonResponse(body, status=200 if healthy else 503)
+
+
+@never_cache
+@require_GET
+def live_view(request: HttpRequest) -> JsonResponse:
+    """Liveness of the web process alone: answers without touching the database or broker,
+    so an orchestrator never restarts web processes for an outage elsewhere."""
+    return JsonResponse({"status": "ok"})

@@ -4,7 +4,9 @@ exactly one execution, and every execution completes."""
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -132,3 +134,37 @@ def test_killing_a_scheduler_and_a_worker_loses_and_doubles_no_occurrence(
         assert first.worker.startswith("worker-a@")
     assert Execution.objects.filter(job_id__in=load.job_ids, duplicates__gt=0).count() <= 2
     assert started["scheduler-b"].poll() is None and started["worker-b"].poll() is None
+
+
+@pytest.mark.slow
+def test_the_launcher_prefixes_output_and_stops_everything(
+    processes: Processes, tmp_path: Any
+) -> None:
+    procfile = tmp_path / "Procfile"
+    procfile.write_text(
+        "# two long-running processes\n"
+        "one: python -c \"import time; print('one up', flush=True); time.sleep(60)\"\n"
+        "two: python -c \"import time; print('two up', flush=True); time.sleep(60)\"\n"
+    )
+    launcher = processes.start(
+        [sys.executable, "deploy/topology.py", str(procfile)],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        name="launcher",
+    )
+    wait_for(
+        lambda: (
+            "one | one up" in processes.log_of(launcher)
+            and "two | two up" in processes.log_of(launcher)
+        ),
+        timeout=20,
+        message="both processes' output, prefixed",
+    )
+    os.kill(launcher.pid, signal.SIGTERM)
+    assert launcher.wait(timeout=40) == 0
+
+
+def test_a_malformed_procfile_line_is_named(tmp_path: Any) -> None:
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("worker celery -A config worker\n")
+    with pytest.raises(SystemExit, match=r"Procfile:1: expected 'name: command'"):
+        commands(procfile)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import cron_next
 import dispatch_rate
 import lag
 import tick_cost
@@ -426,13 +427,14 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str
     return "\n".join(lines) + "\n"
 
 
-def kept_sections() -> str:
-    """Sections other scripts write between ``<!-- section:NAME -->`` markers (such as
-    bench/dashboard.py's), carried over when the rest of the file is rendered again."""
-    if not DOC.exists():
-        return ""
-    blocks = re.finditer(r"<!-- section:(\w+) -->.*?<!-- /section:\1 -->", DOC.read_text(), re.S)
-    return "".join(f"\n{block.group(0)}\n" for block in blocks)
+MARKED = re.compile(r"\n*## [^\n]*\n<!-- section:(\w+) -->.*?<!-- /section:\1 -->\n*", re.S)
+
+
+def kept_sections(text: str) -> str:
+    """Sections other scripts write as a heading, ``<!-- section:NAME -->``, the body and
+    ``<!-- /section:NAME -->`` (bench/dashboard.py's), carried over when the rest of the file
+    is rendered again."""
+    return "".join(f"\n{block.group(0).strip()}\n" for block in MARKED.finditer(text))
 
 
 def main() -> None:
@@ -465,7 +467,12 @@ def main() -> None:
         print(common.render_table(module.HEADERS, module.table_rows(data), markdown=False))
     plotted = bool(results["tick_cost"]) and plot(results["tick_cost"], PLOT)
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(render(results, facts, plotted) + kept_sections())
+    # Measurements that run on their own keep their sections of the page: cron_next.py's, and
+    # those between section markers (bench/dashboard.py's).
+    text = DOC.read_text() if DOC.exists() else ""
+    marked = kept_sections(text)
+    kept = cron_next.saved_section(MARKED.sub("", text))
+    DOC.write_text(render(results, facts, plotted) + ("\n" + kept if kept else "") + marked)
     print("\nTargets")
     print(common.render_table(["target", "measured", "verdict"], verdicts(results), markdown=False))
     print(f"\nwrote {DOC}" + (f" and {PLOT.name}" if plotted else ""))

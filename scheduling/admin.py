@@ -13,8 +13,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import ngettext
 
-from scheduling import jobs, services
+from scheduling import attempts, jobs
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -40,7 +41,12 @@ class ScheduleAdmin(admin.ModelAdmin):
 
 
 def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+    """"1 job", "3 jobs": through ngettext, so that a translation chooses its plural forms."""
+    if noun == "execution":
+        text = ngettext("%(count)d execution", "%(count)d executions", count)
+    else:
+        text = ngettext("%(count)d job", "%(count)d jobs", count)
+    return text % {"count": count}
 
 
 @admin.register(Job)
@@ -169,7 +175,7 @@ class ExecutionAdmin(admin.ModelAdmin):
     def cancel_executions(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
         now = timezone.now()
         count = sum(
-            services.cancel_execution(execution_id=pk, now=now, reason="cancelled in the admin")
+            attempts.cancel_execution(execution_id=pk, now=now, reason="cancelled in the admin")
             for pk in queryset.filter(status__in=EXECUTION_UNFINISHED).values_list(
                 "pk", flat=True
             )

@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
 
-from scheduling import conf, liveness, overview
+from scheduling import conf, overview, ticks
 from scheduling.models import ExecutionStatus
 
 CHART_HEIGHT = 120
@@ -99,7 +99,7 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     user: Any = request.user
     owner_id = None if user.is_superuser else user.pk
-    last_tick = liveness.last_tick()
+    last_tick = ticks.last_tick()
     context = {
         **admin.site.each_context(request),
         "title": "Dashboard",

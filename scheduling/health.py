@@ -1,7 +1,7 @@
 """``/health/``: one JSON answer for a load balancer or an orchestrator's probe.
 
 Four checks, each cheap: the database answers, the broker accepts a connection, some scheduler
-recorded a tick within ``SCHEDULING_HEALTH_TICK_AGE`` seconds (``scheduling.liveness``), and no
+recorded a tick within ``SCHEDULING_HEALTH_TICK_AGE`` seconds (``scheduling.ticks``), and no
 running execution has gone without a heartbeat so long that the reaper should already have
 taken it (twice ``SCHEDULING_STALE_AFTER``). Any failed check makes the answer HTTP 503.
 """
@@ -20,7 +20,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from config.celery import app
-from scheduling import conf, liveness, overview
+from scheduling import conf, overview, ticks
 
 BROKER_TIMEOUT = 2.0
 
@@ -40,7 +40,7 @@ def check_broker(now: datetime) -> dict[str, Any]:
 
 
 def check_scheduler(now: datetime) -> dict[str, Any]:
-    last = liveness.last_tick()
+    last = ticks.last_tick()
     limit = conf.get("HEALTH_TICK_AGE")
     if last is None:
         return {"ok": False, "last_tick_at": None, "error": "no scheduler has ticked"}

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Count
 
 from scheduling import conf, schedules
+from scheduling.attempts import cancel_execution
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Execution,
@@ -29,7 +30,6 @@ from scheduling.models import (
     Schedule,
 )
 from scheduling.schedules import Misfire, Timing
-from scheduling.services import cancel_execution
 from scheduling.tasktables import TASK_ROW_TASK
 from scheduling.timing import Cron, Every, Once
 from scheduling.validation import check_target
@@ -264,21 +264,25 @@ def save_new(
         note=policies.note,
         created_at=now,
     )
-    errors: dict[str, list[str]] = {}
+    # Kept as ValidationError instances: their codes tell Django's generic messages from ours.
+    errors: dict[str, list[ValidationError]] = {}
     if schedule.pk is None:
         try:
             schedule.full_clean()
         except ValidationError as exc:
-            errors.update(exc.message_dict)
+            errors.update(exc.error_dict)
     try:
         job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
     except ValidationError as exc:
-        for name_, messages in exc.message_dict.items():
+        for name_, found in exc.error_dict.items():
             # Job.clean validates the schedule again; say each reason once.
             known = errors.setdefault(name_, [])
-            known.extend(m for m in messages if m not in known)
+            said = {message for error in known for message in error.messages}
+            known.extend(error for error in found if not set(error.messages) <= said)
     if owner is not None and name and Job.objects.filter(owner=owner, name=name).exists():
-        errors.setdefault("name", []).append(f"{owner} already has a job named {name!r}")
+        errors.setdefault("name", []).append(
+            ValidationError(f"{owner} already has a job named {name!r}")
+        )
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -295,8 +299,8 @@ def save_new(
 def plan_from(job: Job, timing: Timing, *, now: datetime, first: bool = False) -> None:
     """Set the job's next occurrence to the first one at or after ``now``.
 
-    A one-off whose instant has already passed still runs once at creation (seed 000: a due
-    time in the past runs at once).
+    A one-off whose instant has already passed still runs once, at creation: a due time in
+    the past means "now", not "never".
     """
     if first and timing.at is not None:
         occurrence = timing.at if timing.end is None or timing.at <= timing.end else None
@@ -373,14 +377,14 @@ def remove_job(*, job: Job) -> None:
 
 
 def run_job_now(*, job: Job, now: datetime) -> Execution:
-    """Create one extra occurrence at ``now``, due for publishing at once.
+    """Create one extra occurrence at ``now``, PENDING like a claimed one.
 
-    Its ``queued_at`` is left empty: the scheduler publishes PENDING rows without one on its
-    next tick instead of waiting for the pending grace that protects a claim in flight.
+    The caller publishes it after the commit (``scheduling.api.run_now``); if that fails, the
+    scheduler publishes it once the pending grace has passed, as after any claim.
     """
     check_target(job)
     execution = Execution.objects.create(
-        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=None
+        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=now
     )
     logger.info("job.run_now job=%s execution=%s", job.pk, execution.pk)
     return execution

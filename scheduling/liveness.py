@@ -1,135 +1,80 @@
-"""Scheduler liveness: each scheduler records its ticks so the web process can see it.
+"""Liveness: running executions prove they are alive, and the dead ones are reaped.
 
-The scheduler runs in a process of its own, so ``/health/`` and ``/metrics`` cannot ask it
-anything; they read the ``SchedulerState`` row it keeps fresh. ``record_tick`` is called after
-every tick but writes at most once per ``SCHEDULING_LIVENESS_INTERVAL`` seconds (one upsert),
-so an idle tick stays a single query and a busy one pays nothing measurable.
+A worker process records a heartbeat for the executions it runs (``record_heartbeat``). The
+scheduler finds running executions whose heartbeat went stale (``find_stale_executions``, a
+plain read) and then acts on each one alone (``reap_execution``, a compare-and-set that holds
+only while the heartbeat is still stale), so a worker that beats in between keeps its run.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, transaction
-from django.db.models import Max
-from django.utils import timezone
+from django.db import transaction
 
-from scheduling import conf
-from scheduling.models import SchedulerState
+from scheduling.attempts import fail_attempt
+from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job
 
 logger = logging.getLogger("scheduling")
 
-#: Rows of schedulers silent for this long are removed when another scheduler starts.
-FORGET_AFTER = timedelta(days=7)
 
-
-@dataclass
-class _Local:
-    """What this process has not written yet."""
-
-    name: str
-    started_at: datetime
-    written_at: float | None = None
-    ticks: int = 0
-    longest: float = 0.0
-    first_write: bool = True
-
-
-_local: _Local | None = None
-
-
-def scheduler_name() -> str:
-    return conf.get("SCHEDULER_NAME") or f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _state() -> _Local:
-    global _local
-    name = scheduler_name()
-    if _local is None or _local.name != name:
-        _local = _Local(name=name, started_at=timezone.now())
-    return _local
-
-
-def record_tick(*, stats: Mapping[str, int], seconds: float, now: datetime | None = None) -> bool:
-    """Note one finished tick of this process's scheduler; write it when the interval passed.
-
-    ``stats`` holds the scheduler's running totals (``claimed``, ``republished``, ``reaped``);
-    ``seconds`` is how long the tick took. Returns whether a row was written.
-    """
-    local = _state()
-    local.ticks += 1
-    local.longest = max(local.longest, seconds)
-    clock = time.monotonic()
-    if local.written_at is not None and clock - local.written_at < conf.get("LIVENESS_INTERVAL"):
-        return False
-    now = now or timezone.now()
-    try:
-        with transaction.atomic():
-            _write(local, stats, now)
-    except DatabaseError as exc:
-        # Liveness is for the operators; it must never stop the scheduler (a database not yet
-        # migrated during an upgrade, say). The next interval tries again.
-        logger.warning("liveness.write_failed error=%r", exc)
-        local.written_at = clock
-        return False
-    local.written_at = clock
-    local.longest = 0.0
-    return True
-
-
-def _write(local: _Local, stats: Mapping[str, int], now: datetime) -> None:
-    SchedulerState.objects.bulk_create(
-        [
-            SchedulerState(
-                name=local.name,
-                last_tick_at=now,
-                last_tick_seconds=local.longest,
-                ticks_total=local.ticks,
-                claimed_total=int(stats.get("claimed", 0)),
-                republished_total=int(stats.get("republished", 0)),
-                reaped_total=int(stats.get("reaped", 0)),
-                started_at=local.started_at,
-            )
-        ],
-        update_conflicts=True,
-        unique_fields=["name"],
-        update_fields=[
-            "last_tick_at",
-            "last_tick_seconds",
-            "ticks_total",
-            "claimed_total",
-            "republished_total",
-            "reaped_total",
-            "started_at",
-        ],
-    )
-    if local.first_write:
-        SchedulerState.objects.filter(last_tick_at__lt=now - FORGET_AFTER).delete()
-        local.first_write = False
-
-
-def last_tick() -> datetime | None:
-    """When any scheduler last recorded a tick (``None`` when none ever did)."""
-    found: datetime | None = SchedulerState.objects.aggregate(last=Max("last_tick_at"))["last"]
-    return found
-
-
-def schedulers(*, active_within: timedelta, now: datetime) -> list[SchedulerState]:
-    """The schedulers that recorded a tick within ``active_within`` of ``now``, newest first."""
-    return list(
-        SchedulerState.objects.filter(last_tick_at__gte=now - active_within).order_by(
-            "-last_tick_at"
+def record_heartbeat(*, execution_ids: Sequence[int], now: datetime) -> int:
+    """Prove that these running executions are alive: one statement per beat."""
+    if not execution_ids:
+        return 0
+    ids = list(execution_ids)
+    with transaction.atomic(durable=True):
+        changed = Execution.objects.filter(pk__in=ids, status=ExecutionStatus.RUNNING).update(
+            last_heartbeat_at=now
         )
+        Job.objects.filter(executions__pk__in=ids).update(last_keepalive_at=now)
+    return changed
+
+
+def find_stale_executions(*, now: datetime, stale_after: float, limit: int = 500) -> list[int]:
+    """Running executions whose heartbeat is older than ``stale_after`` seconds (a read)."""
+    cutoff = now - timedelta(seconds=stale_after)
+    return list(
+        Execution.objects.filter(status=ExecutionStatus.RUNNING, last_heartbeat_at__lt=cutoff)
+        .order_by("last_heartbeat_at")
+        .values_list("pk", flat=True)[:limit]
     )
 
 
-def reset_for_tests() -> None:
-    """Forget what this process has not written (tests that count writes start clean)."""
-    global _local
-    _local = None
+def reap_execution(*, execution_id: int, now: datetime, stale_after: float) -> str | None:
+    """Give one abandoned execution back: RETRY at once, or FAILED when retries are spent.
+
+    Acts only if the execution is still running with a heartbeat older than ``stale_after``
+    at this moment (the row lock of ``fail_attempt`` makes the check and the write one step);
+    returns the new status, or None when the run proved alive or ended meanwhile.
+    """
+    cutoff = now - timedelta(seconds=stale_after)
+    row = (
+        Execution.objects.filter(pk=execution_id).values_list("worker", "last_heartbeat_at").first()
+    )
+    worker, last = row if row else ("", None)
+    status = fail_attempt(
+        execution_id=execution_id,
+        error=(
+            f"abandoned: worker {worker or '?'} sent no heartbeat since "
+            f"{last.isoformat() if last else 'start'} (stale after {stale_after:g}s)"
+        ),
+        outcome=AttemptOutcome.ABANDONED,
+        now=now,
+        retry_in=0,
+        stale_before=cutoff,
+    )
+    if status is not None:
+        logger.warning("execution.reaped execution=%s status=%s", execution_id, status)
+    return status
+
+
+def reap_stale_executions(*, now: datetime, stale_after: float, limit: int = 500) -> list[int]:
+    """Find the stale running executions, then reap each one alone; returns those reaped."""
+    return [
+        execution_id
+        for execution_id in find_stale_executions(now=now, stale_after=stale_after, limit=limit)
+        if reap_execution(execution_id=execution_id, now=now, stale_after=stale_after)
+    ]

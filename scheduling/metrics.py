@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scheduling import liveness, overview
+from scheduling import overview, ticks
 
 #: Schedulers silent for longer than this drop out of the per-scheduler series.
 SCHEDULER_WINDOW = timedelta(hours=1)
@@ -72,7 +72,7 @@ class LedgerCollector(Collector):
         yield from self._schedulers(now)
 
     def _schedulers(self, now: datetime) -> Iterator[Metric]:
-        rows = liveness.schedulers(active_within=SCHEDULER_WINDOW, now=now)
+        rows = ticks.schedulers(active_within=SCHEDULER_WINDOW, now=now)
         last = GaugeMetricFamily(
             "duecourse_scheduler_last_tick_timestamp_seconds",
             "When each scheduler last recorded a tick (Unix time).",

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.management import CommandError, ManagementUtility, call_command, get_commands
 
-from scheduling import jobs, services
+from scheduling import attempts, claims, jobs, liveness
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
 from tests.conftest import ROOT, database_url
 
@@ -138,19 +138,19 @@ def test_jobs_add_in_text_says_what_was_created(owner: Any) -> None:
 
 @db
 def test_jobs_add_for_a_task_table_row(owner: Any) -> None:
-    from emailer.models import SendEmailTask
+    from tests.tasktable_app.models import Chore
 
-    row = SendEmailTask.objects.create(name="digest", subject="s", body="b", recipients=["a@x"])
+    row = Chore.objects.create(name="digest")
     data = call_json(
         "jobs", "add", "mail", "--task", "scheduling.run_task_row", "--every", "PT1H",
-        "--task-table", "emailer.SendEmailTask", "--task-row-id", str(row.pk),
+        "--task-table", "tasktable_app.Chore", "--task-row-id", str(row.pk),
     )  # fmt: skip
-    assert (data["task_table"], data["task_row_id"]) == ("emailer.SendEmailTask", row.pk)
+    assert (data["task_table"], data["task_row_id"]) == ("tasktable_app.Chore", row.pk)
     message = refused(
         "jobs", "add", "gone", "--task", "scheduling.run_task_row", "--every", "PT1H",
-        "--task-table", "emailer.SendEmailTask", "--task-row-id", str(row.pk + 1000),
+        "--task-table", "tasktable_app.Chore", "--task-row-id", str(row.pk + 1000),
     )  # fmt: skip
-    assert message.startswith("task_row_id: no emailer.SendEmailTask row with id")
+    assert message.startswith("task_row_id: no tasktable_app.Chore row with id")
 
 
 # --- jobs list, show, pause, resume, run, remove ----------------------------------------------
@@ -178,7 +178,7 @@ def test_jobs_list_json_of_no_jobs_is_an_empty_array() -> None:
 def test_jobs_show_includes_recent_executions(make_job: MakeJob, now: datetime) -> None:
     job = make_job(name="nightly", every="PT1M", overlap="allow")
     for i in range(3):
-        services.claim_due_jobs(now=now + i * MINUTE, limit=10)
+        claims.claim_due_jobs(now=now + i * MINUTE, limit=10)
     data = call_json("jobs", "show", "nightly")
     assert data["name"] == "nightly" and data["id"] == job.pk
     assert [e["scheduled_for"] for e in data["recent_executions"]] == [
@@ -202,7 +202,8 @@ def test_jobs_pause_resume_run_and_remove(make_job: MakeJob) -> None:
 
     run = call_json("jobs", "run", "nightly")
     execution = Execution.objects.get(pk=run["id"])
-    assert (execution.job_id, execution.status) == (job.pk, ExecutionStatus.PENDING)
+    # Published at once, as a claimed occurrence is: no wait for the pending grace.
+    assert (execution.job_id, execution.status) == (job.pk, ExecutionStatus.QUEUED)
     assert run["job"] == "nightly" and run["task_id"] == str(execution.task_id)
 
     removed = call_json("jobs", "remove", "nightly")
@@ -233,23 +234,23 @@ def history(make_job: MakeJob, now: datetime) -> dict[str, Execution]:
     job = make_job(name="nightly", every="PT1M", overlap="allow", max_retries=0)
     make_job(name="other", every="PT1H")
     for i in range(4):
-        services.claim_due_jobs(now=now + i * MINUTE, limit=10)
+        claims.claim_due_jobs(now=now + i * MINUTE, limit=10)
     rows = {e.scheduled_for: e.pk for e in Execution.objects.filter(job=job)}
     done, failed, running, pending = (rows[now + i * MINUTE] for i in range(4))
-    services.start_execution(execution_id=done, worker="w1@a", pid=1, now=now + 5 * SECOND)
-    services.heartbeat(execution_ids=[done], now=now + 20 * SECOND)
-    services.complete_execution(execution_id=done, now=now + 30 * SECOND)
+    attempts.start_execution(execution_id=done, worker="w1@a", pid=1, now=now + 5 * SECOND)
+    liveness.record_heartbeat(execution_ids=[done], now=now + 20 * SECOND)
+    attempts.complete_execution(execution_id=done, now=now + 30 * SECOND)
     at = now + MINUTE + 5 * SECOND
-    services.start_execution(execution_id=failed, worker="w2@b", pid=2, now=at)
-    services.fail_attempt(
+    attempts.start_execution(execution_id=failed, worker="w2@b", pid=2, now=at)
+    attempts.fail_attempt(
         execution_id=failed,
         error="RuntimeError: boom\n  File x, line 1",
         outcome=AttemptOutcome.FAILED,
         now=at + 10 * SECOND,
     )
     at = now + 2 * MINUTE + 5 * SECOND
-    services.start_execution(execution_id=running, worker="w1@a", pid=3, now=at)
-    services.heartbeat(execution_ids=[running], now=at + 10 * SECOND)
+    attempts.start_execution(execution_id=running, worker="w1@a", pid=3, now=at)
+    liveness.record_heartbeat(execution_ids=[running], now=at + 10 * SECOND)
     return {
         name: Execution.objects.get(pk=pk)
         for name, pk in (
@@ -395,6 +396,22 @@ ADD = ["jobs", "add", "bad", "--task", NOOP]
         ([*ADD, "--every", "PT1H", "--timeout", "0"], "timeout", "at least 1"),
         ([*ADD, "--every", "PT1H", "--max-retries", "-1"], "max_retries", "zero or more"),
         ([*ADD, "--every", "PT1H", "--jitter", "-1"], "jitter", "zero or more"),
+        ([*ADD, "--every", "PT1H", "--jitter", "nan"], "jitter", "'nan' is not a number"),
+        ([*ADD, "--every", "PT1H", "--jitter", "inf"], "jitter", "'inf' is not a number"),
+        ([*ADD, "--every", "PT1H", "--jitter", "1e15"], "jitter", "at most 86400 seconds"),
+        ([*ADD, "--every", "P99999999D"], "interval", "beyond the year 9999"),
+        ([*ADD, "--every=-PT5S"], "interval", "negative"),
+        (
+            [*ADD, "--every", "PT1H", "--start", "9999-12-31T23:30Z"],
+            "interval",
+            "beyond the year 9999",
+        ),
+        ([*ADD, "--every", "PT1H", "--tz", "Europe/Berlin"], "timezone", "cron expression only"),
+        (
+            [*ADD, "--at", "2030-01-07T09:00Z", "--tz", "Europe/Berlin"],
+            "timezone",
+            "cron expression only",
+        ),
         ([*ADD, "--every", "PT1H", "--note", "x" * 501], "note", "501 characters"),
         (["jobs", "show", "nobody"], "name", "no job named 'nobody'"),
         (["jobs", "pause", "nobody"], "name", "no job named 'nobody'"),
@@ -411,6 +428,38 @@ def test_errors_are_one_line_naming_the_field(
     message = refused(*argv)
     assert re.search(rf"(^|; ){field}( \(--[a-z-]+\))?: ", message), message
     assert words in message
+
+
+@db
+def test_a_reason_checked_by_django_and_by_our_rules_is_said_once(owner: Any) -> None:
+    assert (
+        refused(*ADD, "--every", "PT1H", "--timeout", "0") == "timeout: must be at least 1 second"
+    )
+
+
+@db
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            [*ADD, "--every", "-PT5S"],
+            "--every: expected a value (for one that starts with '-', write --every=VALUE)",
+        ),
+        ([*ADD, "--every", "PT1H", "--cron", "* * * * *"], "--cron: not allowed with --every"),
+        (ADD, "--every: one of --every, --cron, --at is required"),
+        ([*ADD, "--every", "PT1H", "--timeout", "soon"], "--timeout: 'soon' is not a whole number"),
+        ([*ADD, "--every", "PT1H", "--misfire", "later"], "--misfire: invalid choice: 'later'"),
+        (["jobs", "launch"], "ACTION: invalid choice: 'launch'"),
+        (["reap", "--stale-after", "nan"], "--stale-after: 'nan' is not a positive number of"),
+        (["reap", "--stale-after", "-5"], "--stale-after: '-5' is not a positive number of"),
+        (["runscheduler", "--max-sleep", "inf"], "--max-sleep: 'inf' is not a positive number"),
+        (["runscheduler", "--batch-size", "0"], "--batch-size: '0' is not a whole number of 1"),
+        (["runstack", "--concurrency", "two"], "--concurrency: 'two' is not a whole number of 1"),
+    ],
+    ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None,
+)
+def test_option_errors_are_one_line_naming_the_option(argv: list[str], message: str) -> None:
+    assert refused(*argv).startswith(message)
 
 
 @db
@@ -451,3 +500,24 @@ def test_a_shell_sees_one_json_value_or_one_error_line(owner: Any) -> None:
     [line] = bad.stderr.strip().splitlines()
     assert "interval (--every): '3 hours' is not an ISO-8601 duration" in line
     assert not Job.objects.filter(name="late").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shell_sees_option_errors_as_one_line_and_help_in_full(owner: Any) -> None:
+    bad = manage("jobs", "add", "x", "--task", NOOP, "--every", "PT1H", "--cron", "* * * * *")
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    [line] = bad.stderr.strip().splitlines()
+    assert line == "manage.py jobs add: error: --cron: not allowed with --every"
+
+    jitter = manage("jobs", "add", "x", "--task", NOOP, "--every", "PT1H", "--jitter", "nan")
+    assert jitter.returncode == 1
+    assert "Traceback" not in jitter.stderr
+    [line] = jitter.stderr.strip().splitlines()
+    assert line == "CommandError: jitter: 'nan' is not a number of seconds"
+
+    helped = manage("jobs", "add", "--help")
+    assert helped.returncode == 0
+    assert helped.stdout.startswith("usage: manage.py jobs add")
+    assert "--tz TZ" in helped.stdout and len(helped.stdout.splitlines()) > 20
+    assert not Job.objects.exists()

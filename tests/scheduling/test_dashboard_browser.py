@@ -15,7 +15,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from scheduling import jobs, liveness
+from scheduling import jobs, ticks
 from scheduling.models import Execution, Job
 from tests.conftest import ROOT
 
@@ -75,7 +75,7 @@ def a_day_of_history(owner: Any) -> None:
                 )
             )
         Execution.objects.bulk_create(rows)
-    liveness.record_tick(stats={"claimed": 216}, seconds=0.002)
+    ticks.record_tick(stats={"claimed": 216}, seconds=0.002)
     running = Job.objects.get(name="send-digest")
     Execution.objects.create(
         job=running,

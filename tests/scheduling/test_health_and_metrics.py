@@ -12,9 +12,9 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.celery import app
-from scheduling import liveness
-from scheduling.dispatch import Dispatcher
+from scheduling import ticks
 from scheduling.models import Execution, Job, SchedulerState
+from scheduling.scheduler.loop import Dispatcher
 from tests.conftest import free_port
 
 db = pytest.mark.django_db
@@ -24,33 +24,33 @@ SECOND = timedelta(seconds=1)
 @pytest.fixture(autouse=True)
 def fresh_liveness(settings: Any) -> Iterator[None]:
     settings.SCHEDULING = {"SCHEDULER_NAME": "test-scheduler"}
-    liveness.reset_for_tests()
+    ticks.reset_for_tests()
     yield
-    liveness.reset_for_tests()
+    ticks.reset_for_tests()
 
 
 def ticked(seconds_ago: float = 0.0) -> None:
-    liveness.record_tick(
+    ticks.record_tick(
         stats={"claimed": 7, "republished": 2, "reaped": 1},
         seconds=0.004,
         now=timezone.now() - seconds_ago * SECOND,
     )
 
 
-# --- liveness ---------------------------------------------------------------------------------
+# --- ticks -------------------------------------------------------------------------------------
 
 
 @db
 def test_a_tick_is_written_at_most_once_per_interval(settings: Any) -> None:
     settings.SCHEDULING = {"SCHEDULER_NAME": "test-scheduler", "LIVENESS_INTERVAL": 60}
     stats = {"claimed": 0, "republished": 0, "reaped": 0}
-    assert liveness.record_tick(stats=stats, seconds=0.01)
+    assert ticks.record_tick(stats=stats, seconds=0.01)
     stats["reaped"] = 3
-    assert not liveness.record_tick(stats=stats, seconds=0.5)
+    assert not ticks.record_tick(stats=stats, seconds=0.5)
     row = SchedulerState.objects.get(name="test-scheduler")
     assert row.reaped_total == 0 and row.ticks_total == 1
     settings.SCHEDULING = {"SCHEDULER_NAME": "test-scheduler", "LIVENESS_INTERVAL": 0}
-    assert liveness.record_tick(stats=stats, seconds=0.02)
+    assert ticks.record_tick(stats=stats, seconds=0.02)
     row.refresh_from_db()
     assert row.reaped_total == 3 and row.ticks_total == 3
     assert row.last_tick_seconds == 0.5  # the longest tick since the previous write
@@ -63,9 +63,9 @@ def test_a_failed_liveness_write_never_stops_the_scheduler(
     def unmigrated(*args: Any) -> None:
         raise DatabaseError('relation "scheduling_schedulerstate" does not exist')
 
-    monkeypatch.setattr(liveness, "_write", unmigrated)
-    assert liveness.record_tick(stats={}, seconds=0.01) is False
-    assert "liveness.write_failed" in caplog.text
+    monkeypatch.setattr(ticks, "_write", unmigrated)
+    assert ticks.record_tick(stats={}, seconds=0.01) is False
+    assert "ticks.write_failed" in caplog.text
 
 
 @pytest.mark.django_db(transaction=True)
@@ -77,7 +77,7 @@ def test_every_dispatcher_tick_records_the_scheduler(make_job: Callable[..., Job
         dispatcher.close()
     row = SchedulerState.objects.get(name="test-scheduler")
     assert (timezone.now() - row.last_tick_at) < 5 * SECOND
-    assert liveness.last_tick() == row.last_tick_at
+    assert ticks.last_tick() == row.last_tick_at
 
 
 # --- /health/ ---------------------------------------------------------------------------------

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import jobs, selectors
+from scheduling import api, jobs, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
-from scheduling.models import Job, Overlap
+from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
-from scheduling.validation import parse_json_argument
+from scheduling.validation import MAX_JITTER, parse_json_argument, parse_seconds
 
 
 class Command(DuecourseCommand):
@@ -46,17 +45,26 @@ class Command(DuecourseCommand):
         when.add_argument("--every", help="ISO-8601 interval, such as PT10S or PT3H.")
         when.add_argument("--cron", help='Five-field cron expression, such as "0 9 * * 1-5".')
         when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
-        add.add_argument("--tz", default="UTC", help="IANA time zone of --cron (default UTC).")
+        add.add_argument(
+            "--tz",
+            default="UTC",
+            help="IANA time zone of --cron (default UTC); refused with --every and --at.",
+        )
         add.add_argument("--start", help="No occurrence before this instant.")
         add.add_argument("--end", help="No occurrence after this instant; then completed.")
         add.add_argument("--max-retries", type=int, help="Retries after the first try (3).")
         add.add_argument("--timeout", type=int, help="Seconds per attempt (300).")
-        add.add_argument("--jitter", type=float, default=0.0, help="Spread in seconds (0).")
+        add.add_argument("--jitter", default="0", help="Spread in seconds, up to 86400 (0).")
         add.add_argument("--misfire", choices=[m.value for m in Misfire], default="catch_up")
         add.add_argument("--overlap", choices=Overlap.values, default=Overlap.FORBID)
         add.add_argument("--owner", help="Owning username (default: first superuser).")
         add.add_argument("--queue", default="celery", help="Celery queue (celery).")
         add.add_argument("--priority", type=int, help="Message priority 0-255.")
+        add.add_argument(
+            "--expires",
+            type=int,
+            help="Skip an occurrence that would start more than this many seconds late.",
+        )
         add.add_argument("--note", default="", help="Free text, up to 500 characters.")
         add.add_argument("--task-table", default="", help="app_label.Model of a task table row.")
         add.add_argument("--task-row-id", type=int, help="Primary key of the task table row.")
@@ -93,11 +101,13 @@ class Command(DuecourseCommand):
                 parsed[field] = parse_instant(o[field], field=field)
             except ValidationError as exc:
                 errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-        for field in ("max_retries", "timeout"):
+        for field in ("max_retries", "timeout", "expires"):
             if o[field] is not None and o[field] < 0:
                 errors[field] = "must be zero or more"
-        if o["jitter"] < 0:
-            errors["jitter"] = "must be zero or more"
+        try:
+            parsed["jitter"] = parse_seconds(o["jitter"], field="jitter", maximum=MAX_JITTER)
+        except ValidationError as exc:
+            errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
         if errors:
             raise ValidationError(errors)
         job = jobs.create_job(
@@ -116,11 +126,12 @@ class Command(DuecourseCommand):
             task_row_id=o["task_row_id"],
             max_retries=o["max_retries"],
             timeout=o["timeout"],
-            jitter=timedelta(seconds=o["jitter"]),
+            jitter=parsed["jitter"],
             misfire=o["misfire"],
             overlap=o["overlap"],
             queue=o["queue"],
             priority=o["priority"],
+            expires=o["expires"],
             note=o["note"],
             now=now,
         )
@@ -186,10 +197,11 @@ class Command(DuecourseCommand):
 
     def do_run(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        execution = jobs.run_job_now(job=job, now=timezone.now())
+        execution = Execution.objects.select_related("job").get(pk=api.run_now(job.pk))
+        state = "published" if execution.status == ExecutionStatus.QUEUED else "saved"
         self.emit(
             selectors.execution_summary(execution),
-            f"queued one occurrence of {job.name!r} (execution {execution.pk})",
+            f"{state} one occurrence of {job.name!r} now (execution {execution.pk})",
             as_json=o["json"],
         )
 

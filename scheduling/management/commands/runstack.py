@@ -22,10 +22,10 @@ import time
 from typing import IO, Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from scheduling.console import JobNames
-from scheduling.management.base import DuecourseCommand
+from scheduling.management.base import DuecourseCommand, positive_int
 
 STOP_TIMEOUT = 20.0
 WEB_START_TIMEOUT = 15.0
@@ -76,7 +76,9 @@ class Command(DuecourseCommand):
     help = "Run a Celery worker, the scheduler and the admin until interrupted."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--concurrency", type=int, default=2, help="Worker processes (2).")
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=2, help="Worker processes (2)."
+        )
         parser.add_argument("--loglevel", default="INFO")
         parser.add_argument("--host", default="127.0.0.1", help="Admin address (127.0.0.1).")
         parser.add_argument(
@@ -141,13 +143,22 @@ class Command(DuecourseCommand):
             self.stdout.write(f"admin: {address}")
             self.stdout.write(f"log in as {username} with password {password}")
             self.stdout.write(f"dashboard: {address}dashboard/")
+        died: list[str] = []
         try:
             while not stop.wait(0.5):
-                if any(child.poll() is not None for child in children.values()):
-                    self.stderr.write("a child process exited; stopping the others")
+                died = [
+                    f"the {label} exited with status {child.returncode}"
+                    for label, child in children.items()
+                    if child.poll() is not None
+                ]
+                if died:
+                    self.stderr.write(f"{'; '.join(died)}; stopping the rest")
                     break
         finally:
             self._stop(children)
+        if died:
+            # A stack that lost a process did not do its job: say so to whatever started it.
+            raise CommandError("; ".join(died))
 
     def _relay(self, label: str, stream: IO[str], names: JobNames) -> None:
         for line in stream:

@@ -125,6 +125,14 @@ def test_text_report_names_the_jobs(make_job: Callable[..., Job]) -> None:
             ["--older-than", "30d", "--keep-last", "-1"],
             "keep_last (--keep-last): must be zero or more",
         ),
+        (
+            ["--older-than", "30d", "--batch-size", "0"],
+            "--batch-size: '0' is not a whole number of 1 or more",
+        ),
+        (
+            ["--older-than", "30d", "--max-seconds", "nan"],
+            "--max-seconds: 'nan' is not a positive number of seconds",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option(argv: list[str], message: str) -> None:

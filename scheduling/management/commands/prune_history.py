@@ -8,7 +8,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import retention
-from scheduling.management.base import DuecourseCommand
+from scheduling.management.base import DuecourseCommand, positive_int, positive_seconds
 
 
 class Command(DuecourseCommand):
@@ -34,10 +34,13 @@ class Command(DuecourseCommand):
             help="Always keep each job's latest N executions, however old (10).",
         )
         parser.add_argument(
-            "--batch-size", type=int, default=1000, help="Executions per transaction (1000)."
+            "--batch-size",
+            type=positive_int,
+            default=1000,
+            help="Executions per transaction (1000).",
         )
         parser.add_argument(
-            "--max-seconds", type=float, help="Stop starting batches after this long."
+            "--max-seconds", type=positive_seconds, help="Stop starting batches after this long."
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would go; delete nothing."

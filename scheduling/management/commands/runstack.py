@@ -83,7 +83,7 @@ class Command(DuecourseCommand):
         parser.add_argument("--host", default="127.0.0.1", help="Admin address (127.0.0.1).")
         parser.add_argument(
             "--port",
-            type=int,
+            type=positive_int,
             default=int(os.environ.get("DUECOURSE_PORT", "8000")),
             help="Admin port (8000, or DUECOURSE_PORT); a free one when it is taken.",
         )

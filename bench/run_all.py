@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import compare_commits
 import dispatch_rate
 import lag
 import tick_cost
@@ -455,7 +456,9 @@ def main() -> None:
         print(common.render_table(module.HEADERS, module.table_rows(data), markdown=False))
     plotted = bool(results["tick_cost"]) and plot(results["tick_cost"], PLOT)
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(render(results, facts, plotted))
+    # The before/after section of compare_commits.py is made by another run; keep it.
+    old = DOC.read_text() if DOC.exists() else ""
+    DOC.write_text(compare_commits.carry_section(old, render(results, facts, plotted)))
     print("\nTargets")
     print(common.render_table(["target", "measured", "verdict"], verdicts(results), markdown=False))
     print(f"\nwrote {DOC}" + (f" and {PLOT.name}" if plotted else ""))

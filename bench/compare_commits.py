@@ -20,7 +20,9 @@ the spread between rounds.
     one process; its raw PostgreSQL, send_task and LPUSH limits run too, the same code on both
     sides, and serve as a control for the machine's noise);
   - ``lag``: ``lag.py --peers ours`` with a shorter duration;
-  - ``worker``: ``worker_throughput.py --repeat 1 --no-floor`` (history against bare).
+  - ``worker``: ``worker_throughput.py --repeat 1 --no-floor`` (history against bare);
+  - ``calls``: ``profile_tick.py`` idle, flood and worker: Python function calls per tick,
+    occurrence and task, which the machine's load hardly moves.
 
 - Every run has its own ``BENCH_RUN_ID`` (``cmp<pid><side initial>``), so the two sides'
   databases (``bench_tick_cmp123b`` against ``bench_tick_cmp123a``) and Redis keys never
@@ -33,7 +35,8 @@ the spread between rounds.
 ``--tick-load once`` loads the 1,000,000 jobs once per side instead of once per run: each
 round then runs that side's own ``tick_cost.py`` child on the loaded table and puts the due
 batch back afterwards with that side's own ``_undo_batch`` (what ``tick_cost.py`` does
-between its what-if variants).
+between its what-if variants). ``--only M --add`` measures M and adds it to the saved
+comparison (same BEFORE commit and rounds, no code changed outside bench/ and docs/).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from typing import Any
 AFTER_ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 SECTION = "Before and after the engine restructure"
-MEASUREMENTS = ["tick", "flood", "lag", "worker"]
+MEASUREMENTS = ["tick", "flood", "lag", "worker", "calls"]
 SIDES = ["before", "after"]
 # A change of the medians smaller than this (in %) is not called a change, even when the
 # rounds agree closely (peak RSS, say, moves by a fraction of a megabyte between versions).
@@ -199,6 +202,50 @@ def stop(proc: subprocess.Popen[Any]) -> None:
         proc.wait(timeout=10)
 
 
+# --- work counted rather than timed ---------------------------------------------------------
+
+PROFILE_IDLE_JOBS, PROFILE_IDLE_TICKS = 100_000, 300
+
+
+def run_calls(
+    tree: Path, env: dict[str, str], out_dir: Path, log: Path, sizes: argparse.Namespace
+) -> bool:
+    """The side's ``profile_tick.py`` on an idle tick, a flood and a worker; count the calls.
+
+    Python function calls per tick, occurrence or task barely depend on how busy the machine
+    is, so they show a change in the work done where the timings of a shared machine cannot.
+    """
+    import re
+
+    runs = {
+        "idle": ["idle", "--jobs", str(PROFILE_IDLE_JOBS), "--ticks", str(PROFILE_IDLE_TICKS)],
+        "flood": ["flood", "--jobs", str(sizes.flood_jobs)],
+        "worker": ["worker", "--jobs", str(sizes.worker_tasks)],
+    }
+    units = {"idle": PROFILE_IDLE_TICKS, "flood": sizes.flood_jobs, "worker": sizes.worker_tasks}
+    found: dict[str, Any] = {}
+    all_ok = True
+    for name, argv in runs.items():
+        part = log.with_name(f"{log.stem}-{name}.log")
+        ok, _ = run_script(tree, env, "profile_tick", argv, part, 600.0)
+        text = part.read_text()
+        calls = re.search(r"(\d+) function calls", text)
+        per = re.search(r"ms wall, ([\d.]+) ms CPU", text)
+        done = re.search(r"executions: .*'completed': (\d+)", text)
+        if not ok or calls is None or (name == "worker" and not done):
+            all_ok = False
+            continue
+        if name == "worker" and int(done.group(1)) != units[name]:
+            all_ok = False  # a worker that failed its tasks did less work: not comparable
+            continue
+        found[name] = {
+            "calls_per_unit": int(calls.group(1)) / units[name],
+            "cpu_ms_per_unit": float(per.group(1)) if per else None,
+        }
+    (out_dir / "profile_tick.json").write_text(json.dumps(found, indent=2))
+    return all_ok
+
+
 # --- the tick measurement with one load per side --------------------------------------------
 
 # Runs inside a side's tree (cwd and PYTHONPATH), so ``common`` and ``tick_cost`` are that
@@ -320,6 +367,23 @@ METRICS: list[Metric] = [
     ("worker with history, {worker} tasks (tasks/s)", WORKER, _worker("history"), True),
     ("bare worker, same run (tasks/s)", WORKER, _worker("bare"), True),
     ("history / bare", WORKER, _worker("ratio"), True),
+]
+
+
+def _calls(name: str, key: str) -> Callable[[dict[str, Any]], float | None]:
+    def get(data: dict[str, Any]) -> float | None:
+        return data.get(name, {}).get(key)
+
+    return get
+
+
+CALLS, PER, CPU = "profile_tick", "calls_per_unit", "cpu_ms_per_unit"
+METRICS += [
+    ("idle tick: Python function calls", CALLS, _calls("idle", PER), False),
+    ("idle tick: CPU under cProfile (ms)", CALLS, _calls("idle", CPU), False),
+    ("flood: Python calls per occurrence, main thread", CALLS, _calls("flood", PER), False),
+    ("flood: CPU per occurrence under cProfile (ms)", CALLS, _calls("flood", CPU), False),
+    ("worker (solo pool): Python function calls per task", CALLS, _calls("worker", PER), False),
 ]
 
 
@@ -473,6 +537,19 @@ def section(summary: dict[str, Any], rows: list[list[Any]], markdown_table: str)
         else "loaded afresh for every run"
     )
     rounds = f"{s['rounds']} round" + ("s" if s["rounds"] != 1 else "")
+    calls_note = []
+    if "calls" in s["measurements"]:
+        calls_note = [
+            "The *Python function calls* rows (and the CPU beside them) come from each side's"
+            f" `profile_tick.py` under cProfile: {PROFILE_IDLE_TICKS} idle ticks at"
+            f" {PROFILE_IDLE_JOBS:,} jobs, a flood of {s['sizes']['flood_jobs']:,} jobs, and a"
+            f" solo-pool worker draining {s['sizes']['worker_tasks']:,} history tasks (its"
+            " count includes the worker's start-up). A count hardly depends on how busy the"
+            " machine is, so it shows a change in the work done where the timings cannot."
+            " cProfile follows only the flood's main thread, not its lanes, so the flood's"
+            " count moves with how the batches fell between them; compare it round by round.",
+            "",
+        ]
     return "\n".join(
         [
             f"## {SECTION}",
@@ -499,6 +576,7 @@ def section(summary: dict[str, Any], rows: list[list[Any]], markdown_table: str)
             "",
             markdown_table,
             "",
+            *calls_note,
             reading,
             "",
             "Command (from the repository root):",
@@ -574,7 +652,9 @@ def measure(args: argparse.Namespace, results: Path) -> dict[str, Any]:
                     env = side_env(trees[side], run_ids[side], out_dir, args.redis_db)
                     log = logs / f"{measurement}-{side}-round{k}.log"
                     started = time.monotonic()
-                    if measurement == "tick" and once:
+                    if measurement == "calls":
+                        ok = run_calls(trees[side], env, out_dir, log, args)
+                    elif measurement == "tick" and once:
                         ok, _ = tick_once(
                             trees[side],
                             env,
@@ -644,6 +724,31 @@ def report(results: Path, summary: dict[str, Any], write_docs: bool) -> None:
     print(f"wrote the section {SECTION!r} of {doc}")
 
 
+def check_addable(previous: dict[str, Any], args: argparse.Namespace) -> None:
+    """Refuse to add to a comparison of other commits, rounds or engine code."""
+    before = git("rev-parse", "--short", f"{args.before}^{{commit}}")
+    if previous["before"] != before or previous["rounds"] != args.rounds:
+        raise SystemExit(
+            f"--add: the saved comparison is of {previous['before']} in"
+            f" {previous['rounds']} rounds; start afresh (without --add)"
+        )
+    changed = git("diff", "--name-only", previous["after"], "HEAD", "--", ".", ":!bench", ":!docs")
+    if changed:
+        raise SystemExit(f"--add: code changed since {previous['after']}: {changed.split()}")
+
+
+def merge(previous: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
+    """The saved comparison with the added measurements' runs in place of any earlier ones."""
+    merged = dict(previous)
+    new = set(added["measurements"])
+    merged["measurements"] = [m for m in previous["measurements"] if m not in new] + sorted(new)
+    merged["runs"] = [r for r in previous["runs"] if r["measurement"] not in new] + added["runs"]
+    merged["load_end"] = added["load_end"]
+    merged["finished"] = added["finished"]
+    merged["command"] = previous["command"] + "\n" + added["command"]
+    return merged
+
+
 def main() -> None:
     """Measure both commits (unless --render), then print and write the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -668,6 +773,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
     parser.add_argument("--render", action="store_true", help="only re-render from saved results")
     parser.add_argument("--no-docs", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--add",
+        action="store_true",
+        help="add the --only measurements to the saved comparison instead of starting afresh",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds = min(args.rounds, 2)
@@ -679,12 +789,18 @@ def main() -> None:
     if args.render:
         summary = json.loads(summary_path.read_text())
     else:
-        if results.exists():
+        previous = None
+        if args.add and summary_path.exists():
+            previous = json.loads(summary_path.read_text())
+            check_addable(previous, args)
+        elif results.exists():
             import shutil
 
             shutil.rmtree(results)
-        results.mkdir(parents=True)
+        results.mkdir(parents=True, exist_ok=True)
         summary = measure(args, results)
+        if previous is not None:
+            summary = merge(previous, summary)
         summary_path.write_text(json.dumps(summary, indent=2, default=str))
     report(results, summary, write_docs=not args.no_docs)
 

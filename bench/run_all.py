@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import compare_commits
 import cron_next
 import dispatch_rate
 import lag
@@ -467,12 +468,14 @@ def main() -> None:
         print(common.render_table(module.HEADERS, module.table_rows(data), markdown=False))
     plotted = bool(results["tick_cost"]) and plot(results["tick_cost"], PLOT)
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    # Measurements that run on their own keep their sections of the page: cron_next.py's, and
-    # those between section markers (bench/dashboard.py's).
+    # Measurements that run on their own keep their sections of the page: cron_next.py's,
+    # compare_commits.py's, and those between section markers (bench/dashboard.py's).
     text = DOC.read_text() if DOC.exists() else ""
     marked = kept_sections(text)
     kept = cron_next.saved_section(MARKED.sub("", text))
-    DOC.write_text(render(results, facts, plotted) + ("\n" + kept if kept else "") + marked)
+    page = render(results, facts, plotted) + ("
+" + kept if kept else "") + marked
+    DOC.write_text(compare_commits.carry_section(text, page))
     print("\nTargets")
     print(common.render_table(["target", "measured", "verdict"], verdicts(results), markdown=False))
     print(f"\nwrote {DOC}" + (f" and {PLOT.name}" if plotted else ""))

@@ -473,8 +473,7 @@ def main() -> None:
     text = DOC.read_text() if DOC.exists() else ""
     marked = kept_sections(text)
     kept = cron_next.saved_section(MARKED.sub("", text))
-    page = render(results, facts, plotted) + ("
-" + kept if kept else "") + marked
+    page = render(results, facts, plotted) + ("\n" + kept if kept else "") + marked
     DOC.write_text(compare_commits.carry_section(text, page))
     print("\nTargets")
     print(common.render_table(["target", "measured", "verdict"], verdicts(results), markdown=False))

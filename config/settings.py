@@ -163,6 +163,14 @@ if DATABASES["default"].get("DISABLE_SERVER_SIDE_CURSORS"):
     # DATABASE_TRANSACTION_POOLING: the workers' prepared statements would not survive either.
     SCHEDULING.setdefault("PREPARE_STATEMENTS", False)
 
+# --- Subscriptions --------------------------------------------------------------------------
+# Read lazily through subscriptions.conf, where the per-action forms are documented.
+SUBSCRIPTIONS_MAX_RETRIES = env_str("SUBSCRIPTIONS_MAX_RETRIES", "3")
+SUBSCRIPTIONS_RETRY_DELAY = env_str("SUBSCRIPTIONS_RETRY_DELAY", "600")
+SUBSCRIPTIONS_GATEWAY = env_str("SUBSCRIPTIONS_GATEWAY", "subscriptions.payments.TestGateway")
+# Test-only: a renewal stops after this step and waits to be killed (crash tests).
+SUBSCRIPTIONS_PAUSE_AFTER_STEP = env_str("SUBSCRIPTIONS_PAUSE_AFTER_STEP", "")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

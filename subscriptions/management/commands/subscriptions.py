@@ -1,0 +1,267 @@
+"""``manage.py subscriptions add|cancel|show|list|jobs|charges|gateway script``.
+
+Thin: parse, call one service or selector, print. Bad input is one line naming the field (and
+the option that set it) with the reason, and nothing is saved.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from subscriptions import payments, selectors, services
+from subscriptions.models import JobStatus
+
+#: Model fields and the option that sets them, for error messages.
+OPTIONS = {
+    "customer": "--customer",
+    "sku": "--item",
+    "item": "--item",
+    "quantity": "--quantity",
+    "unit_price": "--price",
+    "price": "--price",
+    "interval": "--every",
+    "starts_at": "--start",
+    "ends_at": "--end",
+    "status": "--status",
+    "decline": "--decline",
+    "error": "--error",
+}
+
+
+def one_line(exc: ValidationError) -> str:
+    if not hasattr(exc, "error_dict"):
+        return " ".join(exc.messages)
+    parts = []
+    for field, messages in exc.message_dict.items():
+        name = "input" if field == "__all__" else field
+        if field in OPTIONS:
+            name = f"{name} ({OPTIONS[field]})"
+        parts.append(f"{name}: {' '.join(messages)}")
+    return "; ".join(parts)
+
+
+def parse_instant(raw: str | None, *, field: str) -> datetime | None:
+    """An ISO-8601 instant with an offset; naive input is refused."""
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise ValidationError(
+            {field: f"{raw!r} is not an ISO-8601 date-time such as 2030-01-31T09:00:00Z"}
+        ) from None
+    if timezone.is_naive(value):
+        raise ValidationError({field: f"{raw!r} has no offset; add Z or +01:00"})
+    return value
+
+
+def parse_int(raw: str | None, *, field: str) -> int | None:
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValidationError({field: f"{raw!r} is not a whole number"}) from None
+
+
+class Command(BaseCommand):
+    help = "Create, cancel and inspect subscriptions; script the test payment gateway."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+        def command(name: str, text: str) -> Any:
+            found = sub.add_parser(name, help=text, description=text)
+            found.add_argument("--json", action="store_true", help="Print one JSON value.")
+            return found
+
+        add = command("add", "Create a subscription and schedule its first renewal.")
+        add.add_argument("--customer", required=True, help="Customer reference.")
+        add.add_argument("--item", required=True, help="Item SKU.")
+        add.add_argument("--quantity", required=True, help="Items per period (> 0).")
+        add.add_argument("--price", required=True, help="Unit price, a decimal (>= 0).")
+        add.add_argument("--every", required=True, help="ISO-8601 interval: P1M, P1Y, P7D, PT30S.")
+        add.add_argument("--start", help="First period's start, with offset (default: now).")
+        add.add_argument("--end", help="End date, with offset: then the subscription expires.")
+
+        cancel = command("cancel", "Cancel a subscription now, or at the current period's end.")
+        cancel.add_argument("id", help="Subscription id.")
+        cancel.add_argument(
+            "--at-period-end",
+            action="store_true",
+            help="Pending cancel: end when the current (paid) period ends.",
+        )
+
+        show = command("show", "A subscription with its orders, jobs and charges.")
+        show.add_argument("id", help="Subscription id.")
+
+        command("list", "Every subscription.")
+
+        jobs = command("jobs", "Subscription jobs (SUBSCRSCHJOBS rows).")
+        jobs.add_argument("--subscription", help="Only this subscription's jobs.")
+        jobs.add_argument(
+            "--status",
+            help="Only jobs with this status code: "
+            + ", ".join(f"{s.value} {s.label}" for s in JobStatus),
+        )
+
+        charges = command("charges", "Charges the test gateway accepted.")
+        charges.add_argument("--subscription", help="Only this subscription's charges.")
+
+        gateway = sub.add_parser("gateway", help="Script the test payment gateway.")
+        gateway_sub = gateway.add_subparsers(dest="gateway_action", required=True)
+        script = gateway_sub.add_parser(
+            "script",
+            help="Decline the customer's next N charges, or fail its next N calls.",
+        )
+        script.add_argument("customer", help="Customer reference.")
+        what = script.add_mutually_exclusive_group(required=True)
+        what.add_argument("--decline", help="Decline the next N charges.")
+        what.add_argument("--error", help="Fail the next N calls with a gateway error.")
+        script.add_argument("--json", action="store_true", help="Print one JSON value.")
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute(*args, **options)
+        except ValidationError as exc:
+            raise CommandError(one_line(exc)) from None
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        handler = getattr(self, f"do_{o['action']}")
+        data, text = handler(o)
+        if o.get("json"):
+            self.stdout.write(json.dumps(data, default=str))
+        else:
+            self.stdout.write(text)
+
+    # --- actions ----------------------------------------------------------------------------
+
+    def do_add(self, o: dict[str, Any]) -> tuple[Any, str]:
+        now = timezone.now()
+        errors: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        for key, parse in (
+            ("quantity", lambda: parse_int(o["quantity"], field="quantity")),
+            ("price", lambda: services.parse_price(o["price"], field="price")),
+            ("start", lambda: parse_instant(o["start"], field="starts_at")),
+            ("end", lambda: parse_instant(o["end"], field="ends_at")),
+        ):
+            try:
+                values[key] = parse()
+            except ValidationError as exc:
+                errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+        if errors:
+            raise ValidationError(errors)
+        subscription = services.create_subscription(
+            customer=o["customer"],
+            items=[
+                services.ItemSpec(
+                    sku=o["item"], quantity=values["quantity"], unit_price=values["price"]
+                )
+            ],
+            interval=o["every"],
+            start=values["start"],
+            end=values["end"],
+            now=now,
+        )
+        data = selectors.subscription_detail(subscription)
+        return data, self._describe(data)
+
+    def do_cancel(self, o: dict[str, Any]) -> tuple[Any, str]:
+        subscription = services.cancel_subscription(
+            subscription_id=services.get_subscription(o["id"]).pk,
+            at_period_end=o["at_period_end"],
+            now=timezone.now(),
+        )
+        data = selectors.subscription_row(subscription)
+        return data, f"subscription {subscription.pk}: {subscription.status}"
+
+    def do_show(self, o: dict[str, Any]) -> tuple[Any, str]:
+        data = selectors.subscription_detail(services.get_subscription(o["id"]))
+        return data, self._describe(data)
+
+    def do_list(self, o: dict[str, Any]) -> tuple[Any, str]:
+        from subscriptions.models import Subscription
+
+        data = [selectors.subscription_row(s) for s in Subscription.objects.order_by("pk")]
+        lines = [
+            f"{s['id']:>6} {s['customer']:20.20} {s['status']:15} every {s['interval']:8} "
+            f"from {s['starts_at']} to {s['ends_at'] or '-'}"
+            for s in data
+        ]
+        return data, "\n".join(lines) or "no subscriptions"
+
+    def do_jobs(self, o: dict[str, Any]) -> tuple[Any, str]:
+        subscription_id = None
+        if o["subscription"] is not None:
+            subscription_id = services.get_subscription(o["subscription"]).pk
+        status = parse_int(o["status"], field="status")
+        if status is not None and status not in JobStatus.values:
+            codes = ", ".join(f"{s.value} ({s.label})" for s in JobStatus)
+            raise ValidationError({"status": f"{status} is not one of {codes}"})
+        data = [
+            selectors.job_summary(j)
+            for j in selectors.jobs(subscription_id=subscription_id, status=status)
+        ]
+        return data, "\n".join(self._job_line(j) for j in data) or "no subscription jobs"
+
+    def do_charges(self, o: dict[str, Any]) -> tuple[Any, str]:
+        subscription_id = None
+        if o["subscription"] is not None:
+            subscription_id = services.get_subscription(o["subscription"]).pk
+        data = [
+            selectors.charge_summary(c) for c in selectors.charges(subscription_id=subscription_id)
+        ]
+        lines = [
+            f"{c['reference']} {c['amount']:>14} {c['customer']:20.20} {c['idempotency_key']}"
+            for c in data
+        ]
+        return data, "\n".join(lines) or "no charges"
+
+    def do_gateway(self, o: dict[str, Any]) -> tuple[Any, str]:
+        declines = parse_int(o["decline"], field="decline") or 0
+        errors = parse_int(o["error"], field="error") or 0
+        script = payments.script_customer(customer=o["customer"], declines=declines, errors=errors)
+        data = {
+            "customer": script.customer,
+            "declines_left": script.declines_left,
+            "errors_left": script.errors_left,
+        }
+        return data, (
+            f"test gateway: customer {script.customer}: decline the next "
+            f"{script.declines_left} charges, fail the next {script.errors_left} calls"
+        )
+
+    # --- text -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _job_line(j: dict[str, Any]) -> str:
+        return (
+            f"{j['scheduled_id']:>6} sub={j['subscription_id']:<6} {j['action']:16} "
+            f"at {j['action_date']} status={j['status']} ({j['status_name']}) "
+            f"parameter={j['parameter'] or '-'} retries={j['retry_count']} "
+            f"opt={j['opt_counter']}"
+        )
+
+    def _describe(self, data: dict[str, Any]) -> str:
+        lines = [
+            f"subscription {data['id']} of {data['customer']}: {data['status']}, every "
+            f"{data['interval']} from {data['starts_at']} to {data['ends_at'] or '-'}",
+            *(f"  item {i['quantity']} x {i['sku']} at {i['unit_price']}" for i in data["items"]),
+            *(
+                f"  order {r['id']} {r['kind']} period={r['period_number']} "
+                f"{r['period_start'] or ''} {r['amount']} {r['status']} {r['charge_reference']}"
+                for r in data["orders"]
+            ),
+            *(f"  job {self._job_line(j)}" for j in data["jobs"]),
+            *(f"  charge {c['reference']} {c['amount']}" for c in data["charges"]),
+        ]
+        if data["attention_reason"]:
+            lines.append(f"  needs attention: {data['attention_reason']}")
+        return "\n".join(lines)

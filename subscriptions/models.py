@@ -1,0 +1,378 @@
+"""Subscriptions, their orders, their scheduled jobs (seed 002's SUBSCRSCHJOBS) and the test
+gateway's own tables.
+
+Every rule a row must satisfy lives here (``clean`` and database constraints), so the admin,
+the command line and the services refuse the same input with the same message.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from subscriptions import periods
+
+#: SMALLINT's largest value: the optimistic counter wraps to 1 after it (seed 002, HCL).
+OPT_COUNTER_MAX = 32767
+
+
+class SubscriptionStatus(models.TextChoices):
+    ACTIVE = "active", "active"  # renews at every period start
+    PENDING_CANCEL = "pending_cancel", "pending cancel"  # ends at the current period's end
+    CANCELLED = "cancelled", "cancelled"  # ended by a cancel; nothing more happens
+    EXPIRED = "expired", "expired"  # reached its end date
+    NEEDS_ATTENTION = "needs_attention", "needs attention"  # a job failed past its retries
+
+
+#: Statuses in which a renewal may still create an order.
+RENEWABLE = (SubscriptionStatus.ACTIVE, SubscriptionStatus.NEEDS_ATTENTION)
+#: Statuses after which nothing happens any more.
+ENDED = (SubscriptionStatus.CANCELLED, SubscriptionStatus.EXPIRED)
+
+
+def _aware(value: datetime | None, field: str, errors: dict[str, str]) -> None:
+    if value is not None and timezone.is_naive(value):
+        errors[field] = "must carry a time zone offset, such as 2030-01-31T09:00:00Z"
+
+
+class Subscription(models.Model):
+    """A customer's recurring order: items delivered and charged once per period."""
+
+    customer = models.CharField(max_length=100)
+    interval = models.CharField(
+        "fulfilment interval",
+        max_length=64,
+        help_text="ISO-8601 duration: P1M (monthly, keeps the anchor day), P1Y, P7D, PT30S.",
+    )
+    anchor = models.DateTimeField(
+        "billing anchor", help_text="Periods are counted from here (normally the start)."
+    )
+    starts_at = models.DateTimeField("start")
+    ends_at = models.DateTimeField("end", null=True, blank=True)
+    status = models.CharField(
+        max_length=20, choices=SubscriptionStatus.choices, default=SubscriptionStatus.ACTIVE
+    )
+    attention_reason = models.TextField(blank=True, default="")
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=SubscriptionStatus.values),
+                name="subscription_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(ends_at__isnull=True) | Q(ends_at__gt=models.F("starts_at")),
+                name="subscription_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"subscription {self.pk} ({self.customer}, every {self.interval})"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if not (self.customer or "").strip():
+            errors["customer"] = "is required"
+        try:
+            periods.parse_interval(self.interval, field="interval")
+        except periods.PeriodError as exc:
+            errors["interval"] = exc.reason
+        _aware(self.starts_at, "starts_at", errors)
+        _aware(self.ends_at, "ends_at", errors)
+        _aware(self.anchor, "anchor", errors)
+        if (
+            "starts_at" not in errors
+            and "ends_at" not in errors
+            and self.starts_at
+            and self.ends_at
+            and self.ends_at <= self.starts_at
+        ):
+            errors["ends_at"] = (
+                f"{self.ends_at.isoformat()} is not after the start {self.starts_at.isoformat()}"
+            )
+        if self.anchor and self.starts_at and not errors and self.anchor > self.starts_at:
+            errors["anchor"] = "must not be after the start"
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def period_interval(self) -> periods.Interval:
+        return periods.parse_interval(self.interval)
+
+    def period_bounds(self, number: int) -> tuple[datetime, datetime]:
+        return periods.period_bounds(self.anchor, self.period_interval, number)
+
+    @property
+    def first_period(self) -> int:
+        return periods.period_containing(self.anchor, self.period_interval, self.starts_at)
+
+
+class SubscriptionItem(models.Model):
+    """One line of a subscription: what is delivered every period, and at what unit price."""
+
+    subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="items")
+    sku = models.CharField("item (SKU)", max_length=64)
+    quantity = models.IntegerField()
+    unit_price = models.DecimalField(max_digits=20, decimal_places=5)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(quantity__gt=0), name="item_quantity_positive"),
+            models.CheckConstraint(
+                condition=Q(unit_price__gte=0), name="item_unit_price_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} x {self.sku} at {self.unit_price}"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if not (self.sku or "").strip():
+            errors["sku"] = "is required"
+        if self.quantity is not None and self.quantity <= 0:
+            errors["quantity"] = f"{self.quantity} is not a positive number of items"
+        if self.unit_price is not None and self.unit_price < 0:
+            errors["unit_price"] = f"{self.unit_price} is negative"
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def amount(self) -> Decimal:
+        return self.unit_price * self.quantity
+
+
+class OrderStatus(models.TextChoices):
+    PLACED = "placed", "placed"  # the parent order: what the customer subscribed to
+    PENDING = "pending", "pending payment"  # a child order created, not yet paid
+    CONFIRMED = "confirmed", "confirmed"  # a child order paid and confirmed
+
+
+class Order(models.Model):
+    """The parent order of a subscription, or a child order for one period.
+
+    ``(subscription, period_start)`` is unique: a second order for one period cannot exist,
+    whatever the code does. A child order that is never paid (its job failed or was
+    cancelled) is deleted, so "an order for this period" always means one that was paid or
+    is being paid.
+    """
+
+    subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="orders")
+    parent = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="children"
+    )
+    period_number = models.IntegerField(null=True, blank=True)
+    period_start = models.DateTimeField(null=True, blank=True)
+    period_end = models.DateTimeField(null=True, blank=True)
+    amount = models.DecimalField(max_digits=20, decimal_places=5)
+    status = models.CharField(max_length=20, choices=OrderStatus.choices)
+    charge_reference = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subscription", "period_start"], name="order_one_per_period"
+            ),
+            models.UniqueConstraint(
+                fields=["subscription"],
+                condition=Q(parent__isnull=True),
+                name="order_one_parent_per_subscription",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=OrderStatus.values), name="order_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        if self.parent_id is None:
+            return f"parent order {self.pk}"
+        return f"order {self.pk} for period {self.period_number}"
+
+
+class JobAction(models.TextChoices):
+    CREATE_CHILD_ORDER = "CreateChildOrder", "CreateChildOrder"  # renew: order + charge
+    CANCEL = "Cancel", "Cancel"  # end a subscription that is pending cancel
+    EXPIRE = "Expire", "Expire"  # end a subscription at its end date
+
+
+class JobStatus(models.IntegerChoices):
+    """The seed's status codes (1 is unused there and here)."""
+
+    ACTIVE = 0, "active"  # waiting for its action date
+    FAILED = 2, "failed"  # retries spent, or refused for good; an operator looks at it
+    COMPLETED = 3, "completed"  # done, or cancelled (``parameter`` says "cancelled")
+    RETRY = 4, "retry"  # an attempt failed; the next one is scheduled
+    PROCESSING = 5, "processing"  # an attempt is running
+
+
+#: Jobs that have not run yet or will run again: what a cancel stops.
+JOB_PENDING = (JobStatus.ACTIVE, JobStatus.RETRY)
+#: Jobs a runner may take.
+JOB_RUNNABLE = (JobStatus.ACTIVE, JobStatus.RETRY, JobStatus.PROCESSING)
+
+
+class StaleJob(Exception):
+    """A subscription job changed since it was read (its optimistic counter moved on)."""
+
+
+def next_counter(value: int) -> int:
+    """The counter after ``value``: +1, wrapping from SMALLINT's maximum back to 1."""
+    return 1 if value >= OPT_COUNTER_MAX else value + 1
+
+
+class SubscriptionJob(models.Model):
+    """Seed 002's SUBSCRSCHJOBS: one scheduled action of one subscription.
+
+    Every update is conditional on the optimistic counter that was read, and increments it
+    (``save`` and ``change`` below); a write that lost the race raises ``StaleJob`` instead of
+    overwriting what another process wrote.
+    """
+
+    scheduled_id = models.BigAutoField("scheduled id", primary_key=True)
+    action_date = models.DateTimeField()
+    subscription = models.ForeignKey(
+        Subscription, on_delete=models.CASCADE, related_name="jobs", db_index=False
+    )
+    action = models.CharField(max_length=32, choices=JobAction.choices)
+    time_placed = models.DateTimeField(default=timezone.now)
+    last_update = models.DateTimeField(default=timezone.now)
+    status = models.IntegerField(choices=JobStatus.choices, default=JobStatus.ACTIVE)
+    parameter = models.CharField(
+        max_length=254,
+        blank=True,
+        default="",
+        help_text="The last successful step of a multi-step run; a retry resumes after it.",
+    )
+    custom_integer = models.IntegerField(
+        "field 1 (integer)", null=True, blank=True, help_text="CreateChildOrder: period number."
+    )
+    custom_decimal = models.DecimalField(
+        "field 2 (decimal)",
+        max_digits=20,
+        decimal_places=5,
+        null=True,
+        blank=True,
+        help_text="CreateChildOrder: the amount priced.",
+    )
+    custom_text = models.CharField(
+        "field 3 (text)",
+        max_length=254,
+        blank=True,
+        default="",
+        help_text="CreateChildOrder: the charge reference; otherwise a note.",
+    )
+    retry_count = models.IntegerField(default=0)
+    opt_counter = models.SmallIntegerField("optimistic counter", default=0)
+
+    class Meta:
+        indexes = [
+            # The seed's I0001371: a subscription's jobs (cancel, expire, show, the admin inline).
+            models.Index(fields=["subscription"], name="subscrschjobs_i0001371"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=JobStatus.values), name="subscriptionjob_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(action__in=JobAction.values), name="subscriptionjob_action_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(opt_counter__gte=0), name="subscriptionjob_opt_counter_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.scheduled_id} of subscription {self.subscription_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Insert as usual; update only through ``change``, conditional on the counter."""
+        if self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        names = kwargs.get("update_fields") or [
+            f.attname
+            for f in self._meta.concrete_fields
+            if not f.primary_key and f.attname not in ("opt_counter", "last_update")
+        ]
+        self.change(now=timezone.now(), **{name: getattr(self, name) for name in names})
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.retry_count is not None and self.retry_count < 0:
+            errors["retry_count"] = f"{self.retry_count} is negative"
+        _aware(self.action_date, "action_date", errors)
+        if errors:
+            raise ValidationError(errors)
+
+    def change(self, *, now: datetime, **values: Any) -> SubscriptionJob:
+        """``UPDATE … SET …, opt_counter = next WHERE scheduled_id = ? AND opt_counter = read``.
+
+        Raises ``StaleJob`` when someone else updated the row since this copy was read.
+        """
+        values.pop("opt_counter", None)
+        read = self.opt_counter
+        counter = next_counter(read)
+        changed = SubscriptionJob.objects.filter(pk=self.pk, opt_counter=read).update(
+            opt_counter=counter, last_update=now, **values
+        )
+        if not changed:
+            current = (
+                SubscriptionJob.objects.filter(pk=self.pk)
+                .values_list("opt_counter", "last_update")
+                .first()
+            )
+            if current is None:
+                raise StaleJob(f"subscription job {self.pk} no longer exists")
+            raise StaleJob(
+                f"subscription job {self.pk} was changed at {current[1].isoformat()} since it "
+                f"was read (optimistic counter {read}, now {current[0]}); reload and try again"
+            )
+        for name, value in values.items():
+            setattr(self, name, value)
+        self.opt_counter = counter
+        self.last_update = now
+        return self
+
+
+class GatewayCharge(models.Model):
+    """The test gateway's own record of every charge it accepted (its "bank statement")."""
+
+    reference = models.CharField(max_length=64, unique=True)
+    idempotency_key = models.CharField(max_length=255, unique=True)
+    customer = models.CharField(max_length=100)
+    amount = models.DecimalField(max_digits=20, decimal_places=5)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"charge {self.reference} {self.amount} ({self.customer})"
+
+
+class GatewayScript(models.Model):
+    """What the test gateway does to one customer's next calls: decline N, or fail N."""
+
+    customer = models.CharField(max_length=100, unique=True)
+    declines_left = models.IntegerField(default=0)
+    errors_left = models.IntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(declines_left__gte=0) & Q(errors_left__gte=0),
+                name="gatewayscript_counts_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.customer}: decline {self.declines_left}, error {self.errors_left}"

@@ -1,0 +1,118 @@
+"""Subscription reads: plain dictionaries for the command line's ``--json`` and for tests.
+
+Job dictionaries carry the seed's column names (``SCHEDULED_ID`` … ``OPTCOUNTER``, lower-case)
+beside the readable ones, so an operator who knows SUBSCRSCHJOBS finds every column.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+
+from subscriptions.models import (
+    GatewayCharge,
+    JobStatus,
+    Order,
+    Subscription,
+    SubscriptionJob,
+)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _decimal(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def job_summary(job: SubscriptionJob) -> dict[str, Any]:
+    return {
+        "scheduled_id": job.scheduled_id,
+        "action_date": _iso(job.action_date),
+        "subscription_id": job.subscription_id,
+        "action": job.action,
+        "time_placed": _iso(job.time_placed),
+        "last_update": _iso(job.last_update),
+        "status": job.status,
+        "status_name": JobStatus(job.status).label,
+        "parameter": job.parameter,
+        "field1": job.custom_integer,
+        "field2": _decimal(job.custom_decimal),
+        "field3": job.custom_text,
+        "retry_count": job.retry_count,
+        "opt_counter": job.opt_counter,
+    }
+
+
+def order_summary(order: Order) -> dict[str, Any]:
+    return {
+        "id": order.pk,
+        "kind": "parent" if order.parent_id is None else "child",
+        "parent_id": order.parent_id,
+        "period_number": order.period_number,
+        "period_start": _iso(order.period_start),
+        "period_end": _iso(order.period_end),
+        "amount": _decimal(order.amount),
+        "status": order.status,
+        "charge_reference": order.charge_reference,
+        "created_at": _iso(order.created_at),
+        "confirmed_at": _iso(order.confirmed_at),
+    }
+
+
+def charge_summary(charge: GatewayCharge) -> dict[str, Any]:
+    return {
+        "reference": charge.reference,
+        "idempotency_key": charge.idempotency_key,
+        "customer": charge.customer,
+        "amount": _decimal(charge.amount),
+        "created_at": _iso(charge.created_at),
+    }
+
+
+def subscription_row(subscription: Subscription) -> dict[str, Any]:
+    return {
+        "id": subscription.pk,
+        "customer": subscription.customer,
+        "status": subscription.status,
+        "interval": subscription.interval,
+        "anchor": _iso(subscription.anchor),
+        "starts_at": _iso(subscription.starts_at),
+        "ends_at": _iso(subscription.ends_at),
+        "attention_reason": subscription.attention_reason,
+        "cancelled_at": _iso(subscription.cancelled_at),
+    }
+
+
+def subscription_detail(subscription: Subscription) -> dict[str, Any]:
+    """Everything ``subscriptions show`` prints: status, items, orders, jobs and charges."""
+    return {
+        **subscription_row(subscription),
+        "items": [
+            {"sku": i.sku, "quantity": i.quantity, "unit_price": _decimal(i.unit_price)}
+            for i in subscription.items.order_by("pk")
+        ],
+        "orders": [order_summary(o) for o in subscription.orders.order_by("pk")],
+        "jobs": [job_summary(j) for j in subscription.jobs.order_by("scheduled_id")],
+        "charges": [charge_summary(c) for c in charges(subscription_id=subscription.pk)],
+    }
+
+
+def jobs(*, subscription_id: int | None = None, status: int | None = None) -> QuerySet[Any]:
+    rows = SubscriptionJob.objects.order_by("scheduled_id")
+    if subscription_id is not None:
+        rows = rows.filter(subscription_id=subscription_id)
+    if status is not None:
+        rows = rows.filter(status=status)
+    return rows
+
+
+def charges(*, subscription_id: int | None = None) -> QuerySet[Any]:
+    """The test gateway's accepted charges; a subscription's carry its id in their key."""
+    rows = GatewayCharge.objects.order_by("pk")
+    if subscription_id is not None:
+        rows = rows.filter(idempotency_key__startswith=f"subscription:{subscription_id}:")
+    return rows

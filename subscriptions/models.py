@@ -80,8 +80,6 @@ class Subscription(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
-        if not (self.customer or "").strip():
-            errors["customer"] = "is required"
         try:
             periods.parse_interval(self.interval, field="interval")
         except periods.PeriodError as exc:
@@ -137,8 +135,6 @@ class SubscriptionItem(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
-        if not (self.sku or "").strip():
-            errors["sku"] = "is required"
         if self.quantity is not None and self.quantity <= 0:
             errors["quantity"] = f"{self.quantity} is not a positive number of items"
         if self.unit_price is not None and self.unit_price < 0:

@@ -46,6 +46,7 @@ from subscriptions import conf, payments
 from subscriptions.models import (
     ENDED,
     JOB_PENDING,
+    JOB_RUNNABLE,
     RENEWABLE,
     JobAction,
     JobStatus,
@@ -266,6 +267,9 @@ def _create_child_order(job: SubscriptionJob, *, run: RunContext, clock: Any) ->
     # Steps 1 and 2: price, create the order (and begin) in one transaction.
     with transaction.atomic(durable=True):
         subscription = _lock_subscription(job.subscription_id)
+        # Read again under the subscription's lock: a cancel that committed after the engine
+        # read the row is seen here, and nothing is done.
+        job = SubscriptionJob.objects.get(pk=job.pk)
         begin = _begin(job, attempt=run.attempt)
         if begin is None:
             return {"skipped": f"job is {JobStatus(job.status).label}"}
@@ -375,6 +379,7 @@ def _end_subscription(job: SubscriptionJob, *, run: RunContext, clock: Any) -> d
     """Cancel (a pending cancel at its period end) or Expire (at the end date)."""
     with transaction.atomic(durable=True):
         subscription = _lock_subscription(job.subscription_id)
+        job = SubscriptionJob.objects.get(pk=job.pk)
         begin = _begin(job, attempt=run.attempt)
         if begin is None:
             return {"skipped": f"job is {JobStatus(job.status).label}"}
@@ -408,6 +413,8 @@ def _record_failure(job_id: int, exc: BaseException, *, now: datetime) -> None:
     failed = False
     with transaction.atomic(durable=True):
         job = SubscriptionJob.objects.select_related("subscription").get(pk=job_id)
+        if job.status not in JOB_RUNNABLE:
+            return  # finished meanwhile (cancelled, or completed by another run)
         maximum = conf.max_retries(job.action)
         error = f"{type(exc).__name__}: {exc}"
         if job.retry_count < maximum:

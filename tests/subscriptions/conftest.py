@@ -1,0 +1,47 @@
+"""Subscription fixtures: subscriptions made through the service, and jobs run in-process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from scheduling.api import RunContext
+from subscriptions import services
+from subscriptions.models import JobStatus, Subscription, SubscriptionJob
+
+
+@pytest.fixture
+def make_subscription(now: datetime) -> Callable[..., Subscription]:
+    def make(**overrides: Any) -> Subscription:
+        options: dict[str, Any] = {
+            "customer": "alice",
+            "items": [services.ItemSpec("COFFEE", 2, Decimal("9.90"))],
+            "interval": "P1M",
+            "start": now,
+            "end": None,
+            "now": now,
+        }
+        options.update(overrides)
+        return services.create_subscription(**options)
+
+    return make
+
+
+def pending_job(subscription: Subscription) -> SubscriptionJob:
+    """The subscription's one job that has not finished."""
+    return SubscriptionJob.objects.get(
+        subscription=subscription,
+        status__in=[JobStatus.ACTIVE, JobStatus.RETRY, JobStatus.PROCESSING],
+    )
+
+
+def run_inline(job: SubscriptionJob, *, at: datetime, attempt: int = 1) -> dict[str, Any]:
+    """Run one attempt of ``job`` in this process, as the engine's runner would."""
+    job = SubscriptionJob.objects.get(pk=job.pk)  # the runner reads the row fresh
+    run = RunContext(execution_id=0, job_id=None, scheduled_for=job.action_date, attempt=attempt)
+    clock = iter(at + timedelta(milliseconds=n) for n in range(1000))
+    return services.run_job(job=job, run=run, clock=lambda: next(clock))

@@ -167,6 +167,7 @@ if DATABASES["default"].get("DISABLE_SERVER_SIDE_CURSORS"):
 # Read lazily through subscriptions.conf, where the per-action forms are documented.
 SUBSCRIPTIONS_MAX_RETRIES = env_str("SUBSCRIPTIONS_MAX_RETRIES", "3")
 SUBSCRIPTIONS_RETRY_DELAY = env_str("SUBSCRIPTIONS_RETRY_DELAY", "600")
+SUBSCRIPTIONS_TIMEOUT = env_int("SUBSCRIPTIONS_TIMEOUT", 120)
 SUBSCRIPTIONS_GATEWAY = env_str("SUBSCRIPTIONS_GATEWAY", "subscriptions.payments.TestGateway")
 # Test-only: a renewal stops after this step and waits to be killed (crash tests).
 SUBSCRIPTIONS_PAUSE_AFTER_STEP = env_str("SUBSCRIPTIONS_PAUSE_AFTER_STEP", "")
@@ -185,6 +186,6 @@ LOGGING = {
             "propagate": False,
         },
         "emailer": {"handlers": ["console"], "level": "INFO"},
-        "subscriptions": {"handlers": ["console"], "level": "INFO"},
+        "subscriptions": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

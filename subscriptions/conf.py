@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_DELAY = 600.0
+DEFAULT_TIMEOUT = 120
 DEFAULT_GATEWAY = "subscriptions.payments.TestGateway"
 
 
@@ -60,6 +61,18 @@ def max_retries(action: str) -> int:
 def retry_delay(action: str) -> float:
     """Seconds between a failed attempt of ``action`` and its retry."""
     return float(_number("SUBSCRIPTIONS_RETRY_DELAY", action, float, DEFAULT_RETRY_DELAY))
+
+
+def timeout() -> int:
+    """Seconds one attempt of a subscription job may run before the engine stops it."""
+    raw = getattr(settings, "SUBSCRIPTIONS_TIMEOUT", DEFAULT_TIMEOUT)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(f"SUBSCRIPTIONS_TIMEOUT: {raw!r} is not an int") from None
+    if value <= 0:
+        raise ImproperlyConfigured(f"SUBSCRIPTIONS_TIMEOUT: {raw!r} is not positive")
+    return value
 
 
 def gateway_path() -> str:

@@ -186,6 +186,7 @@ def policies(action: str) -> Policies:
         max_retries=conf.max_retries(action) + ENGINE_RETRY_MARGIN,
         retry_backoff=delay,
         retry_backoff_max=delay,
+        timeout=conf.timeout(),
         note=f"subscriptions: {action}",
     )
 

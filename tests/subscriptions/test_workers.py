@@ -1,0 +1,238 @@
+"""Renewals on real ``celery worker`` processes and the scheduler, PostgreSQL and Redis.
+
+Periods are a second long, so a year of renewals takes seconds. Whatever happens (declines,
+a worker killed between the charge and the confirmation, a message delivered twice, a cancel
+in the middle), every period has at most one order and at most one charge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from scheduling.api import jobs_for_row
+from scheduling.models import Execution, ExecutionStatus
+from scheduling.registry import EXECUTION_HEADER
+from subscriptions import payments, services
+from subscriptions.models import (
+    GatewayCharge,
+    JobStatus,
+    Order,
+    OrderStatus,
+    Subscription,
+    SubscriptionJob,
+    SubscriptionStatus,
+)
+from tests.conftest import scheduler_command, wait_for
+from tests.scheduling.test_worker_lifecycle import log_lines, send_message, start_worker
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+SLOW = 60.0
+SECOND = timedelta(seconds=1)
+
+
+@pytest.fixture
+def env(process_env: dict[str, str], settings: Any) -> dict[str, str]:
+    """A failed renewal is retried after a second, at most twice; an attempt may take 30 s
+    (under the tests' broker visibility timeout). The same here and in the workers."""
+    knobs = {
+        "SUBSCRIPTIONS_MAX_RETRIES": "2",
+        "SUBSCRIPTIONS_RETRY_DELAY": "1",
+        "SUBSCRIPTIONS_TIMEOUT": "30",
+    }
+    for name, value in knobs.items():
+        setattr(settings, name, value)
+    return {**process_env, **knobs}
+
+
+def subscribe(customer: str, *, every: str = "PT1S", seconds: int | None = None) -> Subscription:
+    """A subscription starting in a second; with ``seconds``, it ends that long after."""
+    start = timezone.now() + SECOND
+    return services.create_subscription(
+        customer=customer,
+        items=[services.ItemSpec("COFFEE", 1, Decimal("4.50"))],
+        interval=every,
+        start=start,
+        end=None if seconds is None else start + seconds * SECOND,
+        now=timezone.now(),
+    )
+
+
+def child_orders(subscription: Subscription) -> list[Order]:
+    return list(
+        Order.objects.filter(subscription=subscription, parent__isnull=False).order_by(
+            "period_start"
+        )
+    )
+
+
+def charges(subscription: Subscription) -> list[GatewayCharge]:
+    return list(
+        GatewayCharge.objects.filter(idempotency_key__startswith=f"subscription:{subscription.pk}:")
+    )
+
+
+def first_job(subscription: Subscription) -> SubscriptionJob:
+    return SubscriptionJob.objects.filter(subscription=subscription).order_by("pk").first()
+
+
+def job_is(job: SubscriptionJob, status: int, **fields: Any) -> Callable[[], Any]:
+    def check() -> Any:
+        job.refresh_from_db()
+        return job.status == status and all(getattr(job, k) == v for k, v in fields.items())
+
+    return check
+
+
+def status_is(subscription: Subscription, status: str) -> Callable[[], bool]:
+    return lambda: Subscription.objects.get(pk=subscription.pk).status == status
+
+
+def engine_execution(job: SubscriptionJob) -> Execution:
+    (engine_job,) = jobs_for_row(job)
+    return Execution.objects.get(job_id=engine_job.id)
+
+
+def test_twelve_short_periods_give_twelve_orders_and_a_cancel_midway_stops_the_rest(
+    processes: Any, env: dict[str, str]
+) -> None:
+    year = subscribe("alice", seconds=12)  # twelve periods of PT1S
+    stopped = subscribe("dave")
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    start_worker(processes, env, "renewals", concurrency=2)
+
+    wait_for(lambda: len(child_orders(stopped)) >= 3, timeout=SLOW, message="three renewals")
+    cancelled = services.cancel_subscription(
+        subscription_id=stopped.pk, at_period_end=False, now=timezone.now()
+    )
+
+    wait_for(status_is(year, SubscriptionStatus.EXPIRED), timeout=SLOW, message="expired")
+    orders = child_orders(year)
+    assert [o.period_number for o in orders] == list(range(12))
+    assert all(o.status == OrderStatus.CONFIRMED for o in orders)
+    assert len(charges(year)) == 12
+    assert len({c.idempotency_key for c in charges(year)}) == 12
+    statuses = set(
+        SubscriptionJob.objects.filter(subscription=year).values_list("status", flat=True)
+    )
+    assert statuses == {JobStatus.COMPLETED}
+    assert SubscriptionJob.objects.filter(subscription=year, action="Expire").count() == 1
+
+    # The cancelled subscription: by the time the year is over, eleven more periods have
+    # passed; none of them got an order or a charge.
+    orders = child_orders(stopped)
+    assert all(o.period_start <= cancelled.cancelled_at for o in orders), "no later orders"
+    assert all(o.status == OrderStatus.CONFIRMED for o in orders)
+    assert len(charges(stopped)) == len(orders) <= 5
+    assert not SubscriptionJob.objects.filter(
+        subscription=stopped, status__in=[JobStatus.ACTIVE, JobStatus.RETRY, JobStatus.PROCESSING]
+    ).exists()
+
+
+def test_declines_are_retried_until_paid_or_failed_past_the_maximum(
+    processes: Any, env: dict[str, str]
+) -> None:
+    paid_late = subscribe("bob", every="P1M")
+    never_paid = subscribe("carol", every="P1M")
+    payments.script_customer(customer="bob", declines=2)
+    payments.script_customer(customer="carol", declines=10)
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    start_worker(processes, env, "renewals", concurrency=2)
+
+    # Two declines, then the charge goes through: one order, one charge, retry count 2.
+    job = first_job(paid_late)
+    wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="bob's renewal completes")
+    assert job.retry_count == 2
+    assert [o.period_number for o in child_orders(paid_late)] == [0]
+    assert len(charges(paid_late)) == 1
+    execution = engine_execution(job)
+    assert (execution.status, execution.retry_count) == (ExecutionStatus.COMPLETED, 2)
+
+    # Declined past the maximum (two retries): failed, flagged, and no order for the period.
+    job = first_job(never_paid)
+    wait_for(job_is(job, JobStatus.FAILED), timeout=SLOW, message="carol's renewal fails")
+    assert job.retry_count == 2
+    never_paid.refresh_from_db()
+    assert never_paid.status == SubscriptionStatus.NEEDS_ATTENTION
+    assert "PaymentDeclined" in never_paid.attention_reason
+    assert child_orders(never_paid) == [] and charges(never_paid) == []
+    wait_for(
+        lambda: engine_execution(job).status == ExecutionStatus.FAILED,
+        timeout=SLOW,
+        message="the engine's execution fails too",
+    )
+    assert SubscriptionJob.objects.filter(subscription=never_paid).count() == 1
+
+
+def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_charge(
+    processes: Any, env: dict[str, str]
+) -> None:
+    subscription = subscribe("erin", every="P1M")
+    job = first_job(subscription)
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    doomed = start_worker(
+        processes, {**env, "SUBSCRIPTIONS_PAUSE_AFTER_STEP": "charge"}, "doomed", concurrency=1
+    )
+    wait_for(
+        lambda: "renewal.paused" in processes.log_of(doomed),
+        timeout=SLOW,
+        message="the renewal charged and stopped before confirming",
+    )
+    job.refresh_from_db()
+    assert (job.status, job.parameter) == (JobStatus.PROCESSING, "charge")
+    assert len(charges(subscription)) == 1
+    assert child_orders(subscription)[0].status == OrderStatus.PENDING
+    processes.kill(doomed)  # SIGKILL to the whole worker
+    doomed.wait(timeout=10)
+
+    survivor = start_worker(processes, env, "survivor", concurrency=1)
+    wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="the survivor confirms")
+    log = processes.log_of(survivor)
+    assert log_lines(log, rf"renewal\.resumed job={job.pk} after=charge")
+    assert not log_lines(log, r"gateway\.")  # the gateway was not called again
+    assert (job.parameter, job.retry_count) == ("confirm", 1)  # the lost attempt is counted
+    (order,) = child_orders(subscription)
+    (charge,) = charges(subscription)
+    assert order.status == OrderStatus.CONFIRMED and order.charge_reference == charge.reference
+
+
+def test_the_same_message_delivered_twice_runs_the_steps_once(
+    processes: Any, env: dict[str, str]
+) -> None:
+    subscription = subscribe("frank", every="P1M")
+    job = first_job(subscription)
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    execution = wait_for(
+        lambda: Execution.objects.filter(
+            job_id=jobs_for_row(job)[0].id, status=ExecutionStatus.QUEUED
+        ).first(),
+        timeout=SLOW,
+        message="the doorbell is published",
+    )
+    send_message(  # the same doorbell again, before any worker runs
+        env,
+        execution.task,
+        queue="celery",
+        task_id=str(execution.task_id),
+        headers={EXECUTION_HEADER: execution.pk},
+    )
+    worker = start_worker(processes, env, "twice", concurrency=2)
+
+    wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="the renewal completes")
+    wait_for(
+        lambda: Execution.objects.get(pk=execution.pk).duplicates == 1,
+        timeout=SLOW,
+        message="the second delivery is absorbed",
+    )
+    log = processes.log_of(worker)
+    assert len(log_lines(log, rf"\[{execution.task_id}\] received")) == 2
+    assert len(log_lines(log, rf"renewal\.completed job={job.pk} ")) == 1
+    assert (job.parameter, job.retry_count) == ("confirm", 0)
+    assert len(child_orders(subscription)) == 1 and len(charges(subscription)) == 1
+    assert SubscriptionJob.objects.filter(subscription=subscription).count() == 2  # + the next

@@ -1,0 +1,316 @@
+"""The admin: subscriptions with their orders and jobs, subscription jobs, the test gateway.
+
+Actions call one service per row and report counts. A subscription job's form carries the
+optimistic counter it was read with; saving it is conditional on that counter, so an edit
+that raced the scheduler is refused with the reason instead of overwriting the run's state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from subscriptions import services
+from subscriptions.models import (
+    GatewayCharge,
+    GatewayScript,
+    JobStatus,
+    Order,
+    StaleJob,
+    Subscription,
+    SubscriptionItem,
+    SubscriptionJob,
+    SubscriptionStatus,
+)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+class NeedsAttentionFilter(admin.SimpleListFilter):
+    """Subscriptions parked by a job that failed past its retries (Kill Bill's "parked")."""
+
+    title = "needs attention"
+    parameter_name = "attention"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Needs attention"), ("no", "Does not")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "yes":
+            return queryset.filter(status=SubscriptionStatus.NEEDS_ATTENTION)
+        if self.value() == "no":
+            return queryset.exclude(status=SubscriptionStatus.NEEDS_ATTENTION)
+        return queryset
+
+
+class ItemInline(admin.TabularInline):
+    model = SubscriptionItem
+    extra = 1
+    min_num = 1
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return obj is None
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return obj is None
+
+
+class OrderInline(admin.TabularInline):
+    model = Order
+    fk_name = "subscription"
+    extra = 0
+    can_delete = False
+    fields = (
+        "period_number",
+        "period_start",
+        "period_end",
+        "amount",
+        "status",
+        "charge_reference",
+        "confirmed_at",
+    )
+    readonly_fields = fields
+    ordering = ("period_start",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class JobInline(admin.TabularInline):
+    model = SubscriptionJob
+    extra = 0
+    can_delete = False
+    fields = (
+        "scheduled_id",
+        "action",
+        "action_date",
+        "status_name",
+        "parameter",
+        "retry_count",
+        "opt_counter",
+        "last_update",
+    )
+    readonly_fields = fields
+    ordering = ("scheduled_id",)
+    show_change_link = True
+
+    @admin.display(description="status")
+    def status_name(self, job: SubscriptionJob) -> str:
+        return f"{job.status} {JobStatus(job.status).label}"
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(admin.ModelAdmin):
+    list_display = ("id", "customer", "status", "interval", "starts_at", "ends_at", "created_at")
+    list_filter = (NeedsAttentionFilter, "status")
+    search_fields = ("customer",)
+    inlines = (ItemInline, OrderInline, JobInline)
+    actions = ("cancel_now", "cancel_at_period_end", "retry_now")
+    fields = (
+        "customer",
+        "interval",
+        "starts_at",
+        "ends_at",
+        "status",
+        "attention_reason",
+        "anchor",
+        "cancelled_at",
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        # What a subscription is cannot change once it bills; status changes by actions.
+        if obj is None:
+            return ("status", "attention_reason", "anchor", "cancelled_at")
+        return self.fields
+
+    def save_model(self, request: HttpRequest, obj: Subscription, form: Any, change: bool) -> None:
+        if not change:
+            obj.anchor = obj.starts_at
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        if not change:
+            services.start_billing(subscription=form.instance, now=timezone.now())
+
+    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+
+        class WithAnchor(form):  # type: ignore[misc, valid-type]
+            def _post_clean(self) -> None:
+                # The anchor is the start; set before the model's clean compares them.
+                if self.instance.pk is None:
+                    self.instance.anchor = self.cleaned_data.get("starts_at")
+                super()._post_clean()
+
+        return WithAnchor
+
+    def _each(self, request: HttpRequest, queryset: QuerySet[Any], verb: str, act: Any) -> None:
+        done, refused = 0, []
+        for subscription in queryset:
+            try:
+                done += act(subscription) or 0
+            except ValidationError as exc:
+                refused.append(f"{subscription.pk}: {' '.join(exc.messages)}")
+        self.message_user(request, f"{_plural(done, 'subscription')} {verb}")
+        if refused:
+            self.message_user(request, "; ".join(refused), level=messages.WARNING)
+
+    @admin.action(description="Cancel now")
+    def cancel_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        now = timezone.now()
+        self._each(
+            request,
+            queryset,
+            "cancelled",
+            lambda s: bool(
+                services.cancel_subscription(subscription_id=s.pk, at_period_end=False, now=now)
+            ),
+        )
+
+    @admin.action(description="Cancel at the end of the current period")
+    def cancel_at_period_end(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        now = timezone.now()
+        self._each(
+            request,
+            queryset,
+            "set to cancel at period end",
+            lambda s: bool(
+                services.cancel_subscription(subscription_id=s.pk, at_period_end=True, now=now)
+            ),
+        )
+
+    @admin.action(description="Retry failed jobs now")
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        now = timezone.now()
+        self._each(
+            request,
+            queryset,
+            "retried",
+            lambda s: bool(services.retry_subscription_now(subscription_id=s.pk, now=now)),
+        )
+
+
+class SubscriptionJobForm(forms.ModelForm):
+    """Carries the counter the page was rendered with; a save is conditional on it."""
+
+    opt_counter = forms.IntegerField(widget=forms.HiddenInput)
+
+    class Meta:
+        model = SubscriptionJob
+        fields = ("parameter", "custom_integer", "custom_decimal", "custom_text", "opt_counter")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.instance.pk is None:
+            return data
+        # The admin's change view is one transaction: the row stays locked until the save.
+        current = (
+            SubscriptionJob.objects.select_for_update(no_key=True)
+            .filter(pk=self.instance.pk)
+            .values_list("opt_counter", "last_update")
+            .first()
+        )
+        read = data.get("opt_counter")
+        if current is not None and read is not None and current[0] != read:
+            raise ValidationError(
+                f"This subscription job was changed at {current[1].isoformat()} (by the "
+                f"scheduler or another user) since this page was loaded: optimistic counter "
+                f"{read}, now {current[0]}. Reload the page and make the change again."
+            )
+        return data
+
+
+@admin.register(SubscriptionJob)
+class SubscriptionJobAdmin(admin.ModelAdmin):
+    form = SubscriptionJobForm
+    list_display = (
+        "scheduled_id",
+        "subscription",
+        "action",
+        "action_date",
+        "status_name",
+        "parameter",
+        "retry_count",
+        "opt_counter",
+        "last_update",
+    )
+    list_filter = ("status", "action")
+    search_fields = ("subscription__customer",)
+    list_select_related = ("subscription",)
+    actions = ("retry_now",)
+    readonly_fields = (
+        "scheduled_id",
+        "subscription",
+        "action",
+        "action_date",
+        "status_name",
+        "time_placed",
+        "last_update",
+        "retry_count",
+    )
+    fields = (
+        *readonly_fields,
+        "parameter",
+        "custom_integer",
+        "custom_decimal",
+        "custom_text",
+        "opt_counter",
+    )
+
+    @admin.display(description="status", ordering="status")
+    def status_name(self, job: SubscriptionJob) -> str:
+        return f"{job.status} {JobStatus(job.status).label}"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # jobs are placed by subscriptions, never by hand
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        try:
+            obj.save(update_fields=["parameter", "custom_integer", "custom_decimal", "custom_text"])
+        except StaleJob as exc:  # lost a race after the form was checked
+            self.message_user(request, str(exc), level=messages.ERROR)
+
+    @admin.action(description="Retry now (failed jobs)")
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        now = timezone.now()
+        done, refused = 0, []
+        for job in queryset:
+            try:
+                services.retry_job_now(job_id=job.pk, now=now)
+                done += 1
+            except ValidationError as exc:
+                refused.append(" ".join(exc.messages))
+        self.message_user(request, f"{_plural(done, 'job')} retried")
+        if refused:
+            self.message_user(request, "; ".join(refused), level=messages.WARNING)
+
+
+@admin.register(GatewayCharge)
+class GatewayChargeAdmin(admin.ModelAdmin):
+    """The test gateway's record of charges: read-only, as a bank statement is."""
+
+    list_display = ("reference", "customer", "amount", "idempotency_key", "created_at")
+    search_fields = ("customer", "idempotency_key", "reference")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(GatewayScript)
+class GatewayScriptAdmin(admin.ModelAdmin):
+    list_display = ("customer", "declines_left", "errors_left", "updated_at")

@@ -1,0 +1,129 @@
+"""The admin pages for subscriptions and subscription jobs, through Django's test client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from subscriptions.models import (
+    JobStatus,
+    Order,
+    Subscription,
+    SubscriptionJob,
+    SubscriptionStatus,
+)
+from tests.subscriptions.conftest import pending_job, run_inline
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "admin:subscriptions_subscription_changelist"
+
+
+def test_the_needs_attention_filter_lists_only_parked_subscriptions(
+    admin_client: Any, make_subscription
+) -> None:
+    fine = make_subscription(customer="fine-customer")
+    parked = make_subscription(customer="parked-customer")
+    Subscription.objects.filter(pk=parked.pk).update(status=SubscriptionStatus.NEEDS_ATTENTION)
+    page = admin_client.get(reverse(CHANGELIST), {"attention": "yes"}).content.decode()
+    assert "parked-customer" in page and fine.customer not in page
+
+
+def test_a_subscription_page_shows_its_orders_and_jobs_with_status_names(
+    admin_client: Any, make_subscription, now
+) -> None:
+    subscription = make_subscription()
+    run_inline(pending_job(subscription), at=now)
+    url = reverse("admin:subscriptions_subscription_change", args=[subscription.pk])
+    page = admin_client.get(url).content.decode()
+    assert "3 completed" in page and "0 active" in page
+    assert "CreateChildOrder" in page and "confirmed" in page
+    assert Order.objects.get(period_number=0).charge_reference in page
+
+
+def test_cancel_and_retry_now_actions_report_counts(
+    admin_client: Any, make_subscription, now
+) -> None:
+    first, second = make_subscription(), make_subscription(customer="bob")
+    response = admin_client.post(
+        reverse(CHANGELIST),
+        {"action": "cancel_now", "_selected_action": [first.pk, second.pk]},
+        follow=True,
+    )
+    assert "2 subscriptions cancelled" in response.content.decode()
+    assert set(Subscription.objects.values_list("status", flat=True)) == {"cancelled"}
+
+    parked = make_subscription(customer="carol")
+    job = pending_job(parked)
+    job.change(now=now, status=JobStatus.FAILED)
+    response = admin_client.post(
+        reverse(CHANGELIST), {"action": "retry_now", "_selected_action": [parked.pk]}, follow=True
+    )
+    assert "1 subscription retried" in response.content.decode()
+    job.refresh_from_db()
+    assert job.status == JobStatus.ACTIVE
+
+
+def test_adding_a_subscription_validates_fields_and_schedules_the_first_renewal(
+    admin_client: Any,
+) -> None:
+    url = reverse("admin:subscriptions_subscription_add")
+    form = {
+        "customer": "dora",
+        "interval": "PT0S",
+        "starts_at_0": "2030-01-31",
+        "starts_at_1": "09:00:00",
+        "items-TOTAL_FORMS": "1",
+        "items-INITIAL_FORMS": "0",
+        "items-MIN_NUM_FORMS": "1",
+        "items-MAX_NUM_FORMS": "1000",
+        "items-0-sku": "TEA",
+        "items-0-quantity": "-3",
+        "items-0-unit_price": "2.50",
+        "orders-TOTAL_FORMS": "0",
+        "orders-INITIAL_FORMS": "0",
+        "jobs-TOTAL_FORMS": "0",
+        "jobs-INITIAL_FORMS": "0",
+    }
+    page = admin_client.post(url, form).content.decode()
+    assert "&#x27;PT0S&#x27; is zero" in page
+    assert not Subscription.objects.exists()
+
+    response = admin_client.post(url, {**form, "interval": "P1M", "items-0-quantity": "3"})
+    assert response.status_code == 302, response.content.decode()[:3000]
+    subscription = Subscription.objects.get()
+    assert subscription.anchor == subscription.starts_at
+    job = pending_job(subscription)
+    assert job.action == "CreateChildOrder" and job.action_date == subscription.starts_at
+    assert Order.objects.get(subscription=subscription).amount == 7.5
+
+
+def test_a_job_edit_that_raced_the_scheduler_is_refused_with_the_reason(
+    admin_client: Any, make_subscription, now
+) -> None:
+    job = pending_job(make_subscription())
+    url = reverse("admin:subscriptions_subscriptionjob_change", args=[job.pk])
+    assert "0 active" in admin_client.get(url).content.decode()
+    form = {"parameter": "", "custom_integer": "0", "custom_decimal": "", "custom_text": "note"}
+
+    job.change(now=now, status=JobStatus.PROCESSING)  # the scheduler starts it meanwhile
+    page = admin_client.post(url, {**form, "opt_counter": "0"}).content.decode()
+    assert "was changed at" in page and "optimistic counter 0, now 1" in page
+    job.refresh_from_db()
+    assert (job.custom_text, job.status, job.opt_counter) == ("", JobStatus.PROCESSING, 1)
+
+    response = admin_client.post(url, {**form, "opt_counter": "1"})
+    assert response.status_code == 302
+    job.refresh_from_db()
+    assert (job.custom_text, job.status, job.opt_counter) == ("note", JobStatus.PROCESSING, 2)
+
+
+def test_the_job_list_shows_status_codes_with_their_names(
+    admin_client: Any, make_subscription
+) -> None:
+    make_subscription()
+    page = admin_client.get(reverse("admin:subscriptions_subscriptionjob_changelist")).content
+    assert b"0 active" in page
+    assert SubscriptionJob.objects.count() == 1

@@ -173,6 +173,7 @@ def schedule(
         target=target,
         policies=policies,
         now=now,
+        query_constraints=False,
     )
     return JobInfo.of(job)
 
@@ -233,10 +234,15 @@ def save_new(
     target: Target,
     policies: Policies,
     now: datetime,
+    query_constraints: bool = True,
 ) -> Job:
     """Validate and save a job (and its schedule unless it is saved), planned from ``now``.
 
     Every reason is collected before anything is saved, each field named once.
+    ``query_constraints=False`` skips Django's check-constraint validation, one SELECT and two
+    savepoints per constraint, for jobs made from code by the API: their values come from
+    typed ``Policies`` and timing values, ``clean`` still checks every rule behind the
+    constraints, and the database still enforces them on insert.
     """
     job = Job(
         owner=owner,
@@ -268,11 +274,15 @@ def save_new(
     errors: dict[str, list[ValidationError]] = {}
     if schedule.pk is None:
         try:
-            schedule.full_clean()
+            schedule.full_clean(validate_constraints=query_constraints)
         except ValidationError as exc:
             errors.update(exc.error_dict)
     try:
-        job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
+        job.full_clean(
+            exclude=["schedule", "owner"],
+            validate_unique=False,
+            validate_constraints=query_constraints,
+        )
     except ValidationError as exc:
         for name_, found in exc.error_dict.items():
             # Job.clean validates the schedule again; say each reason once.

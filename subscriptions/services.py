@@ -29,7 +29,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Max, Subquery, Sum
 
 from scheduling.api import (
@@ -76,6 +76,20 @@ class ItemSpec:
     sku: str
     quantity: int
     unit_price: Decimal
+
+
+def _unflushed_commit() -> None:
+    """Let the current transaction commit without waiting for the WAL flush (PostgreSQL).
+
+    Safe for a renewal's own steps: the attempt's completion, which the engine commits
+    synchronously afterwards, flushes the log up to and including them (PostgreSQL writes it
+    in order), so they are durable before the occurrence counts as done. A database crash
+    before that loses only steps the retry redoes anyway: the order by its unique period, the
+    charge by its idempotency key, which the gateway committed durably on its side.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 def _done(parameter: str, step: str) -> bool:
@@ -267,6 +281,7 @@ def _create_child_order(job: SubscriptionJob, *, run: RunContext, clock: Any) ->
     number = int(job.custom_integer or 0)
     # Steps 1 and 2: price, create the order (and begin) in one transaction.
     with transaction.atomic(durable=True):
+        _unflushed_commit()
         subscription = _lock_subscription(job.subscription_id)
         # Read again under the subscription's lock: a cancel that committed after the engine
         # read the row is seen here, and nothing is done.
@@ -320,11 +335,14 @@ def _create_child_order(job: SubscriptionJob, *, run: RunContext, clock: Any) ->
             amount=job.custom_decimal or Decimal(0),
             idempotency_key=idempotency_key(subscription.pk, start),
         )
-        job.change(now=clock(), parameter="charge", custom_text=result.reference)
+        with transaction.atomic(durable=True):
+            _unflushed_commit()
+            job.change(now=clock(), parameter="charge", custom_text=result.reference)
         _pause_if_asked(job, "charge")
 
     # Step 4: confirm, complete, and place what comes next.
     with transaction.atomic(durable=True):
+        _unflushed_commit()
         subscription = _lock_subscription(job.subscription_id)
         now = clock()
         Order.objects.filter(

@@ -1,4 +1,5 @@
-"""The optimistic counter (seed 002's OPTCOUNTER), proved with two real database connections.
+"""Concurrency, proved with two real database connections: the optimistic counter (seed 002's
+OPTCOUNTER) and the subscription row lock that orders a renewal after a cancel.
 
 Every update of a subscription job is ``UPDATE … WHERE scheduled_id = ? AND opt_counter = <the
 value read>`` and moves the counter on; the second of two writers that read the same version
@@ -13,10 +14,20 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
-from subscriptions.models import OPT_COUNTER_MAX, JobStatus, StaleJob, SubscriptionJob, next_counter
-from tests.subscriptions.conftest import pending_job
+from subscriptions import services
+from subscriptions.models import (
+    OPT_COUNTER_MAX,
+    GatewayCharge,
+    JobStatus,
+    Order,
+    StaleJob,
+    SubscriptionJob,
+    next_counter,
+)
+from tests.conftest import wait_for
+from tests.subscriptions.conftest import pending_job, run_inline
 
 
 def on_another_connection(work: Callable[[], Any]) -> Any:
@@ -95,3 +106,55 @@ def test_a_plain_save_is_conditional_too(make_subscription, now) -> None:
         stale.save()
     job.refresh_from_db()
     assert job.custom_integer == 7
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_renewal_waits_for_a_cancel_in_progress_then_does_nothing(make_subscription, now) -> None:
+    """The renewal's first step locks the subscription row and reads it again under the lock:
+    a cancel that holds the lock makes it wait, and once the cancel commits it stops."""
+    subscription = make_subscription()
+    job = pending_job(subscription)
+    holding, release = threading.Event(), threading.Event()
+    results: dict[str, Any] = {}
+
+    def cancel() -> None:
+        try:
+            with transaction.atomic():
+                services.cancel_subscription(
+                    subscription_id=subscription.pk, at_period_end=False, now=now
+                )
+                holding.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    def renew() -> None:
+        try:
+            results["renewal"] = run_inline(job, at=now)
+        finally:
+            connection.close()
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    assert holding.wait(timeout=30)
+    renewer = threading.Thread(target=renew)
+    renewer.start()
+    wait_for(lock_waiters, timeout=30, message="the renewal waits for the subscription's lock")
+    release.set()
+    canceller.join(timeout=30)
+    renewer.join(timeout=30)
+
+    assert results["renewal"] == {"skipped": "job is completed"}
+    job.refresh_from_db()
+    assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
+    assert not Order.objects.filter(subscription=subscription, parent__isnull=False).exists()
+    assert not GatewayCharge.objects.exists()
+
+
+def lock_waiters() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return int(cursor.fetchone()[0])

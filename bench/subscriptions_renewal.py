@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,7 @@ DB = common.db_name("subs")
 DOC = common.ROOT / "docs" / "benchmarks.md"
 SECTION = "subscriptions_renewal"
 TARGET = 500.0
+LOADERS = 3  # set-up children creating a round's subscriptions side by side
 SIDES = {
     "renewal": {},
     # A what-if: the project's settings with commits that do not wait for the disk; an upper
@@ -42,7 +44,7 @@ SIDES = {
 
 
 def child_load(p: dict[str, Any]) -> dict[str, Any]:
-    """Create ``count`` subscriptions for round ``tag``, all starting at ``start``."""
+    """Create subscriptions ``first``..``last`` of round ``tag``, all starting at ``start``."""
     common.setup_django()
     from decimal import Decimal
 
@@ -53,9 +55,9 @@ def child_load(p: dict[str, Any]) -> dict[str, Any]:
     start = dt.datetime.fromisoformat(p["start"])
     began = time.perf_counter()
     items = [services.ItemSpec("COFFEE", 2, Decimal("9.90"))]
-    for chunk in range(0, p["count"], 500):
+    for chunk in range(p["first"], p["last"], 500):
         with transaction.atomic():
-            for i in range(chunk, min(p["count"], chunk + 500)):
+            for i in range(chunk, min(p["last"], chunk + 500)):
                 services.create_subscription(
                     customer=f"{p['tag']}-{i}",
                     items=items,
@@ -64,6 +66,30 @@ def child_load(p: dict[str, Any]) -> dict[str, Any]:
                     end=None,
                     now=start,
                 )
+    return {"seconds": time.perf_counter() - began}
+
+
+def _load(env: dict[str, str], *, tag: str, count: int, start: dt.datetime) -> dict[str, Any]:
+    """Create the round's subscriptions in ``LOADERS`` children side by side (set-up only)."""
+    began = time.perf_counter()
+    shares = [(n, count * n // LOADERS, count * (n + 1) // LOADERS) for n in range(LOADERS)]
+    procs = [
+        subprocess.Popen(
+            common.child_argv(
+                "subscriptions_renewal.py",
+                "load",
+                {"first": first, "last": last, "tag": tag, "start": start.isoformat()},
+            ),
+            cwd=common.ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=(common.RESULTS / f"load-{tag}-{n}.log").open("wb"),
+        )
+        for n, first, last in shares
+    ]
+    codes = [proc.wait(timeout=3600) for proc in procs]
+    if any(codes):
+        return {"error": f"a loader failed (exit codes {codes}); see var/bench/load-{tag}-*.log"}
     return {"seconds": time.perf_counter() - began}
 
 
@@ -155,18 +181,9 @@ def run_round(side: str, tag: str, count: int, timeout: float) -> dict[str, Any]
     common.redis_cleanup()
     env = _env(side)
     start = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    loaded = common.run_child(
-        common.child_argv(
-            "subscriptions_renewal.py",
-            "load",
-            {"count": count, "tag": tag, "start": start.isoformat()},
-        ),
-        env,
-        timeout=1800,
-        label="load",
-    )
-    if not loaded.ok:
-        return {"count": count, "error": loaded.error}
+    loaded = _load(env, tag=tag, count=count, start=start)
+    if "error" in loaded:
+        return {"count": count, "error": loaded["error"]}
     log = common.RESULTS / f"subscriptions-{tag}.log"
     with common.pg_connect(DB) as conn:
         conn.execute("VACUUM ANALYZE")
@@ -212,7 +229,7 @@ def run_round(side: str, tag: str, count: int, timeout: float) -> dict[str, Any]
     return {
         "count": count,
         "side": side,
-        "load_seconds": loaded.data.get("seconds"),
+        "load_seconds": loaded.get("seconds"),
         "seconds": seconds,
         "rate": count / seconds,
         "wall": wall,
@@ -241,15 +258,21 @@ def measure(args: Any) -> dict[str, Any]:
                     result = run_round(side, tag, count, timeout=120 + count / 20)
                     result["round"] = number
                     out["rounds"][side].append(result)
+                    _summarise(out)
+                    common.save_result(SECTION, out)  # a run stopped early keeps its rounds
                     common.progress(side=side, round=number, rate=result.get("rate"))
                     print(f"{side} round {number}: {_line(result)}", flush=True)
     finally:
         common.redis_cleanup()
-    for side in sides:
+    _summarise(out)
+    return out
+
+
+def _summarise(out: dict[str, Any]) -> None:
+    for side in out["sides"]:
         valid = [r["rate"] for r in out["rounds"][side] if r.get("exactly_once")]
         out.setdefault("best", {})[side] = max(valid, default=0.0)
         out.setdefault("median", {})[side] = statistics.median(valid) if valid else 0.0
-    return out
 
 
 def _line(r: dict[str, Any]) -> str:
@@ -404,6 +427,8 @@ def write_section(text: str) -> None:
 
 
 def main() -> None:
+    # A stopped run still drops its database and Redis keys (the finally blocks run).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     parser = common.make_parser(__doc__.splitlines()[0])
     parser.add_argument("--subscriptions", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)

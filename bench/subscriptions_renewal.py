@@ -393,6 +393,17 @@ def render_section(data: dict[str, Any], command: str) -> str:
         " whatever the renewal does; docs/architecture.md (*Subscriptions*) describes the batch"
         " design that could, and why it is not the one shipped.",
         "",
+        *(
+            [
+                f"**Measured on a shared machine** (load average {data['facts']['loadavg'][0]:.1f}"
+                f" on {data['facts']['nproc']} cores at the start): the worker's two processes got"
+                " a fraction of a core each, while section 4's figures come from a quiet"
+                " machine. Rerun on a quiet machine for the number that counts.",
+                "",
+            ]
+            if data["facts"]["loadavg"][0] > 2
+            else []
+        ),
         "Command (from the repository root, with `DATABASE_URL` pointing at the PostgreSQL"
         " server):",
         "",

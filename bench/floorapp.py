@@ -37,7 +37,7 @@ def _replace_ledger_writes(**_: Any) -> None:
 
     def start(*, execution_id: int, worker: str, pid: int, now: datetime) -> services.Started:
         touch(execution_id)
-        return services.Started(execution_id, None, 1, None)
+        return services.Started(execution_id, None, 1, None, now)
 
     def complete(*, execution_id: int, now: datetime, attempt: int | None = None) -> bool:
         touch(execution_id)

@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from scheduling import jobs, services
+from scheduling import attempts, jobs
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -169,7 +169,7 @@ class ExecutionAdmin(admin.ModelAdmin):
     def cancel_executions(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
         now = timezone.now()
         count = sum(
-            services.cancel_execution(execution_id=pk, now=now, reason="cancelled in the admin")
+            attempts.cancel_execution(execution_id=pk, now=now, reason="cancelled in the admin")
             for pk in queryset.filter(status__in=EXECUTION_UNFINISHED).values_list(
                 "pk", flat=True
             )

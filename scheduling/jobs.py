@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Count
 
 from scheduling import conf, schedules
+from scheduling.attempts import cancel_execution
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Execution,
@@ -29,7 +30,6 @@ from scheduling.models import (
     Schedule,
 )
 from scheduling.schedules import Misfire, Timing
-from scheduling.services import cancel_execution
 from scheduling.tasktables import TASK_ROW_TASK
 from scheduling.timing import Cron, Every, Once
 from scheduling.validation import check_target
@@ -295,8 +295,8 @@ def save_new(
 def plan_from(job: Job, timing: Timing, *, now: datetime, first: bool = False) -> None:
     """Set the job's next occurrence to the first one at or after ``now``.
 
-    A one-off whose instant has already passed still runs once at creation (seed 000: a due
-    time in the past runs at once).
+    A one-off whose instant has already passed still runs once, at creation: a due time in
+    the past means "now", not "never".
     """
     if first and timing.at is not None:
         occurrence = timing.at if timing.end is None or timing.at <= timing.end else None
@@ -373,14 +373,14 @@ def remove_job(*, job: Job) -> None:
 
 
 def run_job_now(*, job: Job, now: datetime) -> Execution:
-    """Create one extra occurrence at ``now``, due for publishing at once.
+    """Create one extra occurrence at ``now``, PENDING like a claimed one.
 
-    Its ``queued_at`` is left empty: the scheduler publishes PENDING rows without one on its
-    next tick instead of waiting for the pending grace that protects a claim in flight.
+    The caller publishes it after the commit (``scheduling.api.run_now``); if that fails, the
+    scheduler publishes it once the pending grace has passed, as after any claim.
     """
     check_target(job)
     execution = Execution.objects.create(
-        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=None
+        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=now
     )
     logger.info("job.run_now job=%s execution=%s", job.pk, execution.pk)
     return execution

@@ -269,7 +269,7 @@ def plan_claim(
 
     - On time (within ``grace``) every policy runs ``due``.
     - ``catch_up`` runs every missed occurrence in order. With overlap forbidden they come one
-      claim at a time (each waits for the previous to finish, as seed 000's NextDueTime did);
+      claim at a time (each waits for the previous to finish);
       with overlap allowed a single claim creates up to ``catch_up_limit`` of them.
     - ``coalesce`` runs once for all missed occurrences (recorded at the first missed one), then
       waits for the next future occurrence.

@@ -11,6 +11,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
+from scheduling import sql
 from scheduling.models import Execution, ExecutionStatus, Job
 
 
@@ -65,6 +66,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "max_retries": job.max_retries,
         "queue": job.queue,
         "priority": job.priority,
+        "expires": job.expires,
+        "pause_reason": job.pause_reason or None,
         "note": job.note,
         "created_at": _iso(job.created_at),
     }
@@ -148,23 +151,9 @@ def scheduler_probe(
     An idle scheduler otherwise spends a transaction on each of claim, republish and reap;
     with this it pays one short query per tick, whatever the number of jobs.
     """
-    job = Job._meta.db_table
-    execution = Execution._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""
-            SELECT
-              EXISTS (SELECT 1 FROM {job} WHERE status = 'active'
-                       AND current_execution_id IS NULL AND next_due_at <= %s),
-              EXISTS (SELECT 1 FROM {execution} WHERE status = 'pending' AND queued_at < %s)
-              OR EXISTS (SELECT 1 FROM {execution} WHERE status = 'queued' AND queued_at < %s)
-              OR EXISTS (SELECT 1 FROM {execution} WHERE status = 'retry' AND retry_at <= %s),
-              EXISTS (SELECT 1 FROM {execution} WHERE status = 'running'
-                       AND last_heartbeat_at < %s),
-              (SELECT MIN(next_due_at) FROM {job} WHERE status = 'active'
-                       AND current_execution_id IS NULL
-                       AND next_due_at > '-infinity' AND next_due_at < 'infinity')
-            """,
+            sql.SCHEDULER_PROBE,
             [now, pending_before, queued_before, now, stale_before],
         )
         due, republish, stale, next_due = cursor.fetchone()

@@ -10,18 +10,18 @@ from scheduling import (
     tasktables,
 )
 from scheduling.registry import PermanentError
-from scheduling.taskbase import schedulable_task
 from scheduling.tasktables import TASK_ROW_TASK
+from scheduling.worker.taskbase import schedulable_task
 
 
 @schedulable_task(name=TASK_ROW_TASK, bind=True)
 def run_task_row(self: Any) -> Any:
-    """Run the task-table row a job points at (seed 000's TaskTable + TaskId).
+    """Run the task-table row a job points at with the runner its table registered.
 
     The row is read fresh for every attempt and handed to the runner its table registered,
     with the attempt's ``RunContext``.
     """
-    run = self.run
+    run = self.run_context
     if run is None:
         raise PermanentError("run_task_row runs only for a job's execution")
     target = selectors.task_row_target(run.execution_id)

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.management import CommandError, ManagementUtility, call_command, get_commands
 
-from scheduling import jobs, services
+from scheduling import attempts, claims, jobs, liveness
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
 from tests.conftest import ROOT, database_url
 
@@ -138,19 +138,19 @@ def test_jobs_add_in_text_says_what_was_created(owner: Any) -> None:
 
 @db
 def test_jobs_add_for_a_task_table_row(owner: Any) -> None:
-    from emailer.models import SendEmailTask
+    from tests.tasktable_app.models import Chore
 
-    row = SendEmailTask.objects.create(name="digest", subject="s", body="b", recipients=["a@x"])
+    row = Chore.objects.create(name="digest")
     data = call_json(
         "jobs", "add", "mail", "--task", "scheduling.run_task_row", "--every", "PT1H",
-        "--task-table", "emailer.SendEmailTask", "--task-row-id", str(row.pk),
+        "--task-table", "tasktable_app.Chore", "--task-row-id", str(row.pk),
     )  # fmt: skip
-    assert (data["task_table"], data["task_row_id"]) == ("emailer.SendEmailTask", row.pk)
+    assert (data["task_table"], data["task_row_id"]) == ("tasktable_app.Chore", row.pk)
     message = refused(
         "jobs", "add", "gone", "--task", "scheduling.run_task_row", "--every", "PT1H",
-        "--task-table", "emailer.SendEmailTask", "--task-row-id", str(row.pk + 1000),
+        "--task-table", "tasktable_app.Chore", "--task-row-id", str(row.pk + 1000),
     )  # fmt: skip
-    assert message.startswith("task_row_id: no emailer.SendEmailTask row with id")
+    assert message.startswith("task_row_id: no tasktable_app.Chore row with id")
 
 
 # --- jobs list, show, pause, resume, run, remove ----------------------------------------------
@@ -178,7 +178,7 @@ def test_jobs_list_json_of_no_jobs_is_an_empty_array() -> None:
 def test_jobs_show_includes_recent_executions(make_job: MakeJob, now: datetime) -> None:
     job = make_job(name="nightly", every="PT1M", overlap="allow")
     for i in range(3):
-        services.claim_due_jobs(now=now + i * MINUTE, limit=10)
+        claims.claim_due_jobs(now=now + i * MINUTE, limit=10)
     data = call_json("jobs", "show", "nightly")
     assert data["name"] == "nightly" and data["id"] == job.pk
     assert [e["scheduled_for"] for e in data["recent_executions"]] == [
@@ -202,7 +202,8 @@ def test_jobs_pause_resume_run_and_remove(make_job: MakeJob) -> None:
 
     run = call_json("jobs", "run", "nightly")
     execution = Execution.objects.get(pk=run["id"])
-    assert (execution.job_id, execution.status) == (job.pk, ExecutionStatus.PENDING)
+    # Published at once, as a claimed occurrence is: no wait for the pending grace.
+    assert (execution.job_id, execution.status) == (job.pk, ExecutionStatus.QUEUED)
     assert run["job"] == "nightly" and run["task_id"] == str(execution.task_id)
 
     removed = call_json("jobs", "remove", "nightly")
@@ -233,23 +234,23 @@ def history(make_job: MakeJob, now: datetime) -> dict[str, Execution]:
     job = make_job(name="nightly", every="PT1M", overlap="allow", max_retries=0)
     make_job(name="other", every="PT1H")
     for i in range(4):
-        services.claim_due_jobs(now=now + i * MINUTE, limit=10)
+        claims.claim_due_jobs(now=now + i * MINUTE, limit=10)
     rows = {e.scheduled_for: e.pk for e in Execution.objects.filter(job=job)}
     done, failed, running, pending = (rows[now + i * MINUTE] for i in range(4))
-    services.start_execution(execution_id=done, worker="w1@a", pid=1, now=now + 5 * SECOND)
-    services.heartbeat(execution_ids=[done], now=now + 20 * SECOND)
-    services.complete_execution(execution_id=done, now=now + 30 * SECOND)
+    attempts.start_execution(execution_id=done, worker="w1@a", pid=1, now=now + 5 * SECOND)
+    liveness.record_heartbeat(execution_ids=[done], now=now + 20 * SECOND)
+    attempts.complete_execution(execution_id=done, now=now + 30 * SECOND)
     at = now + MINUTE + 5 * SECOND
-    services.start_execution(execution_id=failed, worker="w2@b", pid=2, now=at)
-    services.fail_attempt(
+    attempts.start_execution(execution_id=failed, worker="w2@b", pid=2, now=at)
+    attempts.fail_attempt(
         execution_id=failed,
         error="RuntimeError: boom\n  File x, line 1",
         outcome=AttemptOutcome.FAILED,
         now=at + 10 * SECOND,
     )
     at = now + 2 * MINUTE + 5 * SECOND
-    services.start_execution(execution_id=running, worker="w1@a", pid=3, now=at)
-    services.heartbeat(execution_ids=[running], now=at + 10 * SECOND)
+    attempts.start_execution(execution_id=running, worker="w1@a", pid=3, now=at)
+    liveness.record_heartbeat(execution_ids=[running], now=at + 10 * SECOND)
     return {
         name: Execution.objects.get(pk=pk)
         for name, pk in (

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from emailer.models import SendEmailTask
 from scheduling import jobs
 from scheduling.models import Job, Schedule
 from tests.conftest import FIXED_NOW
+from tests.tasktable_app.models import Chore
 
 pytestmark = pytest.mark.django_db
 
@@ -76,9 +76,9 @@ JOB_CASES = [
     ),
     (
         "task row that does not exist",
-        {"task_table": "emailer.SendEmailTask", "task_row_id": 987654},
+        {"task_table": "tasktable_app.Chore", "task_row_id": 987654},
         "task_row_id",
-        "no emailer.SendEmailTask row with id 987654",
+        "no tasktable_app.Chore row with id 987654",
     ),
     ("task row without a table", {"task_row_id": 1}, "task_table", "required"),
 ]
@@ -201,10 +201,10 @@ def test_a_good_job_is_accepted_and_planned(owner: Any) -> None:
 
 
 def test_a_task_table_job_gets_the_row_runner_task(owner: Any) -> None:
-    row = SendEmailTask.objects.create(name="digest", subject="s", body="b", recipients=["a@x"])
-    job = create(owner, task="", task_table="emailer.SendEmailTask", task_row_id=row.pk)
+    row = Chore.objects.create(name="digest")
+    job = create(owner, task="", task_table="tasktable_app.Chore", task_row_id=row.pk)
     assert job.task == "scheduling.run_task_row"
-    assert (job.task_table, job.task_row_id) == ("emailer.SendEmailTask", row.pk)
+    assert (job.task_table, job.task_row_id) == ("tasktable_app.Chore", row.pk)
 
 
 def test_duplicate_name_for_the_same_owner_is_refused(owner: Any) -> None:
@@ -253,12 +253,12 @@ def test_json_arguments_from_the_command_line_must_have_the_right_shape() -> Non
 
 
 def test_a_task_table_job_must_run_the_row_runner(owner: Any) -> None:
-    row = SendEmailTask.objects.create(name="digest", subject="s", body="b", recipients=["a@x"])
+    row = Chore.objects.create(name="digest")
     errors = refused(
         lambda: create(
             owner,
             task="scheduling.diagnostics.noop",
-            task_table="emailer.SendEmailTask",
+            task_table="tasktable_app.Chore",
             task_row_id=row.pk,
         )
     )

@@ -9,9 +9,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import jobs, selectors
+from scheduling import api, jobs, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
-from scheduling.models import Job, Overlap
+from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
 from scheduling.validation import parse_json_argument
 
@@ -57,6 +57,11 @@ class Command(DuecourseCommand):
         add.add_argument("--owner", help="Owning username (default: first superuser).")
         add.add_argument("--queue", default="celery", help="Celery queue (celery).")
         add.add_argument("--priority", type=int, help="Message priority 0-255.")
+        add.add_argument(
+            "--expires",
+            type=int,
+            help="Skip an occurrence that would start more than this many seconds late.",
+        )
         add.add_argument("--note", default="", help="Free text, up to 500 characters.")
         add.add_argument("--task-table", default="", help="app_label.Model of a task table row.")
         add.add_argument("--task-row-id", type=int, help="Primary key of the task table row.")
@@ -93,7 +98,7 @@ class Command(DuecourseCommand):
                 parsed[field] = parse_instant(o[field], field=field)
             except ValidationError as exc:
                 errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-        for field in ("max_retries", "timeout"):
+        for field in ("max_retries", "timeout", "expires"):
             if o[field] is not None and o[field] < 0:
                 errors[field] = "must be zero or more"
         if o["jitter"] < 0:
@@ -121,6 +126,7 @@ class Command(DuecourseCommand):
             overlap=o["overlap"],
             queue=o["queue"],
             priority=o["priority"],
+            expires=o["expires"],
             note=o["note"],
             now=now,
         )
@@ -186,10 +192,11 @@ class Command(DuecourseCommand):
 
     def do_run(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        execution = jobs.run_job_now(job=job, now=timezone.now())
+        execution = Execution.objects.select_related("job").get(pk=api.run_now(job.pk))
+        state = "published" if execution.status == ExecutionStatus.QUEUED else "saved"
         self.emit(
             selectors.execution_summary(execution),
-            f"queued one occurrence of {job.name!r} (execution {execution.pk})",
+            f"{state} one occurrence of {job.name!r} now (execution {execution.pk})",
             as_json=o["json"],
         )
 

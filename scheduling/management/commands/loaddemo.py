@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import jobs, services
+from scheduling import jobs, schedules
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job
 
@@ -40,7 +40,7 @@ class Command(DuecourseCommand):
             schedule: dict[str, Any] = (
                 {"every": interval}
                 if recurring
-                else {"at": now + services.schedules.parse_duration(interval)}
+                else {"at": now + schedules.parse_duration(interval)}
             )
             jobs.create_job(
                 owner=owner,

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import conf, services
+from scheduling import conf, liveness
 from scheduling.management.base import DuecourseCommand
 
 
@@ -22,5 +22,5 @@ class Command(DuecourseCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         stale_after = o["stale_after"] if o["stale_after"] is not None else conf.get("STALE_AFTER")
-        reaped = services.reap_stale_executions(now=timezone.now(), stale_after=stale_after)
+        reaped = liveness.reap_stale_executions(now=timezone.now(), stale_after=stale_after)
         self.emit({"reaped": reaped}, f"reaped {len(reaped)} execution(s)", as_json=o["json"])

@@ -9,8 +9,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from config.celery import app
-from scheduling.dispatch import Dispatcher
 from scheduling.management.base import DuecourseCommand
+from scheduling.scheduler.loop import Dispatcher
 
 
 class Command(DuecourseCommand):

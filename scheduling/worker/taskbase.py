@@ -15,9 +15,9 @@ from typing import Any
 from celery import Task, shared_task
 from celery.exceptions import Ignore, Retry
 
-from scheduling import worker
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
+from scheduling.worker import runtime
 
 
 class ScheduledTask(Task):
@@ -34,7 +34,7 @@ class ScheduledTask(Task):
         request in ``self.request``. A signal receiver could not veto the run: Celery logs and
         swallows exceptions raised by receivers.
         """
-        if not worker.begin(self):
+        if not runtime.begin(self):
             raise Ignore()
 
     @property
@@ -43,7 +43,7 @@ class ScheduledTask(Task):
         return getattr(self.request, "duecourse_execution_id", None)
 
     @property
-    def run(self) -> RunContext | None:
+    def run_context(self) -> RunContext | None:
         """This attempt's ``RunContext`` (None for an unrecorded call)."""
         return getattr(self.request, "duecourse_run", None)
 
@@ -54,7 +54,7 @@ class ScheduledTask(Task):
 
     def save_checkpoint(self, value: Any) -> None:
         """Persist progress now, so a retried attempt can resume after the last step done."""
-        run = self.run
+        run = self.run_context
         if run is not None:
             run.save_checkpoint(value)
         self.request.duecourse_checkpoint = value

@@ -11,12 +11,12 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
-from scheduling import sql
+from scheduling import pgtimes, sql
 from scheduling.models import Execution, ExecutionStatus, Job
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
+    return pgtimes.describe(value)
 
 
 def find_job(name: str, *, owner: str | None = None) -> Job:

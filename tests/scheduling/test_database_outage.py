@@ -42,10 +42,6 @@ def stop_immediately(pg: PrivatePostgres) -> None:
     pg.server = None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a completion that meets a dead database is dropped and the reaper runs it again",
-)
 def test_completions_written_during_an_outage_are_kept_until_the_database_is_back(
     processes: Processes,
     process_env: dict[str, str],

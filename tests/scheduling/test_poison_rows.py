@@ -143,9 +143,6 @@ def read_everything(client: Client, names: list[str]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True, reason="one row out of Python's range makes the whole claim fail and exit"
-)
 def test_poison_rows_among_healthy_jobs_are_isolated(
     owner: Any, processes: Processes, process_env: dict[str, str], admin_client: Client
 ) -> None:
@@ -191,7 +188,6 @@ def test_poison_rows_among_healthy_jobs_are_isolated(
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason="a timestamp of 'infinity' cannot be loaded into Python")
 def test_every_reader_shows_rows_out_of_range(owner: Any, admin_client: Client) -> None:
     for name, (column, value, _) in POISON.items():
         poison_job(owner, name, column, value)

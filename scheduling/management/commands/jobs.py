@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import api, jobs, selectors
+from scheduling import api, jobs, pgtimes, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
@@ -142,7 +142,7 @@ class Command(DuecourseCommand):
         rows = [selectors.job_summary(job) for job in jobs]
         lines = [f"{'NAME':30} {'STATUS':10} {'SCHEDULE':32} {'NEXT DUE':26} RUNS"]
         for job in jobs:
-            due = job.next_due_at.isoformat(timespec="seconds") if job.next_due_at else "-"
+            due = pgtimes.describe(job.next_due_at, timespec="seconds") or "-"
             lines.append(
                 f"{job.name[:30]:30} {job.status:10} {job.schedule.describe()[:32]:32} "
                 f"{due:26} {job.execute_count}"

@@ -61,9 +61,11 @@ class Dispatcher:
         batch_size: int | None = None,
         max_sleep: float | None = None,
         timer: StepTimer = nullcontext,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``timer(step)`` wraps each step of a tick (see ``STEPS``): the instrumentation hook
-        the benchmarks use to split a tick's cost; it must be thread-safe (lanes call it)."""
+        the benchmarks use to split a tick's cost; it must be thread-safe (lanes call it).
+        ``clock`` is the monotonic clock of the reaping hold-off (a test passes its own)."""
         self.app = app
         self.timer = timer
         _freeze_startup_heap()
@@ -75,7 +77,8 @@ class Dispatcher:
         self._failures = 0
         self._database_lost = False
         # No reaping before this (monotonic) time: see _may_reap.
-        self._reap_from = time.monotonic() + conf.get("STALE_AFTER")
+        self.clock = clock
+        self._reap_from = clock() + conf.get("STALE_AFTER")
         self._broker_identity: str | None = None
         self.stats = {"claimed": 0, "published": 0, "republished": 0, "reaped": 0}
 
@@ -173,13 +176,13 @@ class Dispatcher:
         """
         if self._database_lost:
             self._database_lost = False
-            self._reap_from = time.monotonic() + conf.get("STALE_AFTER")
+            self._reap_from = self.clock() + conf.get("STALE_AFTER")
             logger.warning(
                 "dispatch.database_back reaping_resumes_in=%.0fs", conf.get("STALE_AFTER")
             )
 
     def _may_reap(self) -> bool:
-        return time.monotonic() >= self._reap_from
+        return self.clock() >= self._reap_from
 
     def _notice_broker_restart(self, now: datetime) -> None:
         """Re-publish every queued execution at once when the Redis server was restarted.

@@ -32,9 +32,9 @@ from tests.scheduling.test_worker_lifecycle import SLOW, start_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-BACKLOG = 600
+BACKLOG = 400
 SLEEP = "scheduling.diagnostics.sleep"
-TASK_SECONDS = 0.02  # with the history's own cost, 600 take about 20 s on one process
+TASK_SECONDS = 0.02  # with the history's own cost, 400 take about 12 s on one process
 REQUEUE_AFTER = 3.0
 TICK = 1.0  # SCHEDULING_MAX_SLEEP
 CLAIMED = re.compile(r"dispatch\.claimed jobs=\d+ executions=(\d+)")

@@ -472,7 +472,7 @@ def write_docs_section(body: list[str], path: Path = DOCS) -> None:
     start = text.index(SECTION)
     end = text.find("\n## ", start + len(SECTION))
     end = len(text) if end < 0 else end + 1
-    path.write_text(text[:start] + "\n".join([SECTION, "", *body, ""]) + text[end:])
+    path.write_text(text[:start] + "\n".join([SECTION, "", *body, "", ""]) + text[end:])
 
 
 def main() -> None:

@@ -354,6 +354,9 @@ def _plan_row(
         skipped["last_error"] = SKIPPED_NOTE
         item.executions.append(skipped)
     item.next_occurrence = plan.next_occurrence
+    if plan.error is not None:
+        # The schedule runs off the calendar after this claim: it ends here, and says why.
+        logger.warning("job.schedule_ended job=%s reason=%s", row["pk"], plan.error)
     if plan.next_occurrence is None:
         item.status = JobStatus.COMPLETED
     else:

@@ -87,7 +87,15 @@ class Schedule(models.Model):
         self.interval = self.interval.strip()
         self.cron = " ".join(self.cron.split())
         try:
-            self.timing()
+            schedules.check_savable(
+                self.interval,
+                self.cron,
+                self.timezone,
+                self.run_at,
+                self.starts_at,
+                self.ends_at,
+                now=current_time(),
+            )
         except ScheduleError as exc:
             raise _timing_error(exc) from None
 

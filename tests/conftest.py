@@ -227,6 +227,18 @@ def process_env(broker_prefix: str, settings: Any) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def publish_under_prefix(broker_prefix: str) -> Iterator[str]:
+    """Messages this process publishes (a run-now from the admin) go under the test's prefix,
+    where the test's worker processes (``process_env``) read."""
+    from config.celery import app
+
+    options = dict(app.conf.broker_transport_options or {})
+    app.conf.broker_transport_options = {**options, "global_keyprefix": broker_prefix}
+    yield broker_prefix
+    app.conf.broker_transport_options = options
+
+
 def celery_worker_command(
     *, name: str, concurrency: int = 2, pool: str = "prefork", queues: str = "celery"
 ) -> list[str]:

@@ -1,4 +1,4 @@
-"""``manage.py loaddemo``: the four jobs of seed 001 and one quick job, if not there yet."""
+"""``manage.py loaddemo``: four sample jobs and one quick job, each unless already there."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import jobs, schedules
+from scheduling import jobs
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job
+from scheduling.schedules import parse_duration
 
-# Seed 001's jobs table: (user_id, job_id, is_recurring, interval, max_retry_count).
-SEED_JOBS = [
+# (user_id, job_id, is_recurring, interval, max_retry_count): three recurring jobs and a
+# one-off that runs twelve hours after loading, for three users.
+DEMO_JOBS = [
     ("1101", "123456", True, "PT3H", 3),
     ("1101", "123457", True, "PT1H", 3),
     ("1102", "123458", True, "PT6H", 3),
@@ -23,7 +25,7 @@ SEED_JOBS = [
 
 
 class Command(DuecourseCommand):
-    help = "Load the demo jobs (seed 001's four jobs and a quick one every 10 seconds)."
+    help = "Load the demo jobs (four sample jobs and a quick one every 10 seconds)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
@@ -32,15 +34,13 @@ class Command(DuecourseCommand):
         now = timezone.now()
         users = get_user_model().objects
         created = []
-        for user_id, job_id, recurring, interval, retries in SEED_JOBS:
+        for user_id, job_id, recurring, interval, retries in DEMO_JOBS:
             owner, _ = users.get_or_create(username=f"user{user_id}")
             name = f"job-{job_id}"
             if Job.objects.filter(owner=owner, name=name).exists():
                 continue
             schedule: dict[str, Any] = (
-                {"every": interval}
-                if recurring
-                else {"at": now + schedules.parse_duration(interval)}
+                {"every": interval} if recurring else {"at": now + parse_duration(interval)}
             )
             jobs.create_job(
                 owner=owner,
@@ -48,7 +48,7 @@ class Command(DuecourseCommand):
                 task="scheduling.diagnostics.noop",
                 kwargs={"job_id": job_id},
                 max_retries=retries,
-                note=f"seed 001: user {user_id}, {'every ' + interval if recurring else 'once'}",
+                note=f"demo: user {user_id}, {'every ' + interval if recurring else 'once'}",
                 now=now,
                 **schedule,
             )

@@ -8,7 +8,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import conf, liveness
-from scheduling.management.base import DuecourseCommand
+from scheduling.management.base import DuecourseCommand, positive_seconds
 
 
 class Command(DuecourseCommand):
@@ -17,7 +17,9 @@ class Command(DuecourseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument(
-            "--stale-after", type=float, help="Seconds without heartbeat (SCHEDULING_STALE_AFTER)."
+            "--stale-after",
+            type=positive_seconds,
+            help="Seconds without heartbeat (SCHEDULING_STALE_AFTER).",
         )
 
     def handle(self, *args: Any, **o: Any) -> None:

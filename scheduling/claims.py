@@ -320,6 +320,15 @@ def _plan_row(
         # Without a readable occurrence there is nothing to record an execution for.
         return _paused(row, _unreadable(bad))
     occurrence = row["next_occurrence_at"] or row["next_due_at"]
+    if row["next_due_at"] is not None and occurrence > row["next_due_at"]:
+        # The engine always writes next_due_at = next_occurrence_at + jitter (never earlier);
+        # a due row whose occurrence lies ahead of it was changed behind the scheduler, and
+        # running that occurrence now would run it early (or in the year 9999).
+        return _paused(
+            row,
+            f"next_occurrence_at: {occurrence.isoformat()} is later than next_due_at "
+            f"{row['next_due_at'].isoformat()}; the row was changed behind the scheduler",
+        )
     timing = _timing(row, timings)
     if isinstance(timing, ScheduleError):
         failed = _execution(row, occurrence, ExecutionStatus.FAILED)

@@ -406,7 +406,7 @@ def table_rows(data: dict[str, Any]) -> list[list[Any]]:
 
 
 SUMMARY_HEADERS = ["side", "rounds", "best tasks/s", "median tasks/s", "best / bare",
-                   "history / side (best)"]  # fmt: skip
+                   "history / side (best)", "history / side (median)"]  # fmt: skip
 
 
 def summary_rows(data: dict[str, Any]) -> list[list[Any]]:
@@ -418,14 +418,16 @@ def summary_rows(data: dict[str, Any]) -> list[list[Any]]:
         if not data.get(side):
             continue
         rate = best.get(side) or None
+        middle = median.get(side) or None
         rows.append(
             [
                 names[side],
                 len(data[side]),
                 rate,
-                median.get(side) or None,
+                middle,
                 rate / best["bare"] if rate and best.get("bare") else None,
                 best["history"] / rate if rate and best.get("history") else None,
+                median["history"] / middle if middle and median.get("history") else None,
             ]
         )
     return rows
@@ -445,7 +447,12 @@ def section_body(data: dict[str, Any] | None, command: list[str]) -> list[str]:
     ]
     if data:
         body += [md(HEADERS, table_rows(data), markdown=True), ""]
-        body += ["Best and median of the rounds above:", ""]
+        body += [
+            "Best and median of the rounds above. On a machine shared with other work (see"
+            " the load average below) single rounds vary widely, and the medians are the"
+            " steadier comparison.",
+            "",
+        ]
         body += [md(SUMMARY_HEADERS, summary_rows(data), markdown=True), ""]
     body += command
     body += [

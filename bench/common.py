@@ -186,10 +186,11 @@ def load_jobs(
         INSERT INTO scheduling_job (name, task, args, kwargs, task_table, task_row_id, status,
             next_due_at, next_occurrence_at, execute_count, last_keepalive_at, note, misfire,
             overlap, jitter, timeout, max_retries, retry_backoff, retry_backoff_max, queue,
-            priority, created_at, updated_at, current_execution_id, owner_id, schedule_id)
+            priority, created_at, updated_at, current_execution_id, owner_id, schedule_id,
+            pause_reason)
         SELECT 'bench-' || g, %(task)s, '[]'::jsonb, '{{}}'::jsonb, '', NULL, 'active',
             d.due, d.due, 0, NULL, '', 'catch_up', 'forbid', interval '0', 300, 3, NULL, NULL,
-            %(queue)s, NULL, d.due - %(interval)s::interval, now(), NULL, %(owner)s, g
+            %(queue)s, NULL, d.due - %(interval)s::interval, now(), NULL, %(owner)s, g, ''
           FROM generate_series(1, %(count)s) AS g,
                LATERAL (SELECT ({due_sql})::timestamptz AS due) AS d
         """,
@@ -609,6 +610,31 @@ def command_line() -> str:
         script = script.relative_to(ROOT)
     interpreter = os.path.relpath(PYTHON, ROOT) if PYTHON.startswith(str(ROOT)) else PYTHON
     return shlex.join([interpreter, str(script), *sys.argv[1:]])
+
+
+def command_block(result: dict[str, Any] | None) -> list[str]:
+    """How a result was produced, pasteable, with when and under what load."""
+    if not result:
+        return ["*Not measured in this run.*"]
+    return [
+        "Command (from the repository root, with `DATABASE_URL` pointing at the PostgreSQL"
+        " server, as `make bench` sets it):",
+        "",
+        "```",
+        f"DATABASE_URL={server_hint()} {result['command']}",
+        "```",
+        f"Finished {result['finished_at']}; load average after: "
+        + ", ".join(f"{x:.2f}" for x in result.get("load_after", [])),
+    ]
+
+
+def server_hint() -> str:
+    """The DATABASE_URL the run used, with any password masked."""
+    parts = urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    if parts.password:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username}:***@{host}")
+    return urlunsplit(parts)
 
 
 def _run(argv: Sequence[str]) -> str:

@@ -240,22 +240,6 @@ def _section(title: str, body: list[str]) -> list[str]:
     return [f"## {title}", "", *body, ""]
 
 
-def _command(result: dict[str, Any] | None) -> list[str]:
-    """How a result was produced, pasteable, with when and under what load."""
-    if not result:
-        return ["*Not measured in this run.*"]
-    return [
-        "Command (from the repository root, with `DATABASE_URL` pointing at the PostgreSQL"
-        " server, as `make bench` sets it):",
-        "",
-        "```",
-        f"DATABASE_URL={_server_hint()} {result['command']}",
-        "```",
-        f"Finished {result['finished_at']}; load average after: "
-        + ", ".join(f"{x:.2f}" for x in result.get("load_after", [])),
-    ]
-
-
 def _conn_max_age() -> str:
     """The CONN_MAX_AGE the project's settings give a PostgreSQL database, for the notes."""
     from config.env import parse_database_url
@@ -269,17 +253,6 @@ def _reuse_max() -> str:
     from django.conf import settings
 
     return str(getattr(settings, "CELERY_DB_REUSE_MAX", None))
-
-
-def _server_hint() -> str:
-    """The DATABASE_URL the run used, with any password masked."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
-    if parts.password:
-        host = parts.netloc.rsplit("@", 1)[1]
-        parts = parts._replace(netloc=f"{parts.username}:***@{host}")
-    return urlunsplit(parts)
 
 
 def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str:
@@ -332,7 +305,7 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str
         body += [md(tick_cost.HEADERS, tick_cost.table_rows(tick), markdown=True), ""]
         if plotted:
             body += ["![tick cost, dispatch rate and RSS against jobs defined](benchmarks.png)", ""]
-    body += _command(tick)
+    body += common.command_block(tick)
     body += [
         "",
         "Orientation from published reports (other machines): django-celery-beat with 100k"
@@ -361,7 +334,7 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str
                 f" (statuses: {check.get('statuses')}).",
                 "",
             ]
-    body += _command(flood)
+    body += common.command_block(flood)
     body += [
         "",
         "Orientation (other machines): Celery `apply_async` loop to Redis about 2,600/s, Redis"
@@ -377,37 +350,10 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str
     ]
     if lagged:
         body += [md(lag.HEADERS, lag.table_rows(lagged), markdown=True), ""]
-    body += _command(lagged)
+    body += common.command_block(lagged)
     lines += _section("3. Lag from due time to publish at a steady rate", body)
     worker = results.get("worker_throughput")
-    body = [
-        "Target: history ≥ 70 % of bare. Both sides: the same stock `celery worker` (prefork,"
-        " concurrency 2, acks_late, prefetch multiplier 1) on the same app and Redis queue,"
-        " the queue filled before the worker starts; the clock runs from the first message"
-        " taken until the queue and the unacknowledged set are empty.",
-        "",
-    ]
-    if worker:
-        body += [
-            md(
-                worker_throughput.HEADERS,
-                worker_throughput.table_rows(worker),
-                markdown=True,
-            ),
-            "",
-        ]
-    body += _command(worker)
-    body += [
-        "",
-        "Orientation (other machines): a bare prefork worker, concurrency 2, runs about"
-        " 1,000-1,300 trivial acks_late tasks/s. The *floor* rows run the history side's"
-        " messages and worker with its two ledger writes (the claim before the body, the end"
-        " before the acknowledgement) each replaced by a one-row update of an unindexed"
-        " counter (`bench/floorapp.py`): the most any design that commits twice per task can"
-        " reach on this machine. A *what-if* row, when present, is the same"
-        " history run under another settings module (`--what-if`), to put a number on a"
-        " configuration choice.",
-    ]
+    body = worker_throughput.section_body(worker, common.command_block(worker))
     lines += _section("4. Worker throughput with execution history", body)
     lines += [
         "## Notes on the setup",

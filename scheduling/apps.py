@@ -1,5 +1,16 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
 from django.utils.module_loading import autodiscover_modules
+
+from scheduling import pgtimes
+
+
+def _read_out_of_range_times(sender: Any, connection: Any, **_: Any) -> None:
+    """A row holding ``infinity`` must not break every reader of its table (see pgtimes)."""
+    if connection.vendor == "postgresql":
+        pgtimes.register(connection.connection)
 
 
 class SchedulingConfig(AppConfig):
@@ -16,3 +27,4 @@ class SchedulingConfig(AppConfig):
         from scheduling.worker import receivers  # noqa: F401  (receivers connect at ready)
 
         autodiscover_modules("scheduled")
+        connection_created.connect(_read_out_of_range_times, dispatch_uid="scheduling.pgtimes")

@@ -28,7 +28,7 @@ from scheduling import conf, schedules, sql
 from scheduling.ids import uuid4_text
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap
 from scheduling.schedules import Misfire, ScheduleError, Timing
-from scheduling.validation import check_target_values
+from scheduling.validation import argument_errors, check_target_values
 
 logger = logging.getLogger("scheduling")
 
@@ -97,6 +97,7 @@ class _Due:
     executions: list[dict[str, Any]] = field(default_factory=list)
     current_execution_id: int | None = None
     keep_times: bool = False  # paused for a time it cannot read: leave its times as they are
+    pause_reason: str | None = None  # set when the claim pauses the job
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,13 @@ def _target_error(row: dict[str, Any], cache: dict[tuple[Any, ...], str]) -> str
     return cache[key]
 
 
+def _argument_error(row: dict[str, Any]) -> str:
+    """Why the job's ``args`` or ``kwargs`` cannot be sent, or "" (rows written by raw SQL)."""
+    errors = argument_errors(_json(row["args"]), _json(row["kwargs"]))
+    return "; ".join(f"{field}: {reason}" for field, reason in errors.items())
+
+
+MAX_PAUSE_REASON = 500
 _UNREADABLE = "{value!r} is not a time the scheduler can use"
 
 
@@ -273,15 +281,54 @@ def _plan(
     timings: dict[tuple[Any, ...], Timing | ScheduleError],
     targets: dict[tuple[Any, ...], str],
 ) -> _Due:
+    """Plan one locked job; a job that cannot be planned is paused alone, naming the field.
+
+    Everything that can go wrong with one row's values (a time at the end of Python's range
+    whose next occurrence cannot be computed, say) is caught here, before the batch is
+    written, so the rest of the batch is claimed as usual.
+    """
+    try:
+        return _plan_row(row, now, grace, catch_up_limit, timings, targets)
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        value = row.get("next_occurrence_at") or row.get("next_due_at")
+        reason = (
+            f"next_occurrence_at: {value} cannot be planned "
+            f"({type(exc).__name__}: {exc}); the job is paused"
+        )
+        return _paused(row, reason)
+
+
+def _paused(row: dict[str, Any], reason: str) -> _Due:
+    """A job paused by the claim for a row it cannot use; its times stay as they are."""
+    logger.error("job.paused job=%s error=%s", row["pk"], reason)
+    item = _Due(row=row, status=JobStatus.PAUSED, keep_times=True)
+    item.pause_reason = reason[:MAX_PAUSE_REASON]
+    return item
+
+
+def _plan_row(
+    row: dict[str, Any],
+    now: datetime,
+    grace: timedelta,
+    catch_up_limit: int,
+    timings: dict[tuple[Any, ...], Timing | ScheduleError],
+    targets: dict[tuple[Any, ...], str],
+) -> _Due:
     item = _Due(row=row)
     bad = {k: v for k, v in row.get("bad_times", {}).items() if not k.startswith("schedule__")}
     if bad:
         # Without a readable occurrence there is nothing to record an execution for.
-        logger.error("job.paused job=%s error=%s", row["pk"], _unreadable(bad))
-        item.status = JobStatus.PAUSED
-        item.keep_times = True
-        return item
+        return _paused(row, _unreadable(bad))
     occurrence = row["next_occurrence_at"] or row["next_due_at"]
+    if row["next_due_at"] is not None and occurrence > row["next_due_at"]:
+        # The engine always writes next_due_at = next_occurrence_at + jitter (never earlier);
+        # a due row whose occurrence lies ahead of it was changed behind the scheduler, and
+        # running that occurrence now would run it early (or in the year 9999).
+        return _paused(
+            row,
+            f"next_occurrence_at: {occurrence.isoformat()} is later than next_due_at "
+            f"{row['next_due_at'].isoformat()}; the row was changed behind the scheduler",
+        )
     timing = _timing(row, timings)
     if isinstance(timing, ScheduleError):
         failed = _execution(row, occurrence, ExecutionStatus.FAILED)
@@ -289,6 +336,7 @@ def _plan(
         logger.error("execution.failed job=%s error=%s", row["pk"], failed["last_error"])
         item.executions.append(failed)
         item.status = JobStatus.PAUSED
+        item.pause_reason = failed["last_error"][:MAX_PAUSE_REASON]
         item.next_occurrence, item.next_due = row["next_occurrence_at"], row["next_due_at"]
         return item
     plan = schedules.plan_claim(
@@ -301,7 +349,7 @@ def _plan(
         grace=grace,
         catch_up_limit=catch_up_limit,
     )
-    error = _target_error(row, targets)
+    error = _target_error(row, targets) or _argument_error(row)
     for at in plan.run:
         if error:
             failed = _execution(row, at, ExecutionStatus.FAILED)
@@ -358,6 +406,7 @@ def _write_pg(due: Sequence[_Due], *, now: datetime) -> None:
             "status": item.status,
             "forbid": item.row["overlap"] == Overlap.FORBID,
             "keep": item.keep_times,
+            "reason": item.pause_reason,
         }
         for item in due
     ]
@@ -400,7 +449,9 @@ def _write_orm(due: Sequence[_Due], *, now: datetime) -> None:
         "task_id", "pk"
     )
     _keep_inserted(due, {str(task_id): pk for task_id, pk in ids})
-    moved, kept = [], []
+    moved: list[Job] = []
+    kept: list[Job] = []
+    paused: list[Job] = []
     for item in due:
         first = None
         if item.row["overlap"] == Overlap.FORBID:
@@ -414,14 +465,18 @@ def _write_orm(due: Sequence[_Due], *, now: datetime) -> None:
             next_occurrence_at=item.next_occurrence,
             current_execution_id=first,
             status=item.status,
+            pause_reason=item.pause_reason or "",
             updated_at=now,
         )
         (kept if item.keep_times else moved).append(job)
+        if item.pause_reason is not None:
+            paused.append(job)
     Job.objects.bulk_update(
         moved, ["next_due_at", "next_occurrence_at", "current_execution", "status", "updated_at"]
     )
     # A job paused for a time it cannot read keeps its times as they are (as in WRITE_CLAIM).
     Job.objects.bulk_update(kept, ["current_execution", "status", "updated_at"])
+    Job.objects.bulk_update(paused, ["pause_reason"])
 
 
 def _keep_inserted(due: Sequence[_Due], ids: dict[str, int]) -> None:

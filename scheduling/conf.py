@@ -30,12 +30,16 @@ KNOBS: dict[str, Knob] = {
     "REQUEUE_AFTER": Knob(
         600.0,
         float,
-        "Seconds a queued execution may wait unstarted before its message is published again "
-        "(a broker that restarted empty lost it; an extra message is harmless).",
+        "Seconds a queued execution waits, at least, before its message is published again, "
+        "and then only on evidence that the message is lost (see publishing.find_lost_messages); "
+        "each row's delay doubles.",
     ),
     "HEARTBEAT_INTERVAL": Knob(10.0, float, "Seconds between a worker process's heartbeats."),
     "STALE_AFTER": Knob(
-        60.0, float, "A running execution whose heartbeat is older than this is reaped."
+        60.0,
+        float,
+        "A running execution whose heartbeat is older than this is reaped (never within this "
+        "long of the scheduler's start or of its regaining the database).",
     ),
     "MISFIRE_GRACE": Knob(
         60.0,

@@ -8,16 +8,27 @@ scheduler died before publishing, a message the broker may have lost, a retry th
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Max, Q, Subquery, Value
+from django.db.models.functions import Coalesce
 
 from scheduling import conf, sql
+from scheduling.attempts import fail_attempt
 from scheduling.claims import Doorbell
-from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.models import (
+    EXECUTION_STARTABLE,
+    Attempt,
+    AttemptOutcome,
+    Execution,
+    ExecutionStatus,
+    Job,
+)
+from scheduling.validation import argument_errors
 
 logger = logging.getLogger("scheduling")
 
@@ -78,35 +89,166 @@ def doorbells_for(*, execution_ids: Iterable[int]) -> list[Doorbell]:
     return [_doorbell(row, row.job) for row in rows]
 
 
-def reclaim_for_publish(*, now: datetime, limit: int) -> list[Doorbell]:
+#: Tells how many messages wait in (queue, priority), or None where the broker cannot say.
+QueueDepth = Callable[[str, "int | None"], "int | None"]
+
+#: Newest attempts read for the evidence of progress on each queue (``queue_progress``).
+PROGRESS_WINDOW = 2000
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the newest attempts say about one queue: when one last started, and the latest
+    publish time (``queued_at``) that any of them started from, per message priority."""
+
+    last_start: datetime | None
+    newest_started: dict[int | None, datetime]
+
+
+def queue_progress(*, window: int = PROGRESS_WINDOW) -> dict[str, Progress]:
+    """Per queue, the progress shown by the ``window`` newest attempts (a read, by primary key).
+
+    An attempt counts for the publish time of its execution only if it started after that
+    publish (``started_at >= queued_at``): it was started by that message or a later one.
+    """
+    newest = Attempt.objects.order_by("-id").values("id")[:window]
+    rows = (
+        Attempt.objects.filter(id__in=Subquery(newest))
+        .values(
+            on_queue=Coalesce("execution__job__queue", Value("celery")),
+            on_priority=F("execution__job__priority"),
+        )
+        .annotate(
+            newest=Max("execution__queued_at", filter=Q(started_at__gte=F("execution__queued_at"))),
+            last=Max("started_at"),
+        )
+        .values_list("on_queue", "on_priority", "newest", "last")
+    )
+    found: dict[str, Progress] = {}
+    for queue, priority, newest, last in rows:
+        known = found.get(queue) or Progress(None, {})
+        if newest is not None:
+            known.newest_started[priority] = newest
+        if last is not None and (known.last_start is None or last > known.last_start):
+            known = Progress(last, known.newest_started)
+        found[queue] = known
+    return found
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    id: int
+    queued_at: datetime
+    base: datetime
+    queue: str
+    priority: int | None
+
+
+def find_lost_messages(
+    *, now: datetime, limit: int, queue_depth: QueueDepth | None = None
+) -> dict[int, str]:
+    """QUEUED executions whose message is probably gone, each with the evidence (a read).
+
+    Age alone is no evidence: a row waiting behind a backlog is older than REQUEUE_AFTER too,
+    and publishing it again every REQUEUE_AFTER floods the broker when it is already behind.
+    A QUEUED row is taken as lost when it has waited at least REQUEUE_AFTER, and at least as
+    long as it had waited before its last publish (so each row's delay doubles: a wrong guess
+    costs one extra message per doubling), and one of these holds:
+
+    - ``overtaken``: an execution published to the same queue and priority more than a tick
+      after it has started; a FIFO queue hands messages out in order, so ours is gone;
+    - ``stalled``: nothing on its queue started within REQUEUE_AFTER (a lost message on a queue
+      whose only work was that message; a queue nobody consumes);
+    - ``emptied``: the broker says the queue holds no message at all (Redis only; other
+      producers may share a queue, so a non-empty queue proves nothing).
+    """
+    requeue_after = timedelta(seconds=conf.get("REQUEUE_AFTER"))
+    waiting = [
+        _Waiting(*row)
+        for row in Execution.objects.filter(  # reads execution_waiting_idx
+            status=ExecutionStatus.QUEUED, queued_at__lt=now - requeue_after
+        )
+        .order_by("queued_at")
+        .annotate(
+            waiting_since=Coalesce("retry_at", "created_at"),
+            on_queue=Coalesce("job__queue", Value("celery")),
+        )
+        .values_list("id", "queued_at", "waiting_since", "on_queue", "job__priority")[:limit]
+    ]
+    # The growing delay: wait as long again as the row had waited before its last publish.
+    waiting = [w for w in waiting if now - w.queued_at >= max(requeue_after, w.queued_at - w.base)]
+    if not waiting:
+        return {}
+    progress = queue_progress()
+    slack = timedelta(seconds=max(1.0, 2 * conf.get("MAX_SLEEP")))
+    depths: dict[tuple[str, int | None], int | None] = {}
+    lost: dict[int, str] = {}
+    for row in waiting:
+        seen = progress.get(row.queue, Progress(None, {}))
+        newest = seen.newest_started.get(row.priority)
+        if newest is not None and newest > row.queued_at + slack:
+            lost[row.id] = "overtaken"
+        elif seen.last_start is None or now - seen.last_start >= requeue_after:
+            lost[row.id] = "stalled"
+        elif queue_depth is not None:
+            key = (row.queue, row.priority)
+            if key not in depths:
+                depths[key] = queue_depth(*key)
+            if depths[key] == 0:
+                lost[row.id] = "emptied"
+    return lost
+
+
+def reclaim_for_publish(
+    *, now: datetime, limit: int, queue_depth: QueueDepth | None = None
+) -> list[Doorbell]:
     """Take back executions whose message must be published (again).
 
     - PENDING past the grace: a scheduler died between its commit and its publish.
-    - QUEUED for longer than REQUEUE_AFTER: the broker may have lost the message.
+    - QUEUED whose message is probably lost (``find_lost_messages``: evidence, not age).
     - RETRY whose retry_at has passed: the next attempt is due.
 
     Each row is moved to PENDING with a fresh ``queued_at`` under SKIP LOCKED, so concurrent
-    schedulers do not publish the same row in the same tick.
+    schedulers do not publish the same row in the same tick. A row whose job's ``args`` or
+    ``kwargs`` has the wrong JSON type (written behind the model) is failed instead, naming
+    the field.
     """
     pending_before = now - timedelta(seconds=conf.get("PENDING_GRACE"))
-    queued_before = now - timedelta(seconds=conf.get("REQUEUE_AFTER"))
-    due = (
-        Q(status=ExecutionStatus.PENDING, queued_at__lt=pending_before)
-        | Q(status=ExecutionStatus.QUEUED, queued_at__lt=queued_before)
-        | Q(status=ExecutionStatus.RETRY, retry_at__lte=now)
+    lost = find_lost_messages(now=now, limit=limit, queue_depth=queue_depth)
+    due = Q(status=ExecutionStatus.PENDING, queued_at__lt=pending_before) | Q(
+        status=ExecutionStatus.RETRY, retry_at__lte=now
     )
+    if lost:
+        due |= Q(status=ExecutionStatus.QUEUED, pk__in=list(lost))
+    bad: dict[int, str] = {}
     with transaction.atomic(durable=True):
         rows = list(_lock(Execution.objects.filter(due)).select_related("job")[:limit])
         if not rows:
             return []
         for row in rows:
+            if row.job is not None:
+                errors = argument_errors(row.job.args, row.job.kwargs)
+                if errors:
+                    bad[row.pk] = "; ".join(f"{k}: {v}" for k, v in errors.items())
+                    continue
             logger.info(
-                "execution.republished execution=%s status=%s retry_count=%s",
+                "execution.republished execution=%s status=%s retry_count=%s evidence=%s",
                 row.pk,
                 row.status,
                 row.retry_count,
+                lost.get(row.pk, "-"),
             )
-        Execution.objects.filter(pk__in=[r.pk for r in rows]).update(
+        good = [row for row in rows if row.pk not in bad]
+        Execution.objects.filter(pk__in=[r.pk for r in good]).update(
             status=ExecutionStatus.PENDING, queued_at=now, updated_at=now
         )
-    return [_doorbell(row, row.job) for row in rows]
+    for execution_id, error in bad.items():
+        fail_attempt(
+            execution_id=execution_id,
+            error=f"cannot be sent: {error}",
+            outcome=AttemptOutcome.FAILED,
+            now=now,
+            permanent=True,
+            from_statuses=EXECUTION_STARTABLE,
+        )
+    return [_doorbell(row, row.job) for row in good]

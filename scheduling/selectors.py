@@ -23,13 +23,13 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
-from scheduling import sql
+from scheduling import pgtimes, sql
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
 from scheduling.schedules import ScheduleError, parse_duration
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
+    return pgtimes.describe(value)
 
 
 def find_job(name: str, *, owner: str | None = None) -> Job:

@@ -75,12 +75,13 @@ WRITE_CLAIM = f"""
                next_occurrence_at = CASE WHEN v.keep THEN j.next_occurrence_at
                                          ELSE v.next_occurrence_at END,
                status = v.status,
+               pause_reason = COALESCE(v.reason, j.pause_reason),
                current_execution_id = CASE
                    WHEN v.forbid THEN (f.ids ->> v.id::text)::bigint END,
                updated_at = %(now)s
           FROM json_to_recordset(%(jobs)s::json) AS v(
                id bigint, next_due_at timestamptz, next_occurrence_at timestamptz,
-               status varchar, forbid boolean, keep boolean)
+               status varchar, forbid boolean, keep boolean, reason varchar)
          CROSS JOIN first_pending AS f
          WHERE j.id = v.id
     )

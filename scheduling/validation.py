@@ -64,6 +64,21 @@ def _check_json_shape(value: Any, *, field: str, expect: type) -> None:
         raise ValidationError({field: f"must be {shape}, got {type(value).__name__}"})
 
 
+def argument_errors(args: Any, kwargs: Any) -> dict[str, str]:
+    """Field -> reason for ``args`` that is not a list or ``kwargs`` that is not an object.
+
+    The same rule as ``validate_job``, on plain values: the claim and the republish loop check
+    rows that may have been written behind the model (by raw SQL).
+    """
+    errors: dict[str, str] = {}
+    for field, value, expect in (("args", args, list), ("kwargs", kwargs, dict)):
+        try:
+            _check_json_shape(value, field=field, expect=expect)
+        except ValidationError as exc:
+            errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+    return errors
+
+
 def task_row_model(label: str) -> Any:
     """The registered task-table model ``app_label.Model``, or LookupError with the reason."""
     return tasktables.get(label).model

@@ -61,9 +61,11 @@ class Dispatcher:
         batch_size: int | None = None,
         max_sleep: float | None = None,
         timer: StepTimer = nullcontext,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``timer(step)`` wraps each step of a tick (see ``STEPS``): the instrumentation hook
-        the benchmarks use to split a tick's cost; it must be thread-safe (lanes call it)."""
+        the benchmarks use to split a tick's cost; it must be thread-safe (lanes call it).
+        ``clock`` is the monotonic clock of the reaping hold-off (a test passes its own)."""
         self.app = app
         self.timer = timer
         _freeze_startup_heap()
@@ -73,6 +75,10 @@ class Dispatcher:
         self._lanes: Lanes | None = None
         self._stats_lock = threading.Lock()
         self._failures = 0
+        self._database_lost = False
+        # No reaping before this (monotonic) time: see _may_reap.
+        self.clock = clock
+        self._reap_from = clock() + conf.get("STALE_AFTER")
         self._broker_identity: str | None = None
         self.stats = {"claimed": 0, "published": 0, "republished": 0, "reaped": 0}
 
@@ -91,8 +97,17 @@ class Dispatcher:
             ticks.record_tick(stats=self.stats, seconds=time.monotonic() - started)
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1
+            self._database_lost = True
             delay = self._backoff()
             logger.error("dispatch.database_error error=%r retry_in=%.1fs", exc, delay)
+            connection.close()
+            return delay
+        except Exception:
+            # A fault of one tick (a row no check foresaw, a bug) must not end the scheduler:
+            # everything a tick does is committed step by step, so the next one starts clean.
+            self._failures += 1
+            delay = self._backoff()
+            logger.exception("dispatch.tick_failed retry_in=%.1fs", delay)
             connection.close()
             return delay
         if sleep is None:
@@ -123,28 +138,53 @@ class Dispatcher:
                 queued_before=now - timedelta(seconds=conf.get("REQUEUE_AFTER")),
                 stale_before=now - timedelta(seconds=conf.get("STALE_AFTER")),
             )
+        self._notice_database_back()
         if probe.due and not self._claim_and_publish(now):
             return None
+        again: list[Doorbell] = []
         if probe.republish:
             with self.timer("reclaim"):
-                again = publishing.reclaim_for_publish(now=now, limit=self.batch_size)
+                again = publishing.reclaim_for_publish(
+                    now=now, limit=self.batch_size, queue_depth=self.publisher.queue_depth
+                )
             self.stats["republished"] += len(again)
             published = self._publish(again, self.publisher)
             self.stats["published"] += published
             if published < len(again):
                 return None
-        if probe.stale:
+        reaped: list[int] = []
+        if probe.stale and self._may_reap():
             with self.timer("reap"):
                 reaped = liveness.reap_stale_executions(
                     now=now, stale_after=conf.get("STALE_AFTER")
                 )
             self.stats["reaped"] += len(reaped)
-        if probe.due or probe.republish or probe.stale:
+        # Straight on while there was work; rows that are only waiting (a backlog not yet
+        # lost, a stale run under the reaping hold-off) do not make the loop spin.
+        if probe.due or again or reaped:
             return 0.0
         if probe.next_due_at is None:
             return self.max_sleep
         wait = (probe.next_due_at - timezone.now()) / timedelta(seconds=1)
         return max(0.0, min(self.max_sleep, wait))
+
+    def _notice_database_back(self) -> None:
+        """After an outage, give workers a full STALE_AFTER before reaping anything.
+
+        Workers lost the database as this scheduler did: their heartbeats stopped for the
+        length of the outage, not because they died. Counting staleness from the moment this
+        scheduler can read the database again (and from its own start, since it cannot know
+        what happened before it) lets every live worker beat again first.
+        """
+        if self._database_lost:
+            self._database_lost = False
+            self._reap_from = self.clock() + conf.get("STALE_AFTER")
+            logger.warning(
+                "dispatch.database_back reaping_resumes_in=%.0fs", conf.get("STALE_AFTER")
+            )
+
+    def _may_reap(self) -> bool:
+        return self.clock() >= self._reap_from
 
     def _notice_broker_restart(self, now: datetime) -> None:
         """Re-publish every queued execution at once when the Redis server was restarted.

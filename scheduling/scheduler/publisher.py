@@ -101,6 +101,24 @@ class Publisher:
             self._fast = RedisFastPath(self.app, producer)
         return self._fast
 
+    def queue_depth(self, queue: str, priority: int | None) -> int | None:
+        """How many messages wait in ``queue`` at ``priority``, where the broker tells (Redis).
+
+        Evidence for the republish rule, never the only one: other producers may share a
+        queue, and other brokers do not answer here (None).
+        """
+        try:
+            producer = self._ensure()
+            if not RedisFastPath.supports(producer):
+                return None
+            if self._fast is None:
+                self._fast = RedisFastPath(self.app, producer)
+            return self._fast.queue_depth(queue, priority)
+        except Exception as exc:
+            logger.debug("publisher.depth_failed error=%r", exc)
+            self.close()
+            return None
+
     def broker_identity(self) -> str | None:
         """The Redis server's ``run_id`` (new at every server start), or None elsewhere."""
         try:

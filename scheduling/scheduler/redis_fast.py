@@ -56,6 +56,11 @@ class RedisFastPath:
         """The Redis server's ``run_id``: new at every server start."""
         return str(self.client().info("server").get("run_id") or "") or None
 
+    def queue_depth(self, queue: str, priority: int | None) -> int:
+        """Messages waiting in ``queue`` at ``priority`` (the Redis list kombu keeps for it)."""
+        channel = self.producer.channel
+        return int(self.client().llen(channel._q_for_pri(queue, priority or 0)))
+
     def write_batch(self, bells: Sequence[Doorbell], grace: int) -> None:
         """The fast path: the same messages ``send_task`` builds, written in one pipeline.
 

@@ -57,14 +57,16 @@ def on_task_success(sender: Any = None, **_: Any) -> None:
     if execution_id is None:
         return
     close_old_connections()
-    # The connection may have died while the task ran (a database restart): see
-    # runtime.on_live_connection. The same holds for every write below.
-    runtime.on_live_connection(
+    # The connection may have died while the task ran (a database restart), or the database
+    # may be away right now: the outcome is kept until it is written (runtime.write_until_done).
+    runtime.write_until_done(
         lambda: attempts.complete_execution(
             execution_id=execution_id,
             now=timezone.now(),
             attempt=getattr(sender.request, "duecourse_attempt", None),
-        )
+        ),
+        execution_id=execution_id,
+        what="completed",
     )
     runtime.end(execution_id)
 
@@ -100,8 +102,9 @@ def on_task_failure(
         # that would be another worker's live attempt.
         statuses = EXECUTION_STARTABLE
         error = f"failed before the attempt started: {error}"
-    runtime.on_live_connection(
-        lambda: attempts.fail_attempt(
+
+    def write() -> str | None:
+        return attempts.fail_attempt(
             execution_id=execution_id,
             error=error,
             outcome=outcome,
@@ -111,7 +114,14 @@ def on_task_failure(
             from_statuses=statuses,
             attempt=getattr(request, "duecourse_attempt", None),
         )
-    )
+
+    if started_here:
+        # In the pool process, before the acknowledgement: keep the outcome until written.
+        runtime.write_until_done(write, execution_id=execution_id, what=outcome)
+    else:
+        # The worker's main process (a lost pool process, a hard time limit) must not stop
+        # serving its other tasks; the reaper covers an end it could not write.
+        runtime.on_live_connection(write)
     runtime.end(execution_id)
 
 
@@ -140,7 +150,7 @@ def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, *
     error = format_error(cause) if cause else f"retry requested: {reason or ''}".strip()
     permanent_errors = getattr(sender, "permanent_errors", ())
     permanent = cause is not None and bool(permanent_errors) and isinstance(cause, permanent_errors)
-    runtime.on_live_connection(
+    runtime.write_until_done(
         lambda: attempts.fail_attempt(
             execution_id=execution_id,
             error=error,
@@ -149,7 +159,9 @@ def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, *
             permanent=permanent,
             retry_in=retry_in,
             attempt=getattr(request, "duecourse_attempt", None),
-        )
+        ),
+        execution_id=execution_id,
+        what="retry",
     )
     runtime.end(execution_id)
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from billiard.exceptions import SoftTimeLimitExceeded
 from celery.exceptions import Reject
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
@@ -44,6 +45,47 @@ def on_live_connection(write: Callable[[], T]) -> T:
         logger.warning("worker.reconnecting pid=%s error=%r", os.getpid(), exc)
         connection.close()
         return write()
+
+
+END_RETRY_FIRST = 0.5
+END_RETRY_MAX = 5.0
+
+
+def write_until_done(write: Callable[[], T], *, execution_id: int, what: str) -> T:
+    """Write the end of an attempt whose body has finished, however long the database is away.
+
+    The outcome exists only in this process until it is written. The receivers that call this
+    run in the pool process before Celery acknowledges an ``acks_late`` message, so waiting
+    here holds the acknowledgement: the message stays unacknowledged, the heartbeat thread
+    keeps the execution tracked (it beats again as soon as the server answers), and the write
+    is tried again with a doubling pause (at most END_RETRY_MAX seconds) until it succeeds.
+    The scheduler does not reap the run meanwhile (it waits a full STALE_AFTER after it
+    regains the database itself). The task's hard time limit still bounds the wait: billiard
+    counts the receivers in, and a process killed for it leaves the run to the reaper.
+    """
+    delay = END_RETRY_FIRST
+    while True:
+        try:
+            return on_live_connection(write)
+        except (OperationalError, InterfaceError) as exc:
+            logger.error(
+                "execution.end_deferred execution=%s write=%s retry_in=%.1fs error=%r",
+                execution_id,
+                what,
+                delay,
+                exc,
+            )
+            connection.close()
+        except SoftTimeLimitExceeded:
+            # The soft limit cut into the write (its transaction rolled back); the body is
+            # done, so the limit has nothing left to stop: write again.
+            logger.warning("execution.end_soft_limit execution=%s write=%s", execution_id, what)
+            continue
+        try:
+            time.sleep(delay)
+        except SoftTimeLimitExceeded:
+            logger.warning("execution.end_soft_limit execution=%s write=%s", execution_id, what)
+        delay = min(delay * 2, END_RETRY_MAX)
 
 
 def execution_id_of(request: Any) -> int | None:

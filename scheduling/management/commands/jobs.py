@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import api, jobs, selectors
+from scheduling import api, jobs, pgtimes, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
@@ -238,7 +238,7 @@ class Command(DuecourseCommand):
         rows = [selectors.job_summary(job) for job in jobs]
         lines = [f"{'NAME':30} {'OWNER':16} {'STATUS':10} {'SCHEDULE':32} {'NEXT DUE':26} RUNS"]
         for job in jobs:
-            due = job.next_due_at.isoformat(timespec="seconds") if job.next_due_at else "-"
+            due = pgtimes.describe(job.next_due_at, timespec="seconds") or "-"
             lines.append(
                 f"{job.name[:30]:30} {job.owner.get_username()[:16]:16} {job.status:10} "
                 f"{job.schedule.describe()[:32]:32} {due:26} {job.execute_count}"

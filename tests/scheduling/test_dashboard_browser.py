@@ -14,8 +14,8 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from scheduling import jobs, ticks
-from scheduling.models import Execution, Job
+from scheduling import jobs
+from scheduling.models import Execution, Job, SchedulerState
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -77,7 +77,16 @@ def a_day_of_history(owner: Any) -> None:
                 )
             )
         Execution.objects.bulk_create(rows)
-    ticks.record_tick(stats={"claimed": 216}, seconds=0.002)
+    # Written directly: record_tick writes at most once per interval per process, and another
+    # test in this process may have just used that interval.
+    SchedulerState.objects.create(
+        name="scheduler-a:1",
+        last_tick_at=now,
+        last_tick_seconds=0.002,
+        ticks_total=1,
+        claimed_total=216,
+        started_at=now - timedelta(hours=1),
+    )
     running = Job.objects.get(name="send-digest")
     Execution.objects.create(
         job=running,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from emailer.models import SendEmailTask
+from emailer.models import Project, SendEmailTask
 from scheduling import jobs, schedules, selectors, services
 from scheduling.models import (
     EXECUTION_UNFINISHED,
@@ -431,11 +431,15 @@ def test_a_bad_row_fails_its_occurrence_and_every_other_job_is_claimed(
     make_job: MakeJob, now: datetime
 ) -> None:
     healthy = [make_job(every="PT1M") for _ in range(3)]
-    row = SendEmailTask.objects.create(name="digest", subject="s", body="b", recipients=["a@x"])
+    row = SendEmailTask.objects.create(
+        project=Project.objects.create(name="digest"), name="digest", subject="s", body="b"
+    )
     table_job = make_job(
         every="PT1M", task="", task_table="emailer.SendEmailTask", task_row_id=row.pk
     )
-    gone_row = SendEmailTask.objects.create(name="gone", subject="s", body="b")
+    gone_row = SendEmailTask.objects.create(
+        project=Project.objects.create(name="gone"), name="gone", subject="s", body="b"
+    )
     orphan = make_job(
         every="PT1M", task="", task_table="emailer.SendEmailTask", task_row_id=gone_row.pk
     )

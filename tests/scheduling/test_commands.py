@@ -138,9 +138,11 @@ def test_jobs_add_in_text_says_what_was_created(owner: Any) -> None:
 
 @db
 def test_jobs_add_for_a_task_table_row(owner: Any) -> None:
-    from emailer.models import SendEmailTask
+    from emailer.models import Project, SendEmailTask
 
-    row = SendEmailTask.objects.create(name="digest", subject="s", body="b", recipients=["a@x"])
+    row = SendEmailTask.objects.create(
+        project=Project.objects.create(name="digest"), name="digest", subject="s", body="b"
+    )
     data = call_json(
         "jobs", "add", "mail", "--task", "scheduling.run_task_row", "--every", "PT1H",
         "--task-table", "emailer.SendEmailTask", "--task-row-id", str(row.pk),

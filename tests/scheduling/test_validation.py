@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from emailer.models import SendEmailTask
+from emailer.models import Project, SendEmailTask
 from scheduling import jobs
 from scheduling.models import Job, Schedule
 from tests.conftest import FIXED_NOW
@@ -201,7 +201,9 @@ def test_a_good_job_is_accepted_and_planned(owner: Any) -> None:
 
 
 def test_a_task_table_job_gets_the_row_runner_task(owner: Any) -> None:
-    row = SendEmailTask.objects.create(name="digest", subject="s", body="b", recipients=["a@x"])
+    row = SendEmailTask.objects.create(
+        project=Project.objects.create(name="digest"), name="digest", subject="s", body="b"
+    )
     job = create(owner, task="", task_table="emailer.SendEmailTask", task_row_id=row.pk)
     assert job.task == "scheduling.run_task_row"
     assert (job.task_table, job.task_row_id) == ("emailer.SendEmailTask", row.pk)
@@ -253,7 +255,9 @@ def test_json_arguments_from_the_command_line_must_have_the_right_shape() -> Non
 
 
 def test_a_task_table_job_must_run_the_row_runner(owner: Any) -> None:
-    row = SendEmailTask.objects.create(name="digest", subject="s", body="b", recipients=["a@x"])
+    row = SendEmailTask.objects.create(
+        project=Project.objects.create(name="digest"), name="digest", subject="s", body="b"
+    )
     errors = refused(
         lambda: create(
             owner,

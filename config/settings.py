@@ -187,7 +187,7 @@ LOGGING = {
             "level": env_str("SCHEDULING_LOG_LEVEL", "INFO"),
             "propagate": False,
         },
-        "emailer": {"handlers": ["console"], "level": "INFO"},
+        "emailer": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "subscriptions": {"handlers": ["console"], "level": "INFO"},
     },
 }

@@ -43,8 +43,12 @@ class ScheduledTask(Task):
         return getattr(self.request, "duecourse_execution_id", None)
 
     @property
-    def run(self) -> RunContext | None:
-        """This attempt's ``RunContext`` (None for an unrecorded call)."""
+    def run_context(self) -> RunContext | None:
+        """This attempt's ``RunContext`` (None for an unrecorded call).
+
+        Not named ``run``: Celery's task decorator sets ``run`` to the task's body function on
+        the generated class, which would hide a property of that name.
+        """
         return getattr(self.request, "duecourse_run", None)
 
     @property
@@ -54,7 +58,7 @@ class ScheduledTask(Task):
 
     def save_checkpoint(self, value: Any) -> None:
         """Persist progress now, so a retried attempt can resume after the last step done."""
-        run = self.run
+        run = self.run_context
         if run is not None:
             run.save_checkpoint(value)
         self.request.duecourse_checkpoint = value

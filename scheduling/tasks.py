@@ -21,7 +21,7 @@ def run_task_row(self: Any) -> Any:
     The row is read fresh for every attempt and handed to the runner its table registered,
     with the attempt's ``RunContext``.
     """
-    run = self.run
+    run = self.run_context
     if run is None:
         raise PermanentError("run_task_row runs only for a job's execution")
     target = selectors.task_row_target(run.execution_id)

@@ -1,4 +1,4 @@
-"""``manage.py loaddemo``: the four jobs of seed 001 and one quick job, if not there yet."""
+"""``manage.py loaddemo``: seed 001's four jobs, one quick job and the emailer's demo project."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
+from emailer.demo import load_demo
 from scheduling import jobs, services
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job
@@ -23,7 +24,10 @@ SEED_JOBS = [
 
 
 class Command(DuecourseCommand):
-    help = "Load the demo jobs (seed 001's four jobs and a quick one every 10 seconds)."
+    help = (
+        "Load the demo jobs (seed 001's four jobs, a quick one every 10 seconds) and a small "
+        "emailer project whose mail lands under var/mail/."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
@@ -66,6 +70,7 @@ class Command(DuecourseCommand):
                 now=now,
             )
             created.append("quick")
+        created += load_demo(now=now)
         self.emit(
             {"created": created},
             f"demo jobs created: {', '.join(created)}" if created else "demo jobs already loaded",

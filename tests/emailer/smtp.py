@@ -10,6 +10,7 @@ import email
 import email.policy
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,8 @@ class Recorder:
     asked: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
     count: int = 0
+    #: Called with the running count after each accepted message (from the server's thread).
+    after_message: Callable[[int], None] | None = None
 
     async def handle_RCPT(
         self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: Any
@@ -57,6 +60,9 @@ class Recorder:
             for recipient in envelope.rcpt_tos:
                 self.received.append(Received(recipient, parsed))
             self.count += len(envelope.rcpt_tos)
+            count = self.count
+        if self.after_message is not None:
+            self.after_message(count)
         return "250 Message accepted for delivery"
 
     def recipients(self) -> Counter[str]:

@@ -36,7 +36,14 @@ class Selection:
     resend_uncertain: bool
 
     def where(self, params: dict[str, Any]) -> str:
-        """The due-participant condition on ``p``, filling ``params``."""
+        """The due-participant condition on ``p``, filling ``params``.
+
+        "Has had this mail" is a scalar subquery with LIMIT, not NOT EXISTS, on purpose: the
+        planner cannot turn it into an anti join, so it is always one probe of the unique index
+        (task, participant, occurrence) per candidate. As NOT EXISTS, a ledger table without
+        statistics yet (a first big run) was planned as a join that scanned every delivery of
+        the occurrence for every candidate: quadratic, 60 messages/s at 3,000 participants.
+        """
         params.update(task=self.task_id, project=self.project_id, occ=self.occurrence)
         params["reclaim"] = DeliveryState.UNCERTAIN if self.resend_uncertain else ""
         status = ""
@@ -57,10 +64,10 @@ class Selection:
             AND p.unsubscribed_at IS NULL
             AND p.id > %(after)s
             {status}
-            AND NOT EXISTS (
-                SELECT 1 FROM {_D} d
-                 WHERE d.task_id = %(task)s AND d.participant_id = p.id
-                   AND ((d.occurrence = %(occ)s AND d.state <> %(reclaim)s) {once}))"""
+            AND (SELECT 1 FROM {_D} d
+                  WHERE d.task_id = %(task)s AND d.participant_id = p.id
+                    AND ((d.occurrence = %(occ)s AND d.state <> %(reclaim)s) {once})
+                  LIMIT 1) IS NULL"""
 
 
 @dataclass(frozen=True)

@@ -100,9 +100,10 @@ class Participant(models.Model):
             ),
         ]
         indexes = [
-            # claim_chunk: the next due participants of a project in id order (keyset).
+            # claim_chunk: the next due participants of a project in id order (keyset); the
+            # status is a filter, so the scan stops after a chunk whatever statuses are mailed.
             models.Index(
-                fields=["project", "status", "id"],
+                fields=["project", "id"],
                 condition=Q(unsubscribed_at__isnull=True),
                 name="emailer_participant_due",
             )

@@ -137,6 +137,18 @@ def has_due(*, selection: Selection, after: int = 0) -> bool:
         return cursor.fetchone() is not None
 
 
+# -- unsubscribed_among --
+def unsubscribed_among(participant_ids: Sequence[int]) -> set[int]:
+    """Which of these participants have unsubscribed (a slow chunk's re-check)."""
+    if not participant_ids:
+        return set()
+    return set(
+        Participant.objects.filter(
+            pk__in=list(participant_ids), unsubscribed_at__isnull=False
+        ).values_list("pk", flat=True)
+    )
+
+
 # -- record_chunk --
 def record_chunk(*, history_id: int, outcomes: Sequence[Outcome], now: datetime) -> int:
     """Write each delivery's outcome in one UPDATE; only rows this run still holds change.

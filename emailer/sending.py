@@ -7,7 +7,8 @@ The order of a run (seed 000's rules, and what the systems people use today get 
    the crash window, at most one chunk.
 2. Check validity: the project in the state the task requires, someone left to mail.
    Otherwise the run ends ``skipped`` with the reason.
-3. Claim a chunk (due participants marked ``sending``; unsubscriptions are re-read each time),
+3. Claim a chunk (due participants marked ``sending``; unsubscriptions are re-read each time,
+   and again every few seconds while a slow chunk is sent: those are recorded ``skipped``),
    send it message by message over the one connection, record the chunk's outcomes. The resume
    point is the ledger itself: a participant is due until a delivery row says otherwise, so a
    retry resumes after the last recorded chunk and nobody is skipped because a batch was merely
@@ -264,8 +265,19 @@ class Sender:
         connection broke during DATA is ``uncertain``, and the rest are released.
         """
         outcomes: list[Outcome] = []
+        checked = time.monotonic()
+        gone: set[int] = set()
         try:
-            for claimed in chunk:
+            for i, claimed in enumerate(chunk):
+                if time.monotonic() - checked >= self.tuning.progress_interval:
+                    # A slow (rate-limited or throttled) chunk: read unsubscriptions again.
+                    gone |= deliveries.unsubscribed_among([c.participant_id for c in chunk[i:]])
+                    checked = time.monotonic()
+                if claimed.participant_id in gone:
+                    outcomes.append(
+                        Outcome(claimed.delivery_id, DeliveryState.SKIPPED, "unsubscribed")
+                    )
+                    continue
                 outcomes.append(self.send_one(claimed))
         except BaseException as exc:
             done = {o.delivery_id for o in outcomes}

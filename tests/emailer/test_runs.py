@@ -7,11 +7,13 @@ behaviour (retries, a killed worker, two schedules at once) is in ``test_run_pro
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from emailer import deliveries
@@ -238,3 +240,32 @@ def test_an_unreachable_server_ends_the_attempt_with_an_error_and_releases_the_c
     smtp_settings.start()
     run_send_email_task(task, context(execution_id=99, attempt=2))
     assert states(task) == {address(i): "sent" for i in range(5)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_someone_who_unsubscribes_while_a_slow_chunk_is_sent_is_skipped_and_counted(
+    smtp_settings: Any, settings: Any, make_project: Any, make_task: Any
+) -> None:
+    """A rate-limited chunk takes seconds; unsubscriptions are read again while it is sent."""
+
+    settings.EMAILER_PROGRESS_INTERVAL = 0.05
+    project = make_project(participants=10)
+    task = make_task(project, rate=40)  # one chunk of ten takes a quarter of a second
+
+    def unsubscribe(email: str) -> None:
+        Participant.objects.filter(email=email).update(unsubscribed_at=timezone.now())
+        connections.close_all()
+
+    def unsubscribe_the_last_after_the_second_message(count: int) -> None:
+        if count == 2:  # on the server's event loop, where the ORM may not run: a thread
+            worker = threading.Thread(target=unsubscribe, args=(address(9),))
+            worker.start()
+            worker.join()
+
+    smtp_settings.recorder.after_message = unsubscribe_the_last_after_the_second_message
+    run_send_email_task(task, context())
+    assert address(9) not in smtp_settings.recorder.recipients()
+    skipped = Delivery.objects.get(task=task, email=address(9))
+    assert (skipped.state, skipped.reply) == ("skipped", "unsubscribed")
+    history = SendEmailHistory.objects.get(task=task)
+    assert (history.sent, history.skipped) == (9, 1)

@@ -225,6 +225,34 @@ def child_memory(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def child_profile(p: dict[str, Any]) -> dict[str, Any]:
+    """cProfile of one side, to see where a message's time goes (``--profile SIDE``)."""
+    import cProfile
+    import io
+    import pstats
+    from datetime import UTC, datetime
+
+    common.setup_django()
+    task = load(p["n"], f"profile-{p['side']}")
+    when = datetime(2030, 1, 7, 10, 0, tzinfo=UTC)
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.enable()
+    if p["side"] == "plain":
+        sent = side_plain(task)
+    elif p["side"] == "messages":
+        sent = side_messages(task, when)
+    else:
+        sent = side_emailer(task, when, execution_id=task.pk * 1_000_000)
+    profiler.disable()
+    seconds = time.perf_counter() - started
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("cumulative").print_stats(45)
+    stats.sort_stats("tottime").print_stats(25)
+    return {"side": p["side"], "sent": sent, "seconds": seconds, "profile": out.getvalue()}
+
+
 def current_rss_mb() -> float:
     with open("/proc/self/status") as handle:
         for line in handle:
@@ -370,7 +398,8 @@ NOTES_FILE = common.BENCH / "emailer_throughput_notes.md"
 
 
 def main() -> None:
-    if common.child_main({"throughput": child_throughput, "memory": child_memory}):
+    handlers = {"throughput": child_throughput, "memory": child_memory, "profile": child_profile}
+    if common.child_main(handlers):
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--participants", type=int, default=10_000)
@@ -380,6 +409,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check it works")
     parser.add_argument("--keep", action="store_true", help="keep the database")
     parser.add_argument("--no-docs", action="store_true", help="print only")
+    parser.add_argument(
+        "--profile",
+        choices=["plain", "messages", "emailer"],
+        help="instead: cProfile one side's run (with --participants) and print it",
+    )
     args = parser.parse_args()
     if args.quick:
         args.participants, args.rounds, args.memory_sizes = 300, 1, "300,3000"
@@ -392,6 +426,25 @@ def main() -> None:
         "SITE_URL": "https://mail.example.org",
     }
     try:
+        if args.profile:
+            with common.bench_db(DB, keep=args.keep):
+                prof = common.run_child(
+                    common.child_argv(
+                        "emailer_throughput.py",
+                        "profile",
+                        {"n": args.participants, "side": args.profile},
+                    ),
+                    common.child_env(DB, extra=extra),
+                    timeout=1800,
+                    label="emailer-profile",
+                )
+            if not prof.ok:
+                raise SystemExit(prof.error)
+            print(prof.data["profile"])
+            rate = prof.data["sent"] / prof.data["seconds"]
+            print(f"{args.profile}: {prof.data['sent']} in {prof.data['seconds']:.1f} s "
+                  f"under cProfile ({rate:.0f}/s)")
+            return
         with common.bench_db(DB, keep=args.keep):
             result = common.run_child(
                 common.child_argv(

@@ -298,12 +298,12 @@ def report(data: dict[str, Any], *, markdown: bool) -> str:
             ["side", "best msg/s", "median msg/s", "best / plain best"], summary, markdown=markdown
         )
     )
-    ledger = 1 - run_best / msg_best
-    total = 1 - run_best / plain_best
     out.append("")
     out.append(
-        f"Ledger cost (emailer run against messages only, best rounds): {ledger:.0%}; "
-        f"whole cost against the plain loop: {total:.0%}."
+        f"Best rounds: the emailer run reaches {run_best / msg_best:.0%} of *messages only* "
+        f"(the ledger's share) and {run_best / plain_best:.0%} of *plain* (everything the "
+        f"product adds). Medians: {run_median / msg_median:.0%} and "
+        f"{run_median / plain_median:.0%}."
     )
     memory = data.get("memory") or []
     if memory:
@@ -341,11 +341,12 @@ def targets(data: dict[str, Any]) -> list[str]:
     msg_best, _ = best_and_median(rows, "messages only")
     run_best, _ = best_and_median(rows, "emailer run")
     lines = [
-        f"- ≥ 300 messages/s with the ledger on: {run_best:,.0f}/s — "
-        f"{'met' if run_best >= 300 else 'NOT met'}",
-        f"- bookkeeping < 20 % of the plain loop: the ledger costs {1 - run_best / msg_best:.0%}"
-        f" of the messages-only side; the emailer run as a whole is {1 - run_best / plain_best:.0%}"
-        f" below the plain loop — {'met' if run_best >= 0.8 * plain_best else 'NOT met'}",
+        f"- ≥ 300 messages/s with the ledger on: {run_best:,.0f}/s (the plain loop: "
+        f"{plain_best:,.0f}/s in the same run) — {'met' if run_best >= 300 else 'NOT met'}",
+        f"- bookkeeping < 20 % of the plain loop: the emailer run (ledger on) reaches "
+        f"{run_best / plain_best:.0%} of the plain loop's best round, and "
+        f"{run_best / msg_best:.0%} of the same messages sent without the ledger — "
+        f"{'met' if run_best >= 0.8 * plain_best else 'NOT met'}",
     ]
     memory = data.get("memory") or []
     if len(memory) >= 2:
@@ -410,11 +411,21 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the database")
     parser.add_argument("--no-docs", action="store_true", help="print only")
     parser.add_argument(
+        "--render", action="store_true", help="only rewrite the docs from the saved results"
+    )
+    parser.add_argument(
         "--profile",
         choices=["plain", "messages", "emailer"],
         help="instead: cProfile one side's run (with --participants) and print it",
     )
     args = parser.parse_args()
+    if args.render:
+        saved = common.load_result("emailer_throughput")
+        if saved is None:
+            raise SystemExit("no saved results: run the benchmark first")
+        write_docs(saved, NOTES_FILE.read_text() if NOTES_FILE.exists() else "")
+        print(report(saved, markdown=False))
+        return
     if args.quick:
         args.participants, args.rounds, args.memory_sizes = 300, 1, "300,3000"
     controller, sink, port = start_server()

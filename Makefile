@@ -6,6 +6,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/duecourse
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
+# The embedded default is a product path too: the claim, attempt and policy specifications run
+# on SQLite as well (SQLITE=0 skips that pass).
+SQLITE ?= 1
+SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.py \
+	tests/scheduling/test_validation.py tests/scheduling/test_api.py
 
 .PHONY: run test lint bench install
 
@@ -27,9 +32,13 @@ test: $(VENV)/.installed
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	$(PY) -m pytest $(PYTEST_ARGS)
+	if [ "$(SQLITE)" = 1 ]; then \
+	  DATABASE_URL=sqlite:///$(CURDIR)/var/test-embedded.sqlite3 \
+	  $(PY) -m pytest -q -p no:cacheprovider -m 'not slow' $(SQLITE_TESTS); fi
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet -e '.[test,bench]'

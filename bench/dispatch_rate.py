@@ -31,8 +31,11 @@ its profile; the ``.prof`` file is kept in ``var/bench/``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import common
@@ -43,50 +46,38 @@ DUE_NOW = "now() - interval '1 second'"
 # --- children -------------------------------------------------------------------------------
 
 
-def _instrument() -> dict[str, Any]:
-    """Wrap the scheduler's steps with timers (in this child only) to split the tick cost."""
-    from scheduling import dispatch, services
+class _StepTimes:
+    """The scheduler's instrumentation hook (``Dispatcher(timer=...)``): wall time per step.
 
-    spent: dict[str, Any] = {"claim_calls_ms": []}
+    Lanes call it from several threads, so the sums are kept under a lock.
+    """
 
-    def timed(owner: Any, name: str, label: str) -> None:
-        """Replace ``owner.name`` by a wrapper that adds its wall time to ``spent[label]``."""
-        original = getattr(owner, name, None)
-        if original is None:  # the scheduler's code moved on; time what is still there
-            return
+    def __init__(self) -> None:
+        self.spent: dict[str, Any] = {"claim_calls_ms": []}
+        self._lock = threading.Lock()
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                seconds = time.perf_counter() - started
-                spent[label] = spent.get(label, 0.0) + seconds
-                if label == "claim":  # per call, to see whether claims slow down as they go
-                    spent["claim_calls_ms"].append(round(seconds * 1000, 1))
-
-        setattr(owner, name, wrapper)
-
-    from scheduling import selectors
-
-    timed(services, "claim_batch", "claim")
-    timed(services, "mark_queued", "mark_queued")
-    timed(services, "reclaim_for_publish", "reclaim")
-    timed(services, "reap_stale_executions", "reap")
-    timed(dispatch.Publisher, "publish", "publish")
-    timed(selectors, "scheduler_probe", "probe")
-    timed(dispatch.Dispatcher, "_sleep_until_next", "next_due_query")  # before the probe
-    return spent
+    @contextlib.contextmanager
+    def __call__(self, step: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds = time.perf_counter() - started
+            with self._lock:
+                self.spent[step] = self.spent.get(step, 0.0) + seconds
+                if step == "claim":  # per call, to see whether claims slow down as they go
+                    self.spent["claim_calls_ms"].append(round(seconds * 1000, 1))
 
 
 def child_flood(p: dict[str, Any]) -> dict[str, Any]:
     """Tick until nothing is left to claim; report the wall clock and where it went."""
     common.setup_django()
     from config.celery import app
-    from scheduling.dispatch import Dispatcher
+    from scheduling.scheduler.loop import Dispatcher
 
-    spent = _instrument()
-    dispatcher = Dispatcher(app, batch_size=p.get("batch_size"))
+    times = _StepTimes()
+    spent = times.spent
+    dispatcher = Dispatcher(app, batch_size=p.get("batch_size"), timer=times)
     dispatcher.publisher._ensure()  # connect to the broker before the clock starts
     while time.time() < p["start_at"]:  # both processes of a pair start together
         time.sleep(0.001)

@@ -29,19 +29,22 @@ def _replace_ledger_writes(**_: Any) -> None:
     """In each pool process, swap the start and end writes for one durable counter update."""
     from django.db import connection
 
-    from scheduling import services
+    from scheduling import attempts
 
     def touch(execution_id: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute(TOUCH, [execution_id])
 
-    def start(*, execution_id: int, worker: str, pid: int, now: datetime) -> services.Started:
+    def start(*, execution_id: int, worker: str, pid: int, now: datetime) -> attempts.Started:
         touch(execution_id)
-        return services.Started(execution_id, None, 1, None)
+        return attempts.Started(execution_id, None, 1, None, now)
 
     def complete(*, execution_id: int, now: datetime, attempt: int | None = None) -> bool:
         touch(execution_id)
         return True
 
-    services.start_execution = start  # type: ignore[assignment]
-    services.complete_execution = complete  # type: ignore[assignment]
+    for name in ("start_execution", "complete_execution"):
+        if not callable(getattr(attempts, name, None)):  # a floor of nothing would measure nothing
+            raise RuntimeError(f"scheduling.attempts.{name} is gone; update the floor side")
+    attempts.start_execution = start  # type: ignore[assignment]
+    attempts.complete_execution = complete  # type: ignore[assignment]

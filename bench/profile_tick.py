@@ -37,7 +37,7 @@ def child(p: dict[str, Any]) -> dict[str, Any]:
     from django.test.utils import CaptureQueriesContext
 
     from config.celery import app
-    from scheduling.dispatch import Dispatcher
+    from scheduling.scheduler.loop import Dispatcher
 
     dispatcher = Dispatcher(app)
     for _ in range(3):  # warm: imports, broker connection, catalog caches

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import cron_next
 import dispatch_rate
 import lag
 import tick_cost
@@ -455,7 +456,9 @@ def main() -> None:
         print(common.render_table(module.HEADERS, module.table_rows(data), markdown=False))
     plotted = bool(results["tick_cost"]) and plot(results["tick_cost"], PLOT)
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(render(results, facts, plotted))
+    # Measurements that run on their own (cron_next.py) keep their section of the page.
+    kept = cron_next.saved_section(DOC.read_text()) if DOC.exists() else ""
+    DOC.write_text(render(results, facts, plotted) + ("\n" + kept if kept else ""))
     print("\nTargets")
     print(common.render_table(["target", "measured", "verdict"], verdicts(results), markdown=False))
     print(f"\nwrote {DOC}" + (f" and {PLOT.name}" if plotted else ""))

@@ -66,7 +66,7 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
     from django.db import connection
 
     from config.celery import app
-    from scheduling.dispatch import Dispatcher
+    from scheduling.scheduler.loop import Dispatcher
 
     dispatcher = Dispatcher(app)
     started = time.perf_counter()

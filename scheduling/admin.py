@@ -1,35 +1,132 @@
 """The admin: jobs and schedules are edited here; the execution history is read-only.
 
-Forms validate through the models' ``clean`` (the same rules as the command line), saves that
-change timing re-plan the job through ``jobs.replan_job``, and actions call one service per
-row and report counts.
+A job's form holds its whole definition: the target is picked from what is declared
+(schedulable tasks and task tables), and the timing is typed on the job itself, or an existing
+schedule is chosen to share it. Forms validate through the models' ``clean`` (the same rules and
+messages as the command line); saves go through ``scheduling.jobs`` (``save_validated``,
+``edit_job``), which re-plan the next occurrence. The job list answers "is it healthy?" from
+one query (``selectors.with_health``). Actions call one service per row, report counts and
+write the admin log.
+
+Ownership: a staff user who is not a superuser sees, changes and acts on only the jobs they
+own and their history. Every way in (list, change page, delete, history, bulk actions,
+autocomplete and raw-id popups) goes through ``get_queryset``, and the object permissions say
+the same, so a crafted URL or a posted id of another owner's job finds nothing.
 """
 
 from __future__ import annotations
 
+import zoneinfo
+from datetime import datetime, timedelta
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.contrib.admin import helpers
+from django.contrib.admin.widgets import AdminSplitDateTime
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import ngettext
 
-from scheduling import jobs, services
+from scheduling import api, attempts, jobs, registry, selectors, tasktables
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
     Execution,
+    ExecutionStatus,
     Job,
+    JobStatus,
     Schedule,
 )
+from scheduling.tasktables import TASK_ROW_TASK
 
-TIMING_FIELDS = {"schedule", "jitter", "status"}
+TABLE_PREFIX = "table:"
+BADGE_COLOURS = {
+    "active": "#2e7d32",
+    "failing": "#c62828",
+    "late": "#ef6c00",
+    "paused": "#616161",
+    "completed": "#1565c0",
+    ExecutionStatus.COMPLETED: "#2e7d32",
+    ExecutionStatus.FAILED: "#c62828",
+    ExecutionStatus.RETRY: "#ef6c00",
+    ExecutionStatus.RUNNING: "#1565c0",
+    ExecutionStatus.CANCELLED: "#616161",
+    ExecutionStatus.SKIPPED: "#616161",
+}
+
+
+def badge(text: str, *, title: str = "") -> str:
+    colour = BADGE_COLOURS.get(text, "#616161")
+    return format_html(
+        '<span class="duecourse-badge" title="{}" style="background:{};color:#fff;'
+        'border-radius:8px;padding:1px 7px;font-size:11px;white-space:nowrap">{}</span>',
+        title,
+        colour,
+        text,
+    )
+
+
+def sees_everything(request: HttpRequest) -> bool:
+    return bool(request.user.is_superuser)
+
+
+def owned_jobs(request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+    """``queryset`` narrowed to the jobs the user may see (all of them for a superuser)."""
+    return queryset if sees_everything(request) else queryset.filter(owner=request.user)
+
+
+def usable_schedules(request: HttpRequest) -> QuerySet[Schedule]:
+    """Schedules the user may pick or open: those of their jobs, and unused ones."""
+    schedules = Schedule.objects.all()
+    if sees_everything(request):
+        return schedules
+    used = Job.objects.filter(schedule=OuterRef("pk"))
+    return schedules.filter(Exists(used.filter(owner=request.user)) | ~Exists(used))
+
+
+def _say(count: int, singular: str, plural: str) -> str:
+    return ngettext(singular, plural, count) % {"count": count}
+
+
+# --- schedules -------------------------------------------------------------------------------
 
 
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "interval", "cron", "timezone", "run_at", "starts_at", "ends_at")
+    list_display = ("__str__", "in_words", "interval", "cron", "timezone", "run_at", "job_count")
     search_fields = ("name", "cron", "interval")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
+        return usable_schedules(request).annotate(job_total=Count("jobs"))
+
+    def _only_mine(self, request: HttpRequest, obj: Schedule | None) -> bool:
+        """A shared schedule is changed only by someone who owns every job on it."""
+        return (
+            obj is None
+            or sees_everything(request)
+            or not obj.jobs.exclude(owner=request.user).exists()
+        )
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_change_permission(request, obj) and self._only_mine(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and self._only_mine(request, obj)
+
+    @admin.display(description="in words")
+    def in_words(self, schedule: Schedule) -> str:
+        return selectors.describe_schedule(schedule)
+
+    @admin.display(description="jobs", ordering="job_total")
+    def job_count(self, schedule: Schedule) -> int:
+        return int(getattr(schedule, "job_total", 0))
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
@@ -39,26 +136,259 @@ class ScheduleAdmin(admin.ModelAdmin):
                 jobs.replan_job(job=job, now=now)
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+# --- the job form ----------------------------------------------------------------------------
+
+
+def target_choices(current: Job | None) -> list[Any]:
+    """Grouped choices: every schedulable task, then every registered task table."""
+    tasks = [name for name in registry.schedulable_names() if name != TASK_ROW_TASK]
+    tables = [table.label for table in tasktables.registered()]
+    if current is not None and current.task_table and current.task_table not in tables:
+        tables.append(current.task_table)
+    elif current is not None and current.task and current.task not in tasks:
+        tasks.append(current.task)
+    return [
+        ("", "---------"),
+        ("Schedulable tasks", [(name, name) for name in tasks]),
+        (
+            "Task tables (give the row id below)",
+            [(f"{TABLE_PREFIX}{label}", f"a row of {label}") for label in tables],
+        ),
+    ]
+
+
+def _zone_choices() -> list[tuple[str, str]]:
+    return [(name, name) for name in sorted(zoneinfo.available_timezones())]
+
+
+JOB_POLICY_FIELDS = (
+    "misfire",
+    "overlap",
+    "jitter",
+    "timeout",
+    "max_retries",
+    "retry_backoff",
+    "retry_backoff_max",
+    "expires",
+    "queue",
+    "priority",
+)
+
+
+def _schedule_label(schedule: Schedule) -> str:
+    words = selectors.describe_schedule(schedule)
+    return f"{schedule.name}: {words}" if schedule.name else f"#{schedule.pk}: {words}"
+
+
+CRON_HELP = 'Five fields, minute hour day month weekday, such as "0 9 * * 1-5".'
+#: Where an error about a field the form does not show is displayed.
+ERROR_HOME = {"task_table": "task", "schedule": "existing_schedule"}
+
+
+class JobForm(forms.ModelForm):
+    """A job with its target and its timing on one page (see the module docstring)."""
+
+    #: Set by ``JobAdmin.get_form``: the schedules this user may share, and a new job's owner.
+    schedule_queryset: QuerySet[Schedule] = Schedule.objects.none()
+    owner_for_new: Any = None
+
+    task = forms.ChoiceField(
+        label="Target",
+        help_text="A schedulable task, or a task table (then give the row id).",
+    )
+    existing_schedule = forms.ModelChoiceField(
+        queryset=Schedule.objects.none(),
+        required=False,
+        label="Use an existing schedule",
+        help_text="Share one schedule between jobs; then leave the timing below as it is.",
+    )
+    interval = forms.CharField(
+        required=False,
+        label="Every",
+        help_text="An ISO-8601 duration: PT30S, PT10M, PT3H, P1D.",
+    )
+    cron = forms.CharField(required=False, help_text=CRON_HELP)
+    timezone = forms.ChoiceField(
+        choices=_zone_choices, initial="UTC", help_text="The zone the cron expression is read in."
+    )
+    run_at = forms.SplitDateTimeField(
+        required=False,
+        widget=AdminSplitDateTime,
+        label="Once at",
+        help_text="A single instant, instead of an interval or a cron expression.",
+    )
+    starts_at = forms.SplitDateTimeField(
+        required=False, widget=AdminSplitDateTime, label="Start", help_text="No occurrence before."
+    )
+    ends_at = forms.SplitDateTimeField(
+        required=False, widget=AdminSplitDateTime, label="End", help_text="No occurrence after."
+    )
+
+    class Meta:
+        model = Job
+        widgets = {
+            "note": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "args": forms.Textarea(attrs={"rows": 1, "cols": 60}),
+            "kwargs": forms.Textarea(attrs={"rows": 1, "cols": 60}),
+        }
+        fields = (
+            "owner",
+            "name",
+            "note",
+            "task",
+            "args",
+            "kwargs",
+            "task_row_id",
+            *JOB_POLICY_FIELDS,
+        )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        job = self.instance
+        self.fields["task"].choices = target_choices(job if job.pk else None)
+        self.fields["existing_schedule"].queryset = self.schedule_queryset
+        self.fields["existing_schedule"].label_from_instance = _schedule_label
+        zone = timezone.get_current_timezone_name()
+        for name in ("run_at", "starts_at", "ends_at"):
+            self.fields[name].help_text += f" In {zone}."
+        if job.pk is None and self.owner_for_new is not None:
+            job.owner = self.owner_for_new
+        if job.task_table:
+            self.initial["task"] = f"{TABLE_PREFIX}{job.task_table}"
+        if job.schedule_id:
+            schedule = job.schedule
+            for name in jobs.TIMING_FIELDS:
+                self.initial[name] = getattr(schedule, name)
+            if schedule.cron:
+                words = selectors.describe_cron(schedule.cron)
+                self.fields["cron"].help_text = f"{CRON_HELP} Reads: {words}."
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        choice = data.get("task") or ""
+        if choice.startswith(TABLE_PREFIX):
+            self.instance.task_table = choice.removeprefix(TABLE_PREFIX)
+            data["task"] = TASK_ROW_TASK
+        else:
+            self.instance.task_table = ""
+            data["task_row_id"] = None
+        existing = data.get("existing_schedule")
+        retimed = [name for name in jobs.TIMING_FIELDS if name in self.changed_data]
+        if existing is not None and retimed:
+            self.add_error(
+                "existing_schedule",
+                "choose an existing schedule or change the timing below, not both",
+            )
+        elif existing is not None:
+            self.instance.schedule = existing
+        else:
+            cron = " ".join((data.get("cron") or "").split())
+            if cron:
+                # The bound field copied its help text when fields were cleaned.
+                words = selectors.describe_cron(cron)
+                self["cron"].help_text = f"{CRON_HELP} Reads: {words}."
+            self.instance.schedule = Schedule(
+                interval=(data.get("interval") or "").strip(),
+                cron=cron,
+                # The zone belongs to cron alone; the select always holds one.
+                timezone=(data.get("timezone") or "UTC") if cron else "UTC",
+                run_at=data.get("run_at"),
+                starts_at=data.get("starts_at"),
+                ends_at=data.get("ends_at"),
+            )
+        name = data.get("name")
+        owner_id = self.instance.owner_id
+        if "owner" not in self.fields and name and owner_id is not None:
+            taken = Job.objects.filter(owner_id=owner_id, name=name).exclude(pk=self.instance.pk)
+            if taken.exists():
+                self.add_error("name", f"you already have a job named {name!r}")
+        return data
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        """Show a model error about a field this form lacks beside the field that sets it."""
+        if hasattr(errors, "error_dict"):
+            placed: dict[str, list[Any]] = {}
+            for field, found in errors.error_dict.items():
+                home = field if field in self.fields else ERROR_HOME.get(field, NON_FIELD_ERRORS)
+                placed.setdefault(home, []).extend(found)
+            errors = ValidationError(placed)
+        super()._update_errors(errors)
+
+
+class PauseForm(forms.Form):
+    reason = forms.CharField(
+        max_length=500,
+        widget=forms.TextInput(attrs={"size": 60}),
+        help_text="Shown on the job's page until it is resumed.",
+    )
+
+
+# --- the job list ----------------------------------------------------------------------------
+
+
+class HealthFilter(admin.SimpleListFilter):
+    title = "health"
+    parameter_name = "health"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("failing", "Failing (last run failed or retrying)"),
+            ("late", "Late (overdue by a minute or more)"),
+            ("paused", "Paused"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        if self.value() == "failing":
+            return selectors.failing(queryset)
+        if self.value() == "late":
+            return selectors.late(queryset)
+        if self.value() == "paused":
+            return queryset.filter(status=JobStatus.PAUSED)
+        return queryset
+
+
+def _ago(moment: datetime, now: datetime) -> str:
+    if abs((now - moment).total_seconds()) < 60:
+        return "just now"
+    if moment > now:
+        return f"in {timeuntil(moment, now, depth=1)}"
+    return f"{timesince(moment, now, depth=1)} ago"
+
+
+def _seconds(delta: timedelta) -> str:
+    value = delta.total_seconds()
+    return f"{value:+.1f} s" if abs(value) < 120 else f"{value / 60:+.0f} min"
 
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
+    form = JobForm
     list_display = (
         "name",
         "owner",
-        "status",
-        "schedule",
-        "task",
-        "next_due_at",
-        "execute_count",
-        "last_keepalive_at",
+        "status_badge",
+        "schedule_in_words",
+        "next_due",
+        "last_run",
+        "failures",
+        "retries",
     )
-    list_filter = ("status", "misfire", "overlap", "queue")
+    list_display_links = ("name",)
     search_fields = ("name", "task", "note", "owner__username")
     list_select_related = ("owner", "schedule")
-    readonly_fields = (
+    ordering = ("name",)
+    raw_id_fields = ("owner",)
+    actions = (
+        "run_now",
+        "pause_jobs",
+        "resume_jobs",
+        "retry_failed_executions",
+        "cancel_unfinished_executions",
+    )
+    state_fields = (
+        "status",
+        "pause_reason",
+        "schedule_in_words",
         "next_due_at",
         "next_occurrence_at",
         "current_execution",
@@ -67,59 +397,262 @@ class JobAdmin(admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
-    raw_id_fields = ("owner", "schedule")
-    actions = ("pause_jobs", "resume_jobs", "run_jobs_now")
-    fieldsets = (
-        (None, {"fields": ("owner", "name", "status", "schedule", "note")}),
-        ("Target", {"fields": ("task", "args", "kwargs", "task_table", "task_row_id")}),
-        (
-            "Policies",
-            {
-                "fields": (
-                    "misfire",
-                    "overlap",
-                    "jitter",
-                    "timeout",
-                    "max_retries",
-                    "retry_backoff",
-                    "retry_backoff_max",
-                    "queue",
-                    "priority",
-                )
-            },
-        ),
-        ("State", {"fields": readonly_fields}),
-    )
+    readonly_fields = (*state_fields, "recent_executions")
+    policy_fields = JOB_POLICY_FIELDS
+
+    # --- who sees what
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        mine = owned_jobs(request, super().get_queryset(request))
+        return selectors.with_health(mine, now=timezone.now())
+
+    def _owns(self, request: HttpRequest, obj: Job | None) -> bool:
+        return obj is None or sees_everything(request) or obj.owner_id == request.user.pk
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_view_permission(request, obj) and self._owns(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_change_permission(request, obj) and self._owns(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and self._owns(request, obj)
+
+    def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
+        found: tuple[Any, ...] = (HealthFilter, "queue")
+        return (*found, "owner") if sees_everything(request) else found
+
+    # --- the form
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        first = ("owner", "name", "note") if sees_everything(request) else ("name", "note")
+        sets: list[Any] = [
+            (None, {"fields": first}),
+            ("Target", {"fields": ("task", "args", "kwargs", "task_row_id")}),
+            (
+                "Schedule",
+                {
+                    "fields": (
+                        "existing_schedule",
+                        "interval",
+                        ("cron", "timezone"),
+                        "run_at",
+                        "starts_at",
+                        "ends_at",
+                    ),
+                    "description": "Give an interval, a cron expression or one instant.",
+                },
+            ),
+            ("Policies", {"fields": self.policy_fields, "classes": ("collapse",)}),
+        ]
+        if obj is not None:
+            sets.append(("State", {"fields": self.state_fields}))
+            sets.append(("Recent executions", {"fields": ("recent_executions",)}))
+        return sets
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any):
+        form = super().get_form(request, obj, change, **kw)
+        form.schedule_queryset = usable_schedules(request)
+        form.owner_for_new = None if sees_everything(request) else request.user
+        return form
 
     def save_model(self, request: HttpRequest, obj: Job, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        if not change or TIMING_FIELDS & set(form.changed_data):
-            jobs.replan_job(job=obj, now=timezone.now())
-
-    @admin.action(description="Pause selected jobs")
-    def pause_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         now = timezone.now()
-        count = sum(jobs.pause_job(job=job, now=now) for job in queryset)
-        self.message_user(request, f"{_plural(count, 'job')} paused.", messages.SUCCESS)
+        if not change:
+            if not sees_everything(request):
+                obj.owner = request.user
+            jobs.save_validated(job=obj, now=now)
+            return
+        data = form.cleaned_data
+        changes = {name: data[name] for name in form.changed_data if name in jobs.EDITABLE}
+        if {"task", "task_row_id"} & set(changes):
+            changes.update(task=obj.task, task_table=obj.task_table, task_row_id=obj.task_row_id)
+        existing = data.get("existing_schedule")
+        timing = {name: data[name] for name in jobs.TIMING_FIELDS if name in form.changed_data}
+        if not data.get("cron"):
+            timing.pop("timezone", None)  # ignored without cron, as the form validated it
+        jobs.edit_job(
+            job=obj, now=now, schedule=existing, timing=None if existing else timing, **changes
+        )
+        obj.refresh_from_db()
 
-    @admin.action(description="Resume selected jobs")
-    def resume_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        now = timezone.now()
-        count = sum(jobs.resume_job(job=job, now=now) for job in queryset)
-        self.message_user(request, f"{_plural(count, 'job')} resumed.", messages.SUCCESS)
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        """The job's page, with buttons for the actions that apply to it now."""
+        job = self.get_object(request, object_id)
+        buttons = []
+        if job is not None and self.has_change_permission(request, job):
+            buttons.append(("run_now", "Run now"))
+            if job.status == JobStatus.ACTIVE:
+                buttons.append(("pause_jobs", "Pause…"))
+            if job.status == JobStatus.PAUSED:
+                buttons.append(("resume_jobs", "Resume"))
+        context = {**(extra_context or {}), "job_actions": buttons}
+        return super().change_view(request, object_id, form_url, context)
 
-    @admin.action(description="Run one occurrence of selected jobs now")
-    def run_jobs_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        now = timezone.now()
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        jobs.remove_job(job=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        for job in queryset.select_related("schedule"):
+            jobs.remove_job(job=job)
+
+    # --- columns
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, job: Job) -> str:
+        if job.status == JobStatus.PAUSED:
+            return badge("paused", title=job.pause_reason)
+        if job.status == JobStatus.ACTIVE and getattr(job, "last_status", None) in (
+            selectors.FAILING
+        ):
+            return badge("failing", title=f"last run {job.last_status}")
+        if job.status == JobStatus.ACTIVE and getattr(job, "is_late", False):
+            return badge("late", title="an occurrence is overdue")
+        return badge(job.status)
+
+    @admin.display(description="schedule")
+    def schedule_in_words(self, job: Job) -> str:
+        return selectors.describe_schedule(job.schedule)
+
+    @admin.display(description="next due", ordering="next_due_at")
+    def next_due(self, job: Job) -> str:
+        due = job.next_due_at
+        if due is None or job.status != JobStatus.ACTIVE:
+            return "-"
+        words = _ago(due, timezone.now())
+        return format_html('<span title="{}">{}</span>', due.isoformat(timespec="seconds"), words)
+
+    @admin.display(description="last run", ordering="last_scheduled_for")
+    def last_run(self, job: Job) -> str:
+        status = getattr(job, "last_status", None)
+        if status is None:
+            return "never"
+        due: datetime = job.last_scheduled_for
+        started: datetime | None = job.last_started_at
+        lag = f" · lag {_seconds(started - due)}" if started else ""
+        return format_html(
+            '{} <span title="{}">{}</span>{}',
+            badge(status),
+            due.isoformat(timespec="seconds"),
+            _ago(due, timezone.now()),
+            lag,
+        )
+
+    # Not sortable: sorting by it would count every job's last day of history.
+    @admin.display(description="failures 24 h")
+    def failures(self, job: Job) -> int:
+        return int(getattr(job, "failures_24h", 0) or 0)
+
+    @admin.display(description="retries (last run)")
+    def retries(self, job: Job) -> Any:
+        value = getattr(job, "last_retry_count", None)
+        return "-" if value is None else value
+
+    @admin.display(description="recent executions")
+    def recent_executions(self, job: Job) -> str:
+        if job.pk is None:
+            return "-"
+        return render_to_string(
+            "admin/scheduling/job/recent_executions.html",
+            {"executions": selectors.recent_executions(job, limit=20)},
+        )
+
+    # --- actions
+
+    def _report(self, request: HttpRequest, count: int, singular: str, plural: str) -> None:
+        level = messages.SUCCESS if count else messages.WARNING
+        self.message_user(request, _say(count, singular, plural), level)
+
+    @admin.action(description="Run one occurrence of the selected jobs now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         count = 0
         for job in queryset:
             try:
-                jobs.run_job_now(job=job, now=now)
-            except Exception as exc:
-                self.message_user(request, f"{job.name}: {exc}", messages.ERROR)
-            else:
+                execution_id = api.run_now(job.pk)
+            except ValidationError as exc:
+                self.message_user(request, f"{job.name}: {' '.join(exc.messages)}", messages.ERROR)
+                continue
+            self.log_change(request, job, f"Ran now (execution {execution_id}).")
+            count += 1
+        self._report(
+            request, count, "%(count)d job queued to run now.", "%(count)d jobs queued to run now."
+        )
+
+    @admin.action(description="Pause the selected jobs (with a reason)", permissions=["change"])
+    def pause_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
+        form = PauseForm(request.POST if "apply" in request.POST else None)
+        if form.is_bound and form.is_valid():
+            reason = form.cleaned_data["reason"]
+            now = timezone.now()
+            count = 0
+            for job in queryset:
+                if jobs.pause_job(job=job, now=now, reason=reason):
+                    self.log_change(request, job, f"Paused: {reason}")
+                    count += 1
+            self._report(request, count, "%(count)d job paused.", "%(count)d jobs paused.")
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Pause jobs",
+            "opts": self.model._meta,
+            "jobs": list(queryset.select_related("owner")),
+            "form": form,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/scheduling/job/pause.html", context)
+
+    @admin.action(description="Resume the selected jobs", permissions=["change"])
+    def resume_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        now = timezone.now()
+        count = 0
+        for job in queryset:
+            if jobs.resume_job(job=job, now=now):
+                self.log_change(request, job, "Resumed.")
                 count += 1
-        self.message_user(request, f"{_plural(count, 'job')} queued to run now.", messages.SUCCESS)
+        self._report(request, count, "%(count)d job resumed.", "%(count)d jobs resumed.")
+
+    @admin.action(
+        description="Retry the failed executions of the selected jobs", permissions=["change"]
+    )
+    def retry_failed_executions(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        now = timezone.now()
+        count = 0
+        for job in queryset:
+            retried = jobs.retry_failed(job=job, now=now)
+            if retried:
+                self.log_change(request, job, f"Retried {retried} failed execution(s).")
+                count += retried
+        self._report(
+            request,
+            count,
+            "%(count)d failed execution retried.",
+            "%(count)d failed executions retried.",
+        )
+
+    @admin.action(
+        description="Cancel the running and queued executions of the selected jobs",
+        permissions=["change"],
+    )
+    def cancel_unfinished_executions(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        count = 0
+        reason = f"cancelled in the admin by {request.user.get_username()}"
+        for job in queryset:
+            cancelled = api.cancel(job.pk, reason=reason)
+            if cancelled:
+                self.log_change(request, job, f"Cancelled {cancelled} execution(s).")
+                count += cancelled
+        self._report(
+            request, count, "%(count)d execution cancelled.", "%(count)d executions cancelled."
+        )
+
+
+# --- the history -----------------------------------------------------------------------------
 
 
 class AttemptInline(admin.TabularInline):
@@ -132,13 +665,16 @@ class AttemptInline(admin.TabularInline):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
 
 @admin.register(Execution)
 class ExecutionAdmin(admin.ModelAdmin):
     list_display = (
         "job",
         "scheduled_for",
-        "status",
+        "status_badge",
         "retry_count",
         "worker",
         "started_at",
@@ -151,7 +687,17 @@ class ExecutionAdmin(admin.ModelAdmin):
     list_select_related = ("job",)
     date_hierarchy = "scheduled_for"
     inlines = (AttemptInline,)
-    actions = ("cancel_executions",)
+    actions = ("cancel_executions", "retry_executions")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Execution]:
+        rows = super().get_queryset(request)
+        return rows if sees_everything(request) else rows.filter(job__owner=request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        allowed = super().has_view_permission(request, obj)
+        if obj is None or sees_everything(request):
+            return allowed
+        return allowed and obj.job_id is not None and obj.job.owner_id == request.user.pk
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [field.name for field in Execution._meta.fields]
@@ -165,13 +711,35 @@ class ExecutionAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.action(description="Cancel selected unfinished executions")
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, execution: Execution) -> str:
+        return badge(execution.status, title=(execution.last_error or "")[:200])
+
+    @admin.action(description="Cancel the selected running or queued executions")
     def cancel_executions(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
         now = timezone.now()
-        count = sum(
-            services.cancel_execution(execution_id=pk, now=now, reason="cancelled in the admin")
-            for pk in queryset.filter(status__in=EXECUTION_UNFINISHED).values_list(
-                "pk", flat=True
-            )
+        reason = f"cancelled in the admin by {request.user.get_username()}"
+        count = 0
+        for execution in queryset.filter(status__in=EXECUTION_UNFINISHED):
+            if attempts.cancel_execution(execution_id=execution.pk, now=now, reason=reason):
+                self.log_change(request, execution, "Cancelled.")
+                count += 1
+        self.message_user(
+            request,
+            _say(count, "%(count)d execution cancelled.", "%(count)d executions cancelled."),
+            messages.SUCCESS if count else messages.WARNING,
         )
-        self.message_user(request, f"{_plural(count, 'execution')} cancelled.", messages.SUCCESS)
+
+    @admin.action(description="Retry the selected failed executions")
+    def retry_executions(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
+        now = timezone.now()
+        count = 0
+        for execution in queryset.filter(status=ExecutionStatus.FAILED):
+            if jobs.retry_execution(execution_id=execution.pk, now=now):
+                self.log_change(request, execution, "Retried.")
+                count += 1
+        self.message_user(
+            request,
+            _say(count, "%(count)d execution retried.", "%(count)d executions retried."),
+            messages.SUCCESS if count else messages.WARNING,
+        )

@@ -6,7 +6,7 @@ enforced by import-linter in CI (see docs/architecture.md), and docs/extending.m
 a worked example.
 
 - Declare work: ``@schedulable_task`` for a Celery task, ``@task_table(Model)`` for a model whose
-  rows are units of scheduled work (seed 000's TaskTable + TaskId). Both are allowlists: a job
+  rows are units of scheduled work (a job points at one row). Both are allowlists: a job
   can target only what was declared. Put task-table declarations in your app's ``scheduled``
   module; the engine imports it when Django starts.
 - Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
@@ -32,12 +32,14 @@ from typing import Any, TypeVar
 from django.db.models.signals import post_delete
 from django.utils import timezone
 
+from config.celery import app as celery_app
 from scheduling import jobs as _jobs
 from scheduling import tasktables
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
-from scheduling.taskbase import ScheduledTask, schedulable_task
+from scheduling.scheduler.publisher import publish_now
 from scheduling.timing import Cron, Every, Once, Timing
+from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
     "SYSTEM_OWNER",
@@ -169,8 +171,14 @@ def resume(job: JobRef) -> bool:
 
 
 def run_now(job: JobRef) -> int:
-    """One extra occurrence now, published at once; returns its execution id."""
-    return _jobs.run_now(_id(job), now=timezone.now())
+    """One extra occurrence now, published at once; returns its execution id.
+
+    The execution is committed before its message is published, as every occurrence is; if
+    the broker cannot be reached, the scheduler publishes it after ``SCHEDULING_PENDING_GRACE``.
+    """
+    execution_id = _jobs.run_now(_id(job), now=timezone.now())
+    publish_now(celery_app, execution_ids=[execution_id])
+    return execution_id
 
 
 def cancel(job: JobRef, *, reason: str = "cancelled") -> int:
@@ -193,4 +201,3 @@ def executions(
 ) -> list[_jobs.ExecutionInfo]:
     """The job's executions, newest first, with their attempt counts."""
     return _jobs.executions(_id(job), limit=limit, status=status)
-

@@ -13,6 +13,6 @@ class SchedulingConfig(AppConfig):
         docs/extending.md); importing them here makes the allowlist complete in every process,
         web, worker or scheduler, before a job is validated or run.
         """
-        from scheduling import signals  # noqa: F401  (an app's receivers connect at ready)
+        from scheduling.worker import receivers  # noqa: F401  (receivers connect at ready)
 
         autodiscover_modules("scheduled")

@@ -1,7 +1,7 @@
 """``celery -A config beat -S scheduling.beat:DatabaseScheduler``.
 
 A ``celery.beat.Scheduler`` that keeps no schedule in memory: each ``tick`` runs one round of
-``scheduling.dispatch.Dispatcher`` against the database and returns the sleep it asks for.
+``scheduling.scheduler.loop.Dispatcher`` against the database and returns the sleep it asks for.
 Nothing happens in ``__init__`` (Celery builds a lazy instance just to print its banner), and
 ``sync`` has nothing to save because every tick commits its own work.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from celery.beat import Scheduler
 
-from scheduling.dispatch import Dispatcher
+from scheduling.scheduler.loop import Dispatcher
 
 
 class DatabaseScheduler(Scheduler):

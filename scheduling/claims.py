@@ -5,7 +5,10 @@ This is the scheduler's hot path, so it works on plain rows instead of model ins
 timing decisions of ``scheduling.schedules.plan_claim`` (the only place they live), then one
 write. On PostgreSQL that write is a single statement inserting the executions and moving the
 jobs; SQLite, which serialises writers anyway, uses the ORM's bulk methods.
-Nothing is published here: ``scheduling.dispatch`` does that after the commit.
+The claim commits on its own (``atomic(durable=True)``): inside a caller's transaction its row
+locks would be held, and its rows invisible to workers, for as long as the caller runs.
+Nothing is published here: the scheduler loop (``scheduling.scheduler.loop``) does that after
+the commit.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
-from scheduling import conf, schedules
+from scheduling import conf, schedules, sql
 from scheduling.ids import uuid4_text
-from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap, Schedule
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap
 from scheduling.schedules import Misfire, ScheduleError, Timing
 from scheduling.validation import check_target_values
 
@@ -105,12 +108,7 @@ class Claim:
     jobs: int
 
 
-def claim_due_jobs(*, now: datetime, limit: int) -> list[Doorbell]:
-    """Claim up to ``limit`` due jobs and return the doorbells to publish after the commit."""
-    return claim_batch(now=now, limit=limit).bells
-
-
-def claim_batch(*, now: datetime, limit: int) -> Claim:
+def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
     """Claim up to ``limit`` due jobs in one transaction; publish the doorbells after it.
 
     A job whose schedule or target is broken gets a FAILED execution naming the reason (and a
@@ -120,7 +118,7 @@ def claim_batch(*, now: datetime, limit: int) -> Claim:
     grace = timedelta(seconds=conf.get("MISFIRE_GRACE"))
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
     postgres = connection.vendor == "postgresql"
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         rows = _lock_due_pg(now, limit) if postgres else _lock_due_orm(now, limit)
         if not rows:
             return Claim([], 0)
@@ -174,18 +172,7 @@ def _lock_due_pg(now: datetime, limit: int) -> list[dict[str, Any]]:
     """
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""
-            SELECT j.id, j.next_occurrence_at::text, j.next_due_at::text, j.created_at::text,
-                   j.misfire, j.overlap, j.jitter, j.task, j.args::text, j.kwargs::text,
-                   j.queue, j.priority, j.timeout, j.task_table, j.task_row_id, s.interval,
-                   s.cron, s.timezone, s.run_at::text, s.starts_at::text, s.ends_at::text
-              FROM {Job._meta.db_table} AS j
-              JOIN {Schedule._meta.db_table} AS s ON s.id = j.schedule_id
-             WHERE j.status = %s AND j.current_execution_id IS NULL AND j.next_due_at <= %s
-             ORDER BY j.next_due_at
-             LIMIT %s
-               FOR NO KEY UPDATE OF j SKIP LOCKED
-            """,
+            sql.LOCK_DUE_JOBS,
             [JobStatus.ACTIVE.value, now, limit],
         )
         rows = [dict(zip(_DUE_FIELDS, row, strict=True)) for row in cursor.fetchall()]
@@ -328,6 +315,9 @@ def _plan(
         skipped["last_error"] = SKIPPED_NOTE
         item.executions.append(skipped)
     item.next_occurrence = plan.next_occurrence
+    if plan.error is not None:
+        # The schedule runs off the calendar after this claim: it ends here, and says why.
+        logger.warning("job.schedule_ended job=%s reason=%s", row["pk"], plan.error)
     if plan.next_occurrence is None:
         item.status = JobStatus.COMPLETED
     else:
@@ -373,44 +363,7 @@ def _write_pg(due: Sequence[_Due], *, now: datetime) -> None:
     ]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""
-            WITH inserted AS (
-                INSERT INTO {Execution._meta.db_table}
-                       (job_id, task, scheduled_for, status, task_id, last_error, created_at,
-                        queued_at, finished_at, retry_count, worker, duplicates, updated_at)
-                SELECT v.job_id, v.task, v.scheduled_for, v.status, v.task_id, v.last_error,
-                       %(now)s,
-                       CASE WHEN v.status = %(pending)s THEN %(now)s::timestamptz END,
-                       CASE WHEN v.status <> %(pending)s THEN %(now)s::timestamptz END,
-                       0, '', 0, %(now)s
-                  FROM json_to_recordset(%(executions)s::json) AS v(
-                       job_id bigint, task varchar, scheduled_for timestamptz, status varchar,
-                       task_id uuid, last_error text)
-                    ON CONFLICT (job_id, scheduled_for) DO NOTHING
-                RETURNING id, job_id, task_id, status, scheduled_for
-            ), first_pending AS (
-                SELECT jsonb_object_agg(job_id, id) AS ids
-                  FROM (SELECT DISTINCT ON (job_id) job_id, id
-                          FROM inserted
-                         WHERE status = %(pending)s
-                         ORDER BY job_id, scheduled_for) AS p
-            ), moved AS (
-                UPDATE {Job._meta.db_table} AS j
-                   SET next_due_at = CASE WHEN v.keep THEN j.next_due_at ELSE v.next_due_at END,
-                       next_occurrence_at = CASE WHEN v.keep THEN j.next_occurrence_at
-                                                 ELSE v.next_occurrence_at END,
-                       status = v.status,
-                       current_execution_id = CASE
-                           WHEN v.forbid THEN (f.ids ->> v.id::text)::bigint END,
-                       updated_at = %(now)s
-                  FROM json_to_recordset(%(jobs)s::json) AS v(
-                       id bigint, next_due_at timestamptz, next_occurrence_at timestamptz,
-                       status varchar, forbid boolean, keep boolean)
-                 CROSS JOIN first_pending AS f
-                 WHERE j.id = v.id
-            )
-            SELECT task_id::text, id FROM inserted
-            """,
+            sql.WRITE_CLAIM,
             {
                 "now": stamp,
                 "pending": ExecutionStatus.PENDING.value,
@@ -447,7 +400,7 @@ def _write_orm(due: Sequence[_Due], *, now: datetime) -> None:
         "task_id", "pk"
     )
     _keep_inserted(due, {str(task_id): pk for task_id, pk in ids})
-    jobs = []
+    moved, kept = [], []
     for item in due:
         first = None
         if item.row["overlap"] == Overlap.FORBID:
@@ -455,19 +408,20 @@ def _write_orm(due: Sequence[_Due], *, now: datetime) -> None:
                 (e["id"] for e in item.executions if e["status"] == ExecutionStatus.PENDING),
                 None,
             )
-        jobs.append(
-            Job(
-                pk=item.row["pk"],
-                next_due_at=item.next_due,
-                next_occurrence_at=item.next_occurrence,
-                current_execution_id=first,
-                status=item.status,
-                updated_at=now,
-            )
+        job = Job(
+            pk=item.row["pk"],
+            next_due_at=item.next_due,
+            next_occurrence_at=item.next_occurrence,
+            current_execution_id=first,
+            status=item.status,
+            updated_at=now,
         )
+        (kept if item.keep_times else moved).append(job)
     Job.objects.bulk_update(
-        jobs, ["next_due_at", "next_occurrence_at", "current_execution", "status", "updated_at"]
+        moved, ["next_due_at", "next_occurrence_at", "current_execution", "status", "updated_at"]
     )
+    # A job paused for a time it cannot read keeps its times as they are (as in WRITE_CLAIM).
+    Job.objects.bulk_update(kept, ["current_execution", "status", "updated_at"])
 
 
 def _keep_inserted(due: Sequence[_Due], ids: dict[str, int]) -> None:

@@ -1,48 +1,46 @@
-"""Five-field cron expressions and the instants at which they fire.
+"""Five-field cron expressions and the instants at which they fire, through cronsim.
 
 This module is pure: it never reads the clock, touches the database or imports Django, so
 the scheduler can ask "when is the next occurrence after T?" for any T, including instants
-in the past when it catches up after downtime, and get the same answer every time.
+in the past when it catches up after downtime, and get the same answer every time. Parsing
+and matching are cronsim's (the library Healthchecks maintains, which follows Debian's cron);
+this module adds the macros, one-line reasons naming the field, and UTC results.
 
 Syntax
 ------
-The standard Vixie-cron form ``minute hour day-of-month month day-of-week``:
+The form ``minute hour day-of-month month day-of-week``:
 
-* ``*``, a number, a range ``a-b``, a step over everything ``*/n``, a stepped range
-  ``a-b/n``, an open stepped range ``a/n`` (``a`` up to the field's maximum in steps of
-  ``n``), and comma-separated lists of these (``0,15-20,*/30``).
-* Month names ``JAN``-``DEC`` and weekday names ``SUN``-``SAT``, in any case, wherever a
-  number is allowed in those fields (also as range ends, never as steps).
-* Day-of-week counts ``0`` = Sunday to ``6`` = Saturday; ``7`` is also accepted as Sunday.
-  ``*`` and ``a/n`` in day-of-week span ``0-6``.
+* ``*``, a number, a range ``a-b``, a step ``*/n`` or ``a-b/n``, an open stepped range
+  ``a/n`` (``a`` up to the field's maximum in steps of ``n``), and comma-separated lists.
+* Month names ``JAN``-``DEC`` and weekday names ``SUN``-``SAT``, in any case. Day-of-week
+  counts ``0`` = Sunday to ``6`` = Saturday; ``7`` is also Sunday.
+* ``L`` (the last day of the month) and ``LW`` (its last weekday, Monday to Friday) in
+  day-of-month; ``5L`` (the month's last Friday) and ``1#2`` (its second Monday) in
+  day-of-week.
 * Macros ``@yearly`` (= ``@annually``), ``@monthly``, ``@weekly``, ``@daily``
   (= ``@midnight``) and ``@hourly``. ``@reboot`` and six- or seven-field forms (seconds,
-  years) are rejected.
-* The Vixie day rule: when both day-of-month and day-of-week are restricted (neither field
-  starts with ``*``), a day matches when *either* matches, so ``0 0 1 * MON`` fires on
-  the 1st of every month and on every Monday. Otherwise both must match; ``*/2`` counts as
-  unrestricted because it starts with ``*``, exactly as in Vixie cron.
+  years) are refused.
+* When both day-of-month and day-of-week are restricted (neither starts with ``*``), a day
+  matches when *either* matches: ``0 0 1 * MON`` fires on the 1st and on every Monday.
 
-Expressions that can never fire, such as ``0 0 30 2 *``, are rejected when parsed rather
-than discovered later as a schedule that silently never runs.
+An expression that cannot fire, such as ``0 0 30 2 *``, is refused when parsed.
 
 Time zones and daylight-saving time
 -----------------------------------
-An expression is matched against the wall-clock time of the schedule's time zone; the
-instants returned are always in UTC. Where the wall clock jumps, the rules are:
+An expression is matched against the wall clock of the schedule's time zone; the instants
+returned are in UTC. Where the wall clock jumps, the rule depends on the expression, as in
+Debian's cron:
 
-* **Skipped time (clocks go forward).** A wall time that does not exist on that day fires
-  once, at the wall time shifted forward by the length of the gap. In Europe/Berlin on
-  2024-03-31 the clock jumps from 02:00 to 03:00, so ``30 2 * * *`` fires at 03:30 CEST
-  (01:30 UTC); in Australia/Lord_Howe, where the gap is 30 minutes, a 02:15 job fires at
-  02:45. Several skipped times keep their spacing (``*/15 2 * * *`` fires at 03:00, 03:15,
-  03:30 and 03:45 CEST). If a shifted time coincides with a time the expression names
-  anyway (``0 2,3 * * *`` shifts 02:00 onto 03:00), the job runs once at that instant.
-* **Repeated time (clocks go back).** A wall time that occurs twice fires once, at its
-  first occurrence (still on summer time). The repeated hour is not run twice: in
-  Europe/Berlin on 2024-10-27 the clock goes from 03:00 CEST back to 02:00 CET, and
-  ``30 * * * *`` fires at 00:30, 01:30 and 02:30 CEST, then at 03:30 CET, but not at
-  02:30 CET. An every-minute job is idle for that repeated hour.
+* **Fixed-time expressions** (neither the minute nor the hour field starts with ``*``, such
+  as ``30 2 * * *`` or ``0 9,17 * * 1-5``) fire once per named wall time. A time skipped when
+  the clocks go forward fires at the first minute after the jump (in Europe/Berlin on
+  2024-03-31, ``30 2 * * *`` fires at 03:00 CEST); several skipped times fire once there
+  together. A time that occurs twice when the clocks go back fires at its first occurrence,
+  still on summer time.
+* **Every other expression** (``* * * * *``, ``*/15 * * * *``, ``30 * * * *``,
+  ``0 */2 * * *``) follows elapsed time: wall times that do not exist never fire, and wall
+  times that occur twice fire twice. An every-minute job keeps running every minute through
+  the repeated autumn hour, and an hourly one runs 25 times that day.
 * Successive occurrences are strictly increasing instants; no instant is returned twice.
 
 Occurrences are always on a whole minute; seconds in the instant asked about count, so the
@@ -52,11 +50,13 @@ next occurrence after 12:00:30 of ``* * * * *`` is 12:01:00.
 from __future__ import annotations
 
 import calendar
-from bisect import bisect_left
-from collections.abc import Iterator, Mapping
+import functools
+from bisect import bisect_right
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
-from zoneinfo import ZoneInfo
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from typing import Any
+
+from cronsim import CronSim, CronSimError
 
 __all__ = ["CronError", "CronExpression"]
 
@@ -65,20 +65,14 @@ class CronError(ValueError):
     """A cron expression that cannot be parsed; str() is a one-line human reason."""
 
 
-_FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
-_FIELD_LIST = " ".join(_FIELD_NAMES)
-
-# Spelled out rather than taken from `calendar`, whose names follow the process locale.
-_MONTH_FULL_NAMES = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
-)  # fmt: skip
-_MONTH_NAMES = {name[:3].upper(): number for number, name in enumerate(_MONTH_FULL_NAMES, 1)}
-_WEEKDAY_NAMES = {
-    name: number for number, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))
-}
-# Using a leap year so that February 29 counts as a day that exists.
-_LONGEST_MONTH = {month: calendar.monthrange(2000, month)[1] for month in range(1, 13)}
+_FIELDS = (
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31, L or LW"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day-of-week", "0-7 or SUN-SAT, 5L for the last Friday, 1#2 for the second Monday"),
+)
+_FIELD_LIST = " ".join(name for name, _ in _FIELDS)
 
 _MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -90,254 +84,261 @@ _MACROS = {
     "@hourly": "0 * * * *",
 }
 
-# The Gregorian calendar, weekdays included, repeats every 400 years: a day pattern that
-# does not occur within that window never occurs at all.
-_SEARCH_YEARS = 400
-_ONE_DAY = timedelta(days=1)
-# How far back to look for a clock change that may have pushed a skipped wall time past
-# `after`: gaps are at most a few hours in practice (one day for Samoa's 2011 date-line move).
-_GAP_PROBES = (timedelta(hours=3), timedelta(hours=26))
-
-
-@dataclass(frozen=True)
-class _Field:
-    name: str
-    low: int
-    high: int
-    # Largest value accepted on input; differs from `high` only for day-of-week (7 = Sunday).
-    input_high: int
-    names: Mapping[str, int]
-    names_hint: str
-
-    def error(self, reason: str) -> CronError:
-        return CronError(f"{self.name} field: {reason}")
-
-    def parse(self, text: str) -> frozenset[int]:
-        values: set[int] = set()
-        for item in text.split(","):
-            if not item:
-                raise self.error(f"empty list item in {text!r}")
-            values.update(self._parse_item(item))
-        return frozenset(values)
-
-    def _parse_item(self, item: str) -> range:
-        base, slash, step_text = item.partition("/")
-        step = 1
-        if slash:
-            if not _is_number(step_text) or int(step_text) == 0:
-                raise self.error(f"step must be a positive integer, got {step_text!r} in {item!r}")
-            step = int(step_text)
-            if step > self.high - self.low + 1:
-                raise self.error(f"step {step} exceeds the field's range {self.low}-{self.high}")
-        if base == "*":
-            return range(self.low, self.high + 1, step)
-        start_text, dash, end_text = base.partition("-")
-        if dash and (not start_text or not end_text):
-            raise self.error(f"malformed range {base!r}")
-        start = self._value(start_text)
-        if dash:
-            end = self._value(end_text)
-            if start > end:
-                raise self.error(f"range {base} is backwards (start is after end)")
-        elif slash:
-            end = self.high
-        else:
-            end = start
-        return range(start, end + 1, step)
-
-    def _value(self, text: str) -> int:
-        if _is_number(text):
-            value = int(text)
-        elif text.upper() in self.names:
-            return self.names[text.upper()]
-        else:
-            raise self.error(f"{text!r} is not a number{self.names_hint}")
-        if not self.low <= value <= self.input_high:
-            raise self.error(f"{value} is out of range {self.low}-{self.input_high}")
-        return value
-
-
-def _is_number(text: str) -> bool:
-    # str.isdigit alone would also admit digits of other scripts, which cron does not.
-    return text.isascii() and text.isdigit()
-
-
-_MINUTE = _Field("minute", 0, 59, 59, {}, "")
-_HOUR = _Field("hour", 0, 23, 23, {}, "")
-_DAY_OF_MONTH = _Field("day-of-month", 1, 31, 31, {}, "")
-_MONTH = _Field("month", 1, 12, 12, _MONTH_NAMES, " or month name (JAN-DEC)")
-_DAY_OF_WEEK = _Field("day-of-week", 0, 6, 7, _WEEKDAY_NAMES, " or weekday name (SUN-SAT)")
-_FIELDS = (_MINUTE, _HOUR, _DAY_OF_MONTH, _MONTH, _DAY_OF_WEEK)
+# cronsim looks 50 years ahead; every day pattern it accepts recurs within that (the rarest,
+# a fifth Monday in February, within 40 years), so one with no occurrence from this instant
+# on has none at all.
+_PROBE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+# How many (year, month) lists of matching days a search keeps before starting afresh.
+_MONTHS_KEPT = 240
+_SECOND = timedelta(seconds=1)
+_MINUTE = timedelta(minutes=1)
+_DAY = timedelta(days=1)
+_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Zulu", "Etc/Zulu"})
 
 
 @dataclass(frozen=True)
 class CronExpression:
-    """The set of wall-clock minutes a cron expression names.
+    """A validated five-field expression; ``text`` is it with macros expanded and single spaces.
 
-    Kept as expanded sets rather than as text so that matching is a membership test and
-    the next occurrence can be found by walking sorted values instead of scanning time.
-    Construction validates the sets, so every instance can fire at some point.
+    Construction parses through cronsim and checks that the expression fires at some point,
+    so every instance can answer ``next_after``.
     """
 
-    minutes: frozenset[int]
-    hours: frozenset[int]
-    days_of_month: frozenset[int]
-    months: frozenset[int]
-    days_of_week: frozenset[int]
-    dom_restricted: bool
-    dow_restricted: bool
-    _sorted_minutes: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    _sorted_hours: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    text: str
+    _searches: dict[str, _Search] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
-        days_of_week = frozenset(0 if day == 7 else day for day in self.days_of_week)
-        object.__setattr__(self, "days_of_week", days_of_week)
-        for spec, values in zip(_FIELDS, self._field_values(), strict=True):
-            if not values:
-                raise spec.error("no values")
-            for value in values:
-                if not spec.low <= value <= spec.high:
-                    raise spec.error(f"{value} is out of range {spec.low}-{spec.high}")
-        if not (self.dom_restricted and self.dow_restricted):
-            self._check_some_day_exists()
-        object.__setattr__(self, "_sorted_minutes", tuple(sorted(self.minutes)))
-        object.__setattr__(self, "_sorted_hours", tuple(sorted(self.hours)))
-
-    def _field_values(self) -> tuple[frozenset[int], ...]:
-        return (self.minutes, self.hours, self.days_of_month, self.months, self.days_of_week)
-
-    def _check_some_day_exists(self) -> None:
-        if any(day <= _LONGEST_MONTH[m] for m in self.months for day in self.days_of_month):
-            return
-        months = "/".join(_MONTH_FULL_NAMES[m - 1] for m in sorted(self.months))
-        days = "/".join(str(day) for day in sorted(self.days_of_month))
-        raise CronError(f"never fires: no such day ({months} {days})")
+        _check(self.text)
 
     @classmethod
     def parse(cls, text: str) -> CronExpression:
         """Parse five-field cron syntax or a macro, raising CronError with the reason."""
-        stripped = text.strip()
-        if not stripped:
-            raise CronError("empty expression")
-        if stripped.startswith("@"):
-            return cls._parse_macro(stripped)
-        parts = stripped.split()
-        if len(parts) != 5:
-            hint = "; seconds and year fields are not supported" if len(parts) > 5 else ""
-            raise CronError(f"expected 5 fields ({_FIELD_LIST}), got {len(parts)}{hint}")
-        minutes, hours, doms, months, dows = (
-            spec.parse(part) for spec, part in zip(_FIELDS, parts, strict=True)
-        )
-        return cls(
-            minutes=minutes,
-            hours=hours,
-            days_of_month=doms,
-            months=months,
-            days_of_week=dows,
-            dom_restricted=not parts[2].startswith("*"),
-            dow_restricted=not parts[4].startswith("*"),
-        )
+        return _parse(" ".join(text.split()))
 
-    @classmethod
-    def _parse_macro(cls, text: str) -> CronExpression:
-        macro, *rest = text.split()
-        macro = macro.lower()
-        if macro == "@reboot":
-            raise CronError("@reboot is not supported: it names no time of day")
-        if macro not in _MACROS:
-            known = ", ".join(_MACROS)
-            raise CronError(f"unknown macro {macro} (expected one of {known})")
-        if rest:
-            raise CronError(f"unexpected text after {macro}: {' '.join(rest)!r}")
-        return cls.parse(_MACROS[macro])
+    def next_after(self, after: datetime, tz: tzinfo) -> datetime:
+        """The first firing instant strictly after ``after``, in UTC.
 
-    def matches_date(self, d: date) -> bool:
-        """Whether the expression fires at some time on calendar day `d`."""
-        return d.month in self.months and self._day_matches(d)
-
-    def _day_matches(self, d: date) -> bool:
-        dom = d.day in self.days_of_month
-        dow = d.isoweekday() % 7 in self.days_of_week
-        if self.dom_restricted and self.dow_restricted:
-            return dom or dow
-        return dom and dow
-
-    def next_after(self, after: datetime, tz: ZoneInfo) -> datetime:
-        """The first firing instant strictly after `after`, in UTC.
-
-        Fields are matched in the wall-clock time of `tz`, with the daylight-saving rules
-        in the module docstring. `after` may be in any time zone but must be aware, since a
+        Fields are matched in the wall-clock time of ``tz`` with the daylight-saving rules of
+        the module docstring. ``after`` may be in any time zone but must be aware, since a
         naive value would silently be read in some arbitrary zone.
         """
         if after.tzinfo is None or after.utcoffset() is None:
             raise ValueError(f"after must be a timezone-aware datetime, got naive {after!r}")
+        search = self._search(tz)
         try:
-            found = self._next_after(after.astimezone(UTC), tz)
+            return search.first_after(after)
+        except StopIteration:
+            # cronsim's horizon; only reached near the end of the calendar.
+            raise CronError(f"no firing time in the 50 years after {after.isoformat()}") from None
         except OverflowError:
-            found = None
-        if found is None:
-            raise CronError(f"no firing time after {after.isoformat()} in the Gregorian calendar")
+            raise CronError(
+                f"no firing time after {after.isoformat()} before the year 10000"
+            ) from None
+
+    def _search(self, tz: tzinfo) -> _Search:
+        key = str(tz)
+        search = self._searches.get(key)
+        if search is None:
+            # cronsim walks plain UTC only for this exact object; ZoneInfo("UTC") would take
+            # its slower daylight-saving path for nothing.
+            zone = UTC if key in _UTC_NAMES else tz
+            search = self._searches[key] = _Search(self.text, datetime(2000, 1, 1, tzinfo=zone))
+        return search
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(text: str) -> CronExpression:
+    # Shared instances keep their parsed searches, so a schedule read on every claim is
+    # parsed once per process.
+    if not text:
+        raise CronError("empty expression")
+    if text.startswith("@"):
+        return _parse(_expand_macro(text))
+    return CronExpression(" ".join(_field_text(part) for part in text.split()))
+
+
+def _field_text(part: str) -> str:
+    # cronsim reads a stepped range of one value ("5-5/2") as an open one ("5/2", up to the
+    # field's maximum); it means that one value.
+    items = part.split(",")
+    for index, item in enumerate(items):
+        span, slash, step = item.partition("/")
+        start, dash, end = span.partition("-")
+        if slash and dash and start.upper() == end.upper() and step.isdigit():
+            items[index] = start
+    return ",".join(items)
+
+
+def _expand_macro(text: str) -> str:
+    macro, *rest = text.split()
+    macro = macro.lower()
+    if macro == "@reboot":
+        raise CronError("@reboot is not supported: it names no time of day")
+    if macro not in _MACROS:
+        raise CronError(f"unknown macro {macro} (expected one of {', '.join(_MACROS)})")
+    if rest:
+        raise CronError(f"unexpected text after {macro}: {' '.join(rest)!r}")
+    return _MACROS[macro]
+
+
+def _check(text: str) -> None:
+    parts = text.split()
+    if len(parts) != len(_FIELDS):
+        hint = "; seconds and year fields are not supported" if len(parts) > 5 else ""
+        raise CronError(f"expected 5 fields ({_FIELD_LIST}), got {len(parts)}{hint}")
+    try:
+        first = next(CronSim(text, _PROBE_FROM))
+    except CronSimError:
+        raise CronError(_reason(parts)) from None
+    except StopIteration:
+        first = None
+    if first is None:
+        raise CronError(f"never fires: no date matches {' '.join(parts[2:])!r}")
+
+
+def _reason(parts: list[str]) -> str:
+    """Which field cronsim refused, found by trying each field alone."""
+    for index, (name, accepted) in enumerate(_FIELDS):
+        alone = ["*"] * len(_FIELDS)
+        alone[index] = parts[index]
+        try:
+            CronSim(" ".join(alone), _PROBE_FROM)
+        except CronSimError:
+            return f"{name} field: {parts[index]!r} is not valid (accepted: {accepted})"
+    return f"never fires: day-of-month {parts[2]!r} does not occur in month {parts[3]!r}"
+
+
+class _Search(CronSim):
+    """cronsim's forward search, reusable for any start instant in one time zone.
+
+    The expression is parsed once; ``first_after`` copies the parsed state and moves the
+    start. cronsim steps to the next allowed minute or hour one unit at a time (through UTC
+    when it walks aware wall-clock time) and re-checks every field after each step; the claim
+    path pays that per due job, so here the next allowed day, hour and minute are reached in
+    one step each. On a plain clock (naive wall time, which cronsim walks for fixed-time
+    expressions, or UTC) a step within the day or hour leaves the larger fields valid and
+    the search goes on from there. On an aware clock a step within the hour is the same UTC
+    move as cronsim's single steps added up, and a step across hours is the wall time made
+    real the way a step through UTC makes it; either is then re-checked. The property tests
+    in ``tests/scheduling/test_cron.py`` hold the result to a minute-by-minute oracle.
+    """
+
+    def __init__(self, text: str, start: datetime) -> None:
+        super().__init__(text, start)
+        self._zone: Any = self.fixup_tz if self.fixup_tz is not None else self.dt.tzinfo
+        self._plain = self.fixup_tz is not None or self._zone is UTC
+        self._minutes = sorted(self.minutes)
+        self._hours = sorted(self.hours)
+        # Matching days per (year, month), decided by cronsim's own day rule once per month;
+        # shared by every search copied from this one.
+        self._month_days: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def first_after(self, after: datetime) -> datetime:
+        search = object.__new__(_Search)
+        search.__dict__.update(self.__dict__)
+        # cronsim starts one second after the start it is given, on the clock it walks: naive
+        # wall time for fixed-time expressions (so a start just before a spring gap still
+        # finds the times the gap skipped), otherwise UTC. (The constructor, not replace(),
+        # which is several times slower on CPython.)
+        if self.fixup_tz is not None:
+            at = after.astimezone(self._zone)
+            search.dt = datetime(at.year, at.month, at.day, at.hour, at.minute, at.second) + _SECOND
+        else:
+            at = (after + _SECOND - timedelta(microseconds=after.microsecond)).astimezone(
+                self._zone
+            )
+            search.dt = datetime(
+                at.year,
+                at.month,
+                at.day,
+                at.hour,
+                at.minute,
+                at.second,
+                tzinfo=self._zone,
+                fold=at.fold,
+            )
+        # A wall time repeated in autumn maps to its first instant, which can lie before an
+        # `after` inside the repeat; keep going until past it.
+        found = search._step(tick=False)
+        while found <= after:
+            found = search._step()
         return found
 
-    def _next_after(self, after: datetime, tz: ZoneInfo) -> datetime | None:
-        local = after.astimezone(tz)
-        # A wall time skipped by a recent spring-forward fires at a shifted instant that can
-        # lie after `after` even though the wall time itself is earlier than local `after`,
-        # so start that much earlier.
-        offset = _utcoffset(local)
-        back = max(offset - _utcoffset((after - probe).astimezone(tz)) for probe in _GAP_PROBES)
-        start = local.replace(tzinfo=None, second=0, microsecond=0) - max(back, timedelta(0))
+    def _step(self, *, tick: bool = True) -> datetime:
+        """cronsim's ``__next__`` going forward, with the instant in UTC.
 
-        # Wall times are walked in order, but a shifted skipped time maps to a later instant
-        # than the real wall times just after the gap, so keep the earliest instant seen until
-        # the walk passes the wall time of the best one; beyond that instants only grow.
-        best: datetime | None = None
-        stop: datetime | None = None
-        for wall in self._walls_from(start):
-            if stop is not None and wall >= stop:
-                break
-            instant = wall.replace(tzinfo=tz).astimezone(UTC)
-            if instant > after and (best is None or instant < best):
-                best = instant
-                stop = instant.astimezone(tz).replace(tzinfo=None)
-        return best
+        Walking naive wall time (fixed-time expressions), cronsim moves a time the clocks
+        skipped to the first real minute after it; that is done here with the UTC instant the
+        result needs anyway, instead of converting twice more.
+        """
+        if tick:
+            self.tick()
+        self.advance()
+        zone = self.fixup_tz
+        if zone is None:
+            return self.dt.astimezone(UTC)
+        while True:
+            wall = self.dt
+            instant = datetime(
+                wall.year, wall.month, wall.day, wall.hour, wall.minute, tzinfo=zone
+            ).astimezone(UTC)
+            real = instant.astimezone(zone)
+            if (real.minute, real.hour, real.day) == (wall.minute, wall.hour, wall.day):
+                return instant
+            self.dt += _MINUTE
 
-    def _walls_from(self, start: datetime) -> Iterator[datetime]:
-        """Naive wall times the expression names, in order, from `start` inclusive."""
-        minutes, hours = self._sorted_minutes, self._sorted_hours
-        last = date(min(start.year + _SEARCH_YEARS, date.max.year), 12, 31)
-        day = self._next_day(start.date(), last)
-        first_hour, first_minute = (start.hour, start.minute) if day == start.date() else (0, 0)
-        while day is not None:
-            year, month, dom = day.year, day.month, day.day
-            for hour in hours[bisect_left(hours, first_hour) :]:
-                from_minute = first_minute if hour == first_hour else 0
-                for minute in minutes[bisect_left(minutes, from_minute) :]:
-                    yield datetime(year, month, dom, hour, minute)
-            first_hour = first_minute = 0
-            day = None if day >= last else self._next_day(day + _ONE_DAY, last)
+    def advance_day(self) -> bool:
+        day = self.dt.date()
+        days = self._days_of(day.year, day.month)
+        if day.day in days:
+            return False
+        later = bisect_right(days, day.day)
+        if later < len(days):
+            self.dt = datetime(day.year, day.month, days[later], tzinfo=self.dt.tzinfo)
+            return False  # same month: still allowed
+        year, month = (day.year + 1, 1) if day.month == 12 else (day.year, day.month + 1)
+        self.dt = datetime(year, month, 1, tzinfo=self.dt.tzinfo)
+        return True
 
-    def _next_day(self, day: date, last: date) -> date | None:
-        """The first matching calendar day from `day` to `last` inclusive, if any."""
-        while day <= last:
-            if day.month not in self.months:
-                if day.month == 12:
-                    if day.year >= last.year:
-                        return None
-                    day = date(day.year + 1, 1, 1)
-                else:
-                    day = date(day.year, day.month + 1, 1)
-                continue
-            if self._day_matches(day):
-                return day
-            if day >= last:
-                return None
-            day += _ONE_DAY
-        return None
+    def _days_of(self, year: int, month: int) -> tuple[int, ...]:
+        days = self._month_days.get((year, month))
+        if days is None:
+            if len(self._month_days) > _MONTHS_KEPT:
+                self._month_days.clear()
+            length = calendar.monthrange(year, month)[1]
+            days = tuple(d for d in range(1, length + 1) if self.match_day(date(year, month, d)))
+            self._month_days[(year, month)] = days
+        return days
 
+    def advance_hour(self) -> bool:
+        hour = self.dt.hour
+        if hour in self.hours:
+            return False
+        dt = self.dt
+        later = bisect_right(self._hours, hour)
+        if later < len(self._hours):
+            wall = datetime(dt.year, dt.month, dt.day, self._hours[later], tzinfo=dt.tzinfo)
+            if self._plain:
+                self.dt = wall
+                return False  # same day: still allowed
+        else:
+            wall = datetime(dt.year, dt.month, dt.day, tzinfo=dt.tzinfo) + _DAY
+        if not self._plain:
+            wall = wall.astimezone(UTC).astimezone(wall.tzinfo)
+        self.dt = wall
+        return True
 
-def _utcoffset(moment: datetime) -> timedelta:
-    offset = moment.utcoffset()
-    if offset is None:
-        raise ValueError(f"time zone {moment.tzinfo!r} gives no UTC offset for {moment}")
-    return offset
+    def advance_minute(self) -> bool:
+        minute = self.dt.minute
+        if minute in self.minutes:
+            return False
+        later = bisect_right(self._minutes, minute)
+        target = self._minutes[later] if later < len(self._minutes) else 60
+        dt = self.dt
+        if self._plain and target < 60:
+            self.dt = datetime(dt.year, dt.month, dt.day, dt.hour, target, tzinfo=dt.tzinfo)
+            return False  # same hour: still allowed
+        self.tick(seconds=(target - minute) * 60 - dt.second)
+        return True

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from scheduling.registry import PermanentError
-from scheduling.taskbase import schedulable_task
+from scheduling.worker.taskbase import schedulable_task
 
 logger = logging.getLogger("scheduling")
 

@@ -1,4 +1,4 @@
-"""Job lifecycle: make, plan, pause, resume, run now, cancel and remove jobs.
+"""Job lifecycle: make, edit, plan, pause, resume, run now, retry, cancel and remove jobs.
 
 The command line, the admin and ``scheduling.api`` all come here, so a job made by any of them
 passes the same rules (``Job.clean``) and gets its first occurrence planned the same way. A job
@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Count
 
 from scheduling import conf, schedules
+from scheduling.attempts import cancel_execution
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Execution,
@@ -29,7 +30,6 @@ from scheduling.models import (
     Schedule,
 )
 from scheduling.schedules import Misfire, Timing
-from scheduling.services import cancel_execution
 from scheduling.tasktables import TASK_ROW_TASK
 from scheduling.timing import Cron, Every, Once
 from scheduling.validation import check_target
@@ -264,21 +264,25 @@ def save_new(
         note=policies.note,
         created_at=now,
     )
-    errors: dict[str, list[str]] = {}
+    # Kept as ValidationError instances: their codes tell Django's generic messages from ours.
+    errors: dict[str, list[ValidationError]] = {}
     if schedule.pk is None:
         try:
             schedule.full_clean()
         except ValidationError as exc:
-            errors.update(exc.message_dict)
+            errors.update(exc.error_dict)
     try:
         job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
     except ValidationError as exc:
-        for name_, messages in exc.message_dict.items():
+        for name_, found in exc.error_dict.items():
             # Job.clean validates the schedule again; say each reason once.
             known = errors.setdefault(name_, [])
-            known.extend(m for m in messages if m not in known)
+            said = {message for error in known for message in error.messages}
+            known.extend(error for error in found if not set(error.messages) <= said)
     if owner is not None and name and Job.objects.filter(owner=owner, name=name).exists():
-        errors.setdefault("name", []).append(f"{owner} already has a job named {name!r}")
+        errors.setdefault("name", []).append(
+            ValidationError(f"{owner} already has a job named {name!r}")
+        )
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -292,11 +296,150 @@ def save_new(
     return job
 
 
+def save_validated(*, job: Job, now: datetime) -> Job:
+    """Save a job (and its unsaved schedule) that a form already validated; plan it from ``now``.
+
+    The admin's add form runs ``Job.clean`` itself, field by field; this is the rest of
+    ``save_new``: one transaction, the first occurrence planned the same way.
+    """
+    with transaction.atomic():
+        schedule = job.schedule
+        if schedule.pk is None:
+            schedule.save()
+        job.schedule = schedule
+        job.created_at = now
+        job.save()
+        plan_from(job, schedule.timing(), now=now, first=True)
+        job.save()
+    logger.info("job.created job=%s name=%s next_due_at=%s", job.pk, job.name, job.next_due_at)
+    return job
+
+
+#: Job fields ``edit_job`` may change (timing goes through ``timing`` or ``schedule``).
+EDITABLE = frozenset(
+    {
+        "owner",
+        "name",
+        "task",
+        "args",
+        "kwargs",
+        "task_table",
+        "task_row_id",
+        "max_retries",
+        "timeout",
+        "retry_backoff",
+        "retry_backoff_max",
+        "jitter",
+        "misfire",
+        "overlap",
+        "queue",
+        "priority",
+        "expires",
+        "note",
+    }
+)
+#: Schedule fields ``edit_job`` takes in ``timing``; giving one kind clears the other two.
+TIMING_FIELDS = ("interval", "cron", "timezone", "run_at", "starts_at", "ends_at")
+_KINDS = ("interval", "cron", "run_at")
+_TEXT_TIMING = ("interval", "cron", "timezone")
+#: Changes after which the next occurrence is planned again.
+_REPLAN = frozenset({"jitter"})
+
+
+def edit_job(
+    *,
+    job: Job,
+    now: datetime,
+    timing: dict[str, Any] | None = None,
+    schedule: Schedule | None = None,
+    **changes: Any,
+) -> Job:
+    """Change a job in place, only the given values, keeping its id and history.
+
+    ``timing`` changes the job's schedule; a schedule other jobs share is never changed from
+    one job: this job gets its own copy, so the others keep their timing. ``schedule`` moves
+    the job to an existing schedule instead. Giving a task clears a task-table target and the
+    other way round. Every reason is collected before anything is saved, with the rules of
+    ``save_new``; when the timing or jitter changed, the next occurrence is planned again from
+    ``now`` (an unfinished execution still finishes first).
+    """
+    unknown = set(changes) - EDITABLE
+    if unknown or set(timing or {}) - set(TIMING_FIELDS):
+        raise TypeError(f"edit_job cannot change {sorted(unknown | set(timing or {}))}")
+    if timing and schedule is not None:
+        raise TypeError("edit_job takes timing or an existing schedule, not both")
+    job = Job.objects.select_related("schedule", "owner").get(pk=job.pk)
+    old_schedule = job.schedule
+    if changes.get("task_table"):
+        changes.setdefault("task", TASK_ROW_TASK)
+    elif changes.get("task") and changes["task"] != TASK_ROW_TASK:
+        changes.setdefault("task_table", "")
+        changes.setdefault("task_row_id", None)
+    for name, value in changes.items():
+        setattr(job, name, value)
+
+    errors: dict[str, list[str]] = {}
+    replan = bool(_REPLAN & changes.keys())
+    retimed = False  # the job's schedule row (its own, or a new copy) has new values
+    if schedule is not None and schedule.pk != old_schedule.pk:
+        job.schedule = schedule
+        replan = True
+    elif timing:
+        values = {name: getattr(old_schedule, name) for name in TIMING_FIELDS}
+        if any(timing.get(kind) for kind in _KINDS):
+            values.update(interval="", cron="", run_at=None)
+            if not timing.get("cron") and "timezone" not in timing:
+                values["timezone"] = "UTC"  # the zone belongs to cron alone
+        values.update(
+            {k: "" if v is None and k in _TEXT_TIMING else v for k, v in timing.items()}
+        )
+        values["timezone"] = values["timezone"] or "UTC"
+        if any(values[name] != getattr(old_schedule, name) for name in TIMING_FIELDS):
+            shared = old_schedule.jobs.exclude(pk=job.pk).exists()
+            target = Schedule() if shared else old_schedule
+            for name, value in values.items():
+                setattr(target, name, value)
+            try:
+                target.full_clean()
+            except ValidationError as exc:
+                errors.update(exc.message_dict)
+            job.schedule = target
+            retimed = replan = True
+    try:
+        job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
+    except ValidationError as exc:
+        for name_, messages in exc.message_dict.items():
+            known = errors.setdefault(name_, [])
+            known.extend(m for m in messages if m not in known)
+    if {"owner", "name"} & changes.keys() and (
+        Job.objects.filter(owner=job.owner, name=job.name).exclude(pk=job.pk).exists()
+    ):
+        errors.setdefault("name", []).append(f"{job.owner} already has a job named {job.name!r}")
+    if errors:
+        raise ValidationError(errors)
+    # Only the edited columns are written: the scheduler and workers own the others
+    # (next due time, current execution, counters) and may have moved them meanwhile.
+    columns = [*changes, "updated_at"]
+    with transaction.atomic():
+        if retimed:
+            job.schedule.save()
+        if job.schedule.pk != old_schedule.pk:
+            columns.append("schedule")
+        job.save(update_fields=columns)
+        if job.schedule.pk != old_schedule.pk and not old_schedule.jobs.exists():
+            old_schedule.delete()
+        if replan:
+            replan_job(job=job, now=now)
+    logger.info("job.edited job=%s changed=%s", job.pk, ",".join(sorted(changes)) or "-")
+    job.refresh_from_db()
+    return job
+
+
 def plan_from(job: Job, timing: Timing, *, now: datetime, first: bool = False) -> None:
     """Set the job's next occurrence to the first one at or after ``now``.
 
-    A one-off whose instant has already passed still runs once at creation (seed 000: a due
-    time in the past runs at once).
+    A one-off whose instant has already passed still runs once, at creation: a due time in
+    the past means "now", not "never".
     """
     if first and timing.at is not None:
         occurrence = timing.at if timing.end is None or timing.at <= timing.end else None
@@ -373,17 +516,40 @@ def remove_job(*, job: Job) -> None:
 
 
 def run_job_now(*, job: Job, now: datetime) -> Execution:
-    """Create one extra occurrence at ``now``, due for publishing at once.
+    """Create one extra occurrence at ``now``, PENDING like a claimed one.
 
-    Its ``queued_at`` is left empty: the scheduler publishes PENDING rows without one on its
-    next tick instead of waiting for the pending grace that protects a claim in flight.
+    The caller publishes it after the commit (``scheduling.api.run_now``); if that fails, the
+    scheduler publishes it once the pending grace has passed, as after any claim.
     """
     check_target(job)
     execution = Execution.objects.create(
-        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=None
+        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=now
     )
     logger.info("job.run_now job=%s execution=%s", job.pk, execution.pk)
     return execution
+
+
+def retry_execution(*, execution_id: int, now: datetime) -> bool:
+    """Give a failed execution of a job one more attempt; False when it is not failed.
+
+    The row goes back to RETRY, due now, so the scheduler's next tick publishes it like any
+    retry; its attempts so far stay in its history and the next one is numbered after them.
+    """
+    changed = Execution.objects.filter(
+        pk=execution_id, status=ExecutionStatus.FAILED, job__isnull=False
+    ).update(status=ExecutionStatus.RETRY, retry_at=now, finished_at=None, updated_at=now)
+    if changed:
+        logger.info("execution.retried execution=%s by=hand", execution_id)
+    return bool(changed)
+
+
+def retry_failed(*, job: Job, now: datetime, since: datetime | None = None) -> int:
+    """``retry_execution`` for each failed execution of the job (due since ``since``)."""
+    rows = Execution.objects.filter(job=job, status=ExecutionStatus.FAILED)
+    if since is not None:
+        rows = rows.filter(scheduled_for__gte=since)
+    ids = list(rows.values_list("pk", flat=True))
+    return sum(retry_execution(execution_id=pk, now=now) for pk in ids)
 
 
 # --- by id, for scheduling.api ---------------------------------------------------------------

@@ -87,7 +87,15 @@ class Schedule(models.Model):
         self.interval = self.interval.strip()
         self.cron = " ".join(self.cron.split())
         try:
-            self.timing()
+            schedules.check_savable(
+                self.interval,
+                self.cron,
+                self.timezone,
+                self.run_at,
+                self.starts_at,
+                self.ends_at,
+                now=current_time(),
+            )
         except ScheduleError as exc:
             raise _timing_error(exc) from None
 
@@ -107,8 +115,8 @@ class Job(models.Model):
     """*What + when*: a schedule joined to a target, with its next due time and policies.
 
     The target is either a registered schedulable Celery task (``task`` with JSON ``args`` and
-    ``kwargs``) or a row of a task table (``task_table`` + ``task_row_id``, seed 000's
-    TaskTable + TaskId), which the ``scheduling.run_task_row`` task runs.
+    ``kwargs``) or a row of a registered task table (``task_table`` + ``task_row_id``), which the
+    ``scheduling.run_task_row`` task runs.
     """
 
     owner = models.ForeignKey(
@@ -168,7 +176,7 @@ class Job(models.Model):
         blank=True,
         help_text="Seconds after its due time past which an occurrence is skipped, not run late.",
     )
-    pause_reason = models.CharField(max_length=500, blank=True)
+    pause_reason = models.CharField(max_length=500, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=current_time, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -46,3 +46,9 @@ def get_schedulable(name: str) -> Any:
             f"{name!r} is registered but not schedulable (declare it with @schedulable_task)"
         )
     return task  # type: ignore[no-any-return]
+
+
+def schedulable_names() -> list[str]:
+    """Every schedulable task's name, sorted: the choices a job's target may take."""
+    app = _load_tasks()
+    return sorted(name for name, task in app.tasks.items() if getattr(task, "schedulable", False))

@@ -19,8 +19,9 @@ _UNCHANGED: Any = object()
 class RunContext:
     """One attempt of one occurrence, as its runner sees it.
 
-    ``scheduled_for`` is the occurrence's nominal due time (seed 000's ScheduledBatchStartTime),
-    the same on every attempt; ``attempt`` counts from 1. ``checkpoint`` is what the previous
+    ``scheduled_for`` is the occurrence's nominal due time (what a per-run history records as
+    the batch's start time), the same on every attempt; ``attempt`` counts from 1.
+    ``checkpoint`` is what the previous
     attempt saved (None on the first), so a retry resumes after the last step it recorded.
     """
 

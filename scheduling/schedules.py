@@ -9,17 +9,22 @@ Rules worth knowing:
   job's creation), so daylight-saving changes never make them run twice or skip a run.
   ``P1D`` is 24 hours, not "the same wall time tomorrow"; use cron for wall-clock times.
   Months and years have no fixed length and are refused.
-- Cron schedules follow the wall clock of their zone; see ``scheduling.cron`` for the spring
-  gap (runs once, shifted past the gap) and the autumn overlap (runs once, the first time).
+- Cron schedules follow the wall clock of their zone; see ``scheduling.cron`` for what they do
+  when the clocks change. The zone belongs to cron alone: an interval counts elapsed time and
+  an instant carries its own offset, so a schedule saved with either and another zone is
+  refused rather than silently read in UTC.
 - A window ``[start, end]`` bounds every kind: nothing before start, nothing after end.
+- Occurrences stay within the calendar (up to the year 9999). A schedule whose next occurrence
+  would fall beyond it is refused when saved (``check_savable``); asked anyway,
+  ``Timing.next_after`` raises ScheduleError naming the field rather than OverflowError.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -161,7 +166,11 @@ class Timing:
         return self.next_after(when - _EPSILON, anchor=anchor)
 
     def next_after(self, after: datetime, *, anchor: datetime) -> datetime | None:
-        """The first occurrence strictly after ``after``, or None when the schedule is over."""
+        """The first occurrence strictly after ``after``, or None when the schedule is over.
+
+        Raises ScheduleError (field ``interval`` or ``cron``) when that occurrence would fall
+        beyond the calendar.
+        """
         if self.start is not None and after < self.start:
             after = self.start - _EPSILON
         candidate: datetime | None
@@ -171,9 +180,19 @@ class Timing:
                 candidate = base
             else:
                 steps = (after - base) // self.interval + 1
-                candidate = base + self.interval * steps
+                try:
+                    candidate = base + self.interval * steps
+                except OverflowError:
+                    raise ScheduleError(
+                        "interval",
+                        f"{format_duration(self.interval)} puts the next occurrence "
+                        "beyond the year 9999",
+                    ) from None
         elif self.cron is not None:
-            candidate = self.cron.next_after(after, self.zone)
+            try:
+                candidate = self.cron.next_after(after, self.zone)
+            except CronError as exc:
+                raise ScheduleError("cron", str(exc)) from None
         else:
             assert self.at is not None
             candidate = self.at if self.at > after else None
@@ -221,6 +240,35 @@ def timing_from(
         raise ScheduleError(renamed.get(exc.field, exc.field), exc.reason) from None
 
 
+def check_savable(
+    interval: str,
+    cron: str,
+    zone: str,
+    at: datetime | None,
+    start: datetime | None,
+    end: datetime | None,
+    *,
+    now: datetime,
+) -> Timing:
+    """``timing_from`` plus the rules for saving a schedule; errors name the stored field.
+
+    Kept apart from ``timing_from``, which the claim also runs on rows already saved, so that
+    a rule added here never turns an existing job into a failing one.
+    """
+    timing = timing_from(interval, cron, zone, at, start, end)
+    if not cron and (zone or "UTC") != "UTC":
+        kind = "an interval counts elapsed time" if interval else "an instant carries its offset"
+        raise ScheduleError(
+            "timezone", f"{zone!r} applies to a cron expression only; {kind}, so leave it UTC"
+        )
+    # The first occurrence from now and the one after it: a schedule whose next occurrence
+    # cannot be computed would otherwise fail on every claim.
+    first = timing.occurrence_at_or_after(now, anchor=now)
+    if first is not None and timing.at is None:
+        timing.next_after(first, anchor=now)
+    return timing
+
+
 def due_time(job_id: int, occurrence: datetime, jitter: timedelta) -> datetime:
     """When an occurrence is dispatched: its nominal time plus the job's stable jitter."""
     return occurrence + jitter_offset(job_id, occurrence, jitter)
@@ -246,12 +294,15 @@ class ClaimPlan:
 
     ``run`` are the occurrences to execute now, ``skipped`` the first missed occurrence when the
     skip policy dropped some (recorded once so the history shows the gap), and ``next_occurrence``
-    where the job goes next (None: its schedule is over).
+    where the job goes next (None: its schedule is over). ``error`` says why there is no next
+    occurrence when one could not be computed (a row saved around the rules whose schedule runs
+    off the calendar): the job ends there instead of failing every claim it is part of.
     """
 
     run: tuple[datetime, ...]
     skipped: datetime | None
     next_occurrence: datetime | None
+    error: ScheduleError | None = None
 
 
 def plan_claim(
@@ -269,31 +320,61 @@ def plan_claim(
 
     - On time (within ``grace``) every policy runs ``due``.
     - ``catch_up`` runs every missed occurrence in order. With overlap forbidden they come one
-      claim at a time (each waits for the previous to finish, as seed 000's NextDueTime did);
+      claim at a time (each waits for the previous one to finish);
       with overlap allowed a single claim creates up to ``catch_up_limit`` of them.
     - ``coalesce`` runs once for all missed occurrences (recorded at the first missed one), then
       waits for the next future occurrence.
     - ``skip`` runs nothing for missed occurrences; an occurrence that is itself on time (within
       ``grace`` of ``now``) still runs, and then the job waits for the next one.
+    - A next occurrence that cannot be computed ends the schedule there, with ``error`` set.
     """
+    failures: list[ScheduleError] = []
+
+    def following(after: datetime) -> datetime | None:
+        try:
+            return timing.next_after(after, anchor=anchor)
+        except ScheduleError as exc:
+            failures.append(exc)
+            return None
+
+    plan = _plan_claim(
+        following,
+        due=due,
+        now=now,
+        misfire=misfire,
+        allow_overlap=allow_overlap,
+        grace=grace,
+        catch_up_limit=catch_up_limit,
+    )
+    return replace(plan, error=failures[0]) if failures else plan
+
+
+def _plan_claim(
+    following: Callable[[datetime], datetime | None],
+    *,
+    due: datetime,
+    now: datetime,
+    misfire: Misfire,
+    allow_overlap: bool,
+    grace: timedelta,
+    catch_up_limit: int,
+) -> ClaimPlan:
     late = now - due > grace
     if not late or misfire is Misfire.CATCH_UP:
         runs = [due]
-        nxt = timing.next_after(due, anchor=anchor)
+        nxt = following(due)
         if allow_overlap:
             while nxt is not None and nxt <= now and len(runs) < catch_up_limit:
                 runs.append(nxt)
-                nxt = timing.next_after(nxt, anchor=anchor)
+                nxt = following(nxt)
         return ClaimPlan(run=tuple(runs), skipped=None, next_occurrence=nxt)
-    after_now = timing.next_after(now, anchor=anchor)
+    after_now = following(now)
     if misfire is Misfire.COALESCE:
         return ClaimPlan(run=(due,), skipped=None, next_occurrence=after_now)
-    recent = timing.next_after(max(due, now - grace), anchor=anchor)
+    recent = following(max(due, now - grace))
     if recent is not None and recent <= now:
         # The latest occurrence is on time: only the ones before it were missed.
-        return ClaimPlan(
-            run=(recent,), skipped=due, next_occurrence=timing.next_after(recent, anchor=anchor)
-        )
+        return ClaimPlan(run=(recent,), skipped=due, next_occurrence=following(recent))
     return ClaimPlan(run=(), skipped=due, next_occurrence=after_now)
 
 

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cron_descriptor import Options, get_description
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
-from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling import sql
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
+from scheduling.schedules import ScheduleError, parse_duration
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -65,6 +79,8 @@ def job_summary(job: Job) -> dict[str, Any]:
         "max_retries": job.max_retries,
         "queue": job.queue,
         "priority": job.priority,
+        "expires": job.expires,
+        "pause_reason": job.pause_reason or None,
         "note": job.note,
         "created_at": _iso(job.created_at),
     }
@@ -148,23 +164,9 @@ def scheduler_probe(
     An idle scheduler otherwise spends a transaction on each of claim, republish and reap;
     with this it pays one short query per tick, whatever the number of jobs.
     """
-    job = Job._meta.db_table
-    execution = Execution._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""
-            SELECT
-              EXISTS (SELECT 1 FROM {job} WHERE status = 'active'
-                       AND current_execution_id IS NULL AND next_due_at <= %s),
-              EXISTS (SELECT 1 FROM {execution} WHERE status = 'pending' AND queued_at < %s)
-              OR EXISTS (SELECT 1 FROM {execution} WHERE status = 'queued' AND queued_at < %s)
-              OR EXISTS (SELECT 1 FROM {execution} WHERE status = 'retry' AND retry_at <= %s),
-              EXISTS (SELECT 1 FROM {execution} WHERE status = 'running'
-                       AND last_heartbeat_at < %s),
-              (SELECT MIN(next_due_at) FROM {job} WHERE status = 'active'
-                       AND current_execution_id IS NULL
-                       AND next_due_at > '-infinity' AND next_due_at < 'infinity')
-            """,
+            sql.SCHEDULER_PROBE,
             [now, pending_before, queued_before, now, stale_before],
         )
         due, republish, stale, next_due = cursor.fetchone()
@@ -172,3 +174,128 @@ def scheduler_probe(
         parsed = parse_datetime(next_due)
         next_due = parsed.replace(tzinfo=UTC) if parsed and parsed.tzinfo is None else parsed
     return Probe(bool(due), bool(republish), bool(stale), next_due)
+
+
+# --- the schedule in words, and the job list's health columns --------------------------------
+
+_CRON_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_UNITS = (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+
+
+def describe_interval(text: str) -> str:
+    """``PT90M`` as "every 1 hour 30 minutes"; ``PT1H`` as "every hour"."""
+    try:
+        seconds = int(parse_duration(text).total_seconds())
+    except ScheduleError:
+        return f"every {text}"
+    parts = []
+    for unit, size in _UNITS:
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{count} {unit}{'' if count == 1 else 's'}")
+    if len(parts) == 1 and parts[0].startswith("1 "):
+        return f"every {parts[0][2:]}"
+    return "every " + " ".join(parts)
+
+
+def describe_cron(expression: str) -> str:
+    """A cron expression in English ("At 09:00, Monday through Friday"), or itself if odd."""
+    text = _CRON_MACROS.get(expression.strip().lower(), expression)
+    options = Options()
+    options.use_24hour_time_format = True
+    try:
+        return str(get_description(text, options))
+    except Exception:  # the describer knows fewer spellings than our parser
+        return expression
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """The schedule as a person reads it: kind, zone and window."""
+    if schedule.interval:
+        text = describe_interval(schedule.interval)
+    elif schedule.cron:
+        text = f"{describe_cron(schedule.cron)} ({schedule.timezone})"
+    elif schedule.run_at:
+        text = f"once at {schedule.run_at:%Y-%m-%d %H:%M} UTC"
+    else:
+        text = "once"
+    if schedule.starts_at:
+        text += f", from {schedule.starts_at:%Y-%m-%d %H:%M} UTC"
+    if schedule.ends_at:
+        text += f", until {schedule.ends_at:%Y-%m-%d %H:%M} UTC"
+    return text
+
+
+#: An occurrence this long past its due time without a claim or a start counts as late.
+LATE_AFTER = timedelta(minutes=1)
+#: Statuses of the last run that make a job "failing".
+FAILING = (ExecutionStatus.FAILED, ExecutionStatus.RETRY)
+
+
+def with_health(jobs: QuerySet[Job], *, now: datetime) -> QuerySet[Job]:
+    """Annotate each job with its last run, failures in 24 h and lateness, in one statement.
+
+    Each value is a correlated subquery on the ``(job, scheduled_for)`` unique index (or the
+    partial index of waiting executions), so a page of jobs costs one query, not one per row:
+    ``last_status``, ``last_scheduled_for``, ``last_started_at``, ``last_retry_count``,
+    ``failures_24h`` and ``is_late``. The last run is the newest occurrence that left the queue
+    (pending and queued ones have not run yet).
+    """
+    history = Execution.objects.filter(job=OuterRef("pk"))
+    last = history.exclude(
+        status__in=[ExecutionStatus.PENDING, ExecutionStatus.QUEUED]
+    ).order_by("-scheduled_for", "-id")
+    failures = (
+        history.filter(status=ExecutionStatus.FAILED, scheduled_for__gte=now - timedelta(days=1))
+        .order_by()
+        .values("job")
+        .annotate(n=Count("pk"))
+        .values("n")[:1]
+    )
+    waiting = history.filter(
+        status__in=[ExecutionStatus.PENDING, ExecutionStatus.QUEUED],
+        scheduled_for__lt=now - LATE_AFTER,
+    )
+    return jobs.annotate(
+        last_status=Subquery(last.values("status")[:1]),
+        last_scheduled_for=Subquery(last.values("scheduled_for")[:1]),
+        last_started_at=Subquery(last.values("started_at")[:1]),
+        last_retry_count=Subquery(last.values("retry_count")[:1]),
+        failures_24h=Coalesce(Subquery(failures, output_field=IntegerField()), 0),
+        is_late=ExpressionWrapper(
+            Q(
+                status=JobStatus.ACTIVE,
+                current_execution__isnull=True,
+                next_due_at__lt=now - LATE_AFTER,
+            )
+            | Exists(waiting),
+            output_field=BooleanField(),
+        ),
+    )
+
+
+def failing(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """Jobs (annotated by ``with_health``) whose last run failed or is waiting to retry."""
+    return jobs.filter(last_status__in=FAILING)
+
+
+def late(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """Jobs (annotated by ``with_health``) with an occurrence overdue by ``LATE_AFTER``."""
+    return jobs.filter(is_late=True)
+
+
+def recent_executions(job: Job, *, limit: int = 20) -> list[Execution]:
+    """The job's newest executions with their attempts, in two queries."""
+    return list(
+        Execution.objects.filter(job=job)
+        .order_by("-scheduled_for", "-id")
+        .prefetch_related("attempts")[:limit]
+    )

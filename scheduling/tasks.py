@@ -10,13 +10,13 @@ from scheduling import (
     tasktables,
 )
 from scheduling.registry import PermanentError
-from scheduling.taskbase import schedulable_task
 from scheduling.tasktables import TASK_ROW_TASK
+from scheduling.worker.taskbase import schedulable_task
 
 
 @schedulable_task(name=TASK_ROW_TASK, bind=True)
 def run_task_row(self: Any) -> Any:
-    """Run the task-table row a job points at (seed 000's TaskTable + TaskId).
+    """Run the task-table row a job points at with the runner its table registered.
 
     The row is read fresh for every attempt and handed to the runner its table registered,
     with the attempt's ``RunContext``.

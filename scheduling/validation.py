@@ -9,6 +9,8 @@ task unregistered, its task-table row deleted) fails that occurrence instead of 
 from __future__ import annotations
 
 import json
+import math
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     from scheduling.models import Job
 
 MAX_NOTE = 500
+# Jitter spreads the jobs due at one instant over a short span; a day is far beyond any use.
+MAX_JITTER = timedelta(days=1)
 
 
 def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:
@@ -33,6 +37,25 @@ def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:
         ) from None
     _check_json_shape(value, field=field, expect=expect)
     return value
+
+
+def parse_seconds(raw: str, *, field: str, maximum: timedelta) -> timedelta:
+    """A command-line number of seconds (``--jitter 2.5``) as a timedelta, within the limit."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValidationError({field: f"{raw!r} is not a number of seconds"})
+    if value < 0:
+        raise ValidationError({field: "must be zero or more"})
+    if value > maximum.total_seconds():
+        raise ValidationError({field: _limit(maximum)})
+    return timedelta(seconds=value)
+
+
+def _limit(maximum: timedelta) -> str:
+    return f"must be at most {maximum.total_seconds():g} seconds"
 
 
 def _check_json_shape(value: Any, *, field: str, expect: type) -> None:
@@ -109,6 +132,8 @@ def validate_job(job: Job) -> None:
         errors["max_retries"] = "must be zero or more"
     if job.jitter is not None and job.jitter.total_seconds() < 0:
         errors["jitter"] = "must be zero or more"
+    elif job.jitter is not None and job.jitter > MAX_JITTER:
+        errors["jitter"] = _limit(MAX_JITTER)
     for field in ("retry_backoff", "retry_backoff_max"):
         value = getattr(job, field)
         if value is not None and value < 0:
@@ -151,10 +176,26 @@ def first_error(exc: ValidationError, *, options: dict[str, str] | None = None) 
     """
     if hasattr(exc, "error_dict"):
         parts = []
-        for field, errors in exc.message_dict.items():
+        for field, errors in exc.error_dict.items():
             name = "input" if field == "__all__" else field
             if options and field in options:
                 name = f"{name} ({options[field]})"
-            parts.append(f"{name}: {' '.join(errors)}")
+            parts.append(f"{name}: {_reason(errors)}")
         return "; ".join(parts)
-    return " ".join(exc.messages)
+    return "; ".join(exc.messages)
+
+
+def _reason(errors: list[ValidationError]) -> str:
+    """The field's reason, said once.
+
+    A field can fail both Django's generic validator ("Ensure this value is greater than or
+    equal to 1.", which has a ``code``) and the rule in ``validate_job`` that says the same
+    thing in our words (no code); ours is kept, and distinct reasons are joined with "; ".
+    """
+    ours = [e for e in errors if e.code is None] or errors
+    messages: list[str] = []
+    for error in ours:
+        for message in error.messages:
+            if message not in messages:
+                messages.append(message)
+    return "; ".join(messages)

@@ -85,3 +85,20 @@ def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> Non
     assert seeded["owner"] == "user1101"
     one_off = json.loads(_manage(env, "jobs", "show", "job-123459", "--json").stdout)
     assert one_off["schedule"]["kind"] == "once"
+
+
+def test_runstack_fails_when_one_of_its_processes_dies(tmp_path: Path) -> None:
+    """A stack that lost its scheduler says so with a failing exit status, never 0."""
+    var_dir = tmp_path / "var"
+    env = _env(var_dir)
+    assert _manage(env, "migrate", "--noinput", "-v0").returncode == 0
+    env["SCHEDULING_BATCH_SIZE"] = "many"  # the scheduler refuses to start on it
+    group = Processes(tmp_path)
+    stack = group.start([sys.executable, "manage.py", "runstack"], env=env, name="runstack")
+    try:
+        status = stack.wait(timeout=60)
+        output = group.log_of(stack)
+        assert status != 0, output
+        assert "the scheduler exited with status" in output
+    finally:
+        group.stop_all()

@@ -1,7 +1,7 @@
 """The admin in a real browser (Debian's chromium driven by Playwright).
 
-Bad input is refused with the field and the reason, as on the command line; a valid job is
-planned when it is saved; actions report counts; the execution history is read-only.
+Bad input is refused with the field and the reason, as on the command line; the execution
+history is read-only. The jobs pages have their own file, test_admin_jobs_browser.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling import jobs
-from scheduling.models import Job, JobStatus, Schedule
+from scheduling.models import Schedule
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -69,35 +69,6 @@ def test_admin_refuses_a_bad_interval_naming_the_field(page: Any) -> None:
     page.click("input[name=_save]")
     page.wait_for_selector(".messagelist .success")
     assert Schedule.objects.get().interval == "PT1H"
-
-
-def test_admin_creates_a_job_plans_it_and_pauses_it(page: Any, admin_user: Any) -> None:
-    schedule = Schedule.objects.create(interval="PT10M")
-    page.goto(f"{page.base}/admin/scheduling/job/add/")
-    page.fill("#id_owner", str(admin_user.pk))
-    page.fill("#id_name", "report")
-    page.fill("#id_schedule", str(schedule.pk))
-    page.fill("#id_task", "nope.task")
-    page.fill("#id_args", "{}")
-    page.click("input[name=_save]")
-    assert "not a registered Celery task" in page.locator(".field-task .errorlist").inner_text()
-    assert "JSON list" in page.locator(".field-args .errorlist").inner_text()
-    assert not Job.objects.exists()
-
-    page.fill("#id_task", "scheduling.diagnostics.noop")
-    page.fill("#id_args", "[]")
-    page.click("input[name=_save]")
-    page.wait_for_selector(".messagelist .success")
-    job = Job.objects.get(name="report")
-    assert job.next_due_at is not None
-    assert job.status == JobStatus.ACTIVE
-
-    page.check(f"input[name=_selected_action][value='{job.pk}']")
-    page.select_option("select[name=action]", "pause_jobs")
-    page.click("button[name=index]")
-    assert "1 job paused." in page.locator(".messagelist").inner_text()
-    job.refresh_from_db()
-    assert job.status == JobStatus.PAUSED
 
 
 def test_execution_history_is_read_only(page: Any, admin_user: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduling import services
+from scheduling import attempts, claims, liveness, publishing
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus
 
 pytestmark = pytest.mark.django_db
@@ -18,11 +18,11 @@ SECOND = timedelta(seconds=1)
 def _second_attempt(make_job: Any, now: datetime) -> tuple[Execution, int, int]:
     """An execution whose first attempt was reaped while its worker was cut off."""
     job = make_job(every="PT1H", max_retries=3)
-    [bell] = services.claim_due_jobs(now=now, limit=10)
-    first = services.start_execution(execution_id=bell.execution_id, worker="a", pid=1, now=now)
+    [bell] = claims.claim_due_jobs(now=now, limit=10).bells
+    first = attempts.start_execution(execution_id=bell.execution_id, worker="a", pid=1, now=now)
     assert first is not None
-    services.reap_stale_executions(now=now + 120 * SECOND, stale_after=60)
-    second = services.start_execution(
+    liveness.reap_stale_executions(now=now + 120 * SECOND, stale_after=60)
+    second = attempts.start_execution(
         execution_id=bell.execution_id, worker="b", pid=2, now=now + 121 * SECOND
     )
     assert second is not None
@@ -34,7 +34,7 @@ def test_a_reaped_attempt_that_finishes_late_does_not_complete_the_next_one(
 ) -> None:
     execution, first, second = _second_attempt(make_job, now)
     assert (first, second) == (1, 2)
-    late = services.complete_execution(
+    late = attempts.complete_execution(
         execution_id=execution.pk, now=now + 130 * SECOND, attempt=first
     )
     assert late is False
@@ -44,7 +44,7 @@ def test_a_reaped_attempt_that_finishes_late_does_not_complete_the_next_one(
         AttemptOutcome.ABANDONED,
         AttemptOutcome.RUNNING,
     ]
-    assert services.complete_execution(
+    assert attempts.complete_execution(
         execution_id=execution.pk, now=now + 140 * SECOND, attempt=second
     )
     execution.refresh_from_db()
@@ -56,7 +56,7 @@ def test_a_reaped_attempt_that_fails_late_does_not_fail_the_next_one(
     make_job: Any, now: datetime
 ) -> None:
     execution, first, _ = _second_attempt(make_job, now)
-    status = services.fail_attempt(
+    status = attempts.fail_attempt(
         execution_id=execution.pk,
         error="RuntimeError: late",
         outcome=AttemptOutcome.FAILED,
@@ -73,7 +73,7 @@ def test_an_end_reported_without_an_attempt_number_ends_the_running_attempt(
 ) -> None:
     """The worker's main process (a lost pool process, a hard time limit) knows no number."""
     execution, _, _ = _second_attempt(make_job, now)
-    status = services.fail_attempt(
+    status = attempts.fail_attempt(
         execution_id=execution.pk,
         error="WorkerLostError",
         outcome=AttemptOutcome.ABANDONED,
@@ -102,11 +102,11 @@ def test_a_message_that_fails_before_its_attempt_begins_counts_as_a_failed_attem
     make_job: Any, now: datetime
 ) -> None:
     """Otherwise a message that can never start would be re-published forever."""
-    from scheduling.signals import on_task_failure
+    from scheduling.worker.receivers import on_task_failure
 
     job = make_job(every="PT1H", max_retries=1)
-    [bell] = services.claim_due_jobs(now=now, limit=10)
-    services.mark_queued(execution_ids=[bell.execution_id], now=now)
+    [bell] = claims.claim_due_jobs(now=now, limit=10).bells
+    publishing.mark_queued(execution_ids=[bell.execution_id], now=now)
     for expected in (ExecutionStatus.RETRY, ExecutionStatus.FAILED):
         on_task_failure(sender=_Task(), task_id=bell.task_id, exception=ImportError("broken"))
         execution = Execution.objects.get(job=job)
@@ -122,11 +122,11 @@ def test_a_message_that_fails_before_its_attempt_begins_counts_as_a_failed_attem
 def test_a_failure_before_start_never_touches_another_worker_s_running_attempt(
     make_job: Any, now: datetime
 ) -> None:
-    from scheduling.signals import on_task_failure
+    from scheduling.worker.receivers import on_task_failure
 
     make_job(every="PT1H")
-    [bell] = services.claim_due_jobs(now=now, limit=10)
-    assert services.start_execution(execution_id=bell.execution_id, worker="a", pid=1, now=now)
+    [bell] = claims.claim_due_jobs(now=now, limit=10).bells
+    assert attempts.start_execution(execution_id=bell.execution_id, worker="a", pid=1, now=now)
     on_task_failure(sender=_Task(), task_id=bell.task_id, exception=ImportError("broken"))
     execution = Execution.objects.get(pk=bell.execution_id)
     assert (execution.status, execution.retry_count) == (ExecutionStatus.RUNNING, 0)
@@ -135,12 +135,12 @@ def test_a_failure_before_start_never_touches_another_worker_s_running_attempt(
 def _run_jobs(make_job: Any, now: datetime, count: int) -> None:
     for _ in range(count):
         make_job(every="PT1H")
-    for bell in services.claim_due_jobs(now=now, limit=count):
-        started = services.start_execution(
+    for bell in claims.claim_due_jobs(now=now, limit=count).bells:
+        started = attempts.start_execution(
             execution_id=bell.execution_id, worker="w", pid=1, now=now
         )
         assert started is not None
-        assert services.complete_execution(
+        assert attempts.complete_execution(
             execution_id=bell.execution_id, now=now, attempt=started.attempt
         )
     assert Execution.objects.filter(status=ExecutionStatus.COMPLETED).count() == count
@@ -154,6 +154,7 @@ def _prepared_statements() -> list[tuple[str, int]]:
         return sorted((" ".join(sql.split())[:20], plans) for sql, plans in cursor.fetchall())
 
 
+@pytest.mark.postgres
 def test_a_workers_per_task_statements_are_prepared_once_and_planned_once(
     make_job: Any, now: datetime
 ) -> None:
@@ -163,6 +164,7 @@ def test_a_workers_per_task_statements_are_prepared_once_and_planned_once(
     assert all(plans >= 5 for _, plans in hot), hot  # later calls reuse one generic plan
 
 
+@pytest.mark.postgres
 def test_without_prepared_statements_the_same_history_is_written(
     make_job: Any, now: datetime, settings: Any
 ) -> None:

@@ -14,9 +14,9 @@ import redis
 from django.utils import timezone
 
 from config.celery import app
-from scheduling import services
-from scheduling.dispatch import Dispatcher
+from scheduling import publishing
 from scheduling.models import Execution, ExecutionStatus
+from scheduling.scheduler.loop import Dispatcher
 from tests.conftest import Processes, free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -72,7 +72,7 @@ def test_queued_executions_are_published_again_when_redis_restarted_empty(
         assert client.llen("celery") == 1
         execution.refresh_from_db()
         assert execution.status == ExecutionStatus.QUEUED
-        assert services.reclaim_for_publish(now=timezone.now(), limit=10) == []
+        assert publishing.reclaim_for_publish(now=timezone.now(), limit=10) == []
     finally:
         dispatcher.close()
         app.conf.broker_url, app.conf.broker_transport_options = saved

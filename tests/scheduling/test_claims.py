@@ -1,6 +1,6 @@
 """Claims as a specification: which occurrences become executions, and when.
 
-Every test drives ``services.claim_due_jobs`` with an explicit ``now``; no broker is involved
+Every test drives ``claims.claim_due_jobs`` with an explicit ``now``; no broker is involved
 (a claim returns the doorbells to publish). Workers are played by the service verbs they call.
 """
 
@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
-from emailer.models import Project, SendEmailTask
-from scheduling import jobs, schedules, selectors, services
+from scheduling import attempts, claims, jobs, liveness, publishing, schedules, selectors
+from scheduling.claims import Doorbell
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     AttemptOutcome,
@@ -26,7 +26,7 @@ from scheduling.models import (
     Overlap,
     Schedule,
 )
-from scheduling.services import Doorbell
+from tests.tasktable_app.models import Chore
 
 pytestmark = pytest.mark.django_db
 
@@ -43,13 +43,13 @@ def default_knobs(settings: Any) -> None:
 
 
 def claim(at: datetime, limit: int = 1000) -> list[Doorbell]:
-    return services.claim_due_jobs(now=at, limit=limit)
+    return claims.claim_due_jobs(now=at, limit=limit).bells
 
 
 def run(execution_id: int, at: datetime) -> None:
     """A worker takes the execution and finishes it successfully."""
-    assert services.start_execution(execution_id=execution_id, worker="w1", pid=1, now=at)
-    assert services.complete_execution(execution_id=execution_id, now=at)
+    assert attempts.start_execution(execution_id=execution_id, worker="w1", pid=1, now=at)
+    assert attempts.complete_execution(execution_id=execution_id, now=at)
 
 
 def history(job: Job) -> list[tuple[datetime, str]]:
@@ -229,11 +229,11 @@ def test_forbid_overlap_next_occurrence_waits_for_the_unfinished_one(
     job = make_job(every="PT1M", overlap="forbid")
     [first] = claim(now)
     assert claim(now + 90 * SECOND) == []
-    assert services.start_execution(
+    assert attempts.start_execution(
         execution_id=first.execution_id, worker="w1", pid=1, now=now + 95 * SECOND
     )
     assert claim(now + 100 * SECOND) == []
-    assert services.complete_execution(execution_id=first.execution_id, now=now + 110 * SECOND)
+    assert attempts.complete_execution(execution_id=first.execution_id, now=now + 110 * SECOND)
     assert fresh(job).current_execution_id is None
     [second] = claim(now + 110 * SECOND)  # its occurrence is already past: claimed at once
     assert Execution.objects.get(pk=second.execution_id).scheduled_for == now + MINUTE
@@ -245,8 +245,8 @@ def test_forbid_overlap_a_failed_execution_releases_the_job(
 ) -> None:
     job = make_job(every="PT1M", max_retries=0)
     [bell] = claim(now)
-    services.start_execution(execution_id=bell.execution_id, worker="w1", pid=1, now=now)
-    status = services.fail_attempt(
+    attempts.start_execution(execution_id=bell.execution_id, worker="w1", pid=1, now=now)
+    status = attempts.fail_attempt(
         execution_id=bell.execution_id, error="boom", outcome=AttemptOutcome.FAILED, now=now
     )
     assert status == ExecutionStatus.FAILED
@@ -260,7 +260,7 @@ def test_allow_overlap_lets_several_executions_run_at_once(
     job = make_job(every="PT1M", overlap="allow")
     for i in range(3):
         assert len(claim(now + i * MINUTE)) == 1
-    services.start_execution(
+    attempts.start_execution(
         execution_id=Execution.objects.get(job=job, scheduled_for=now).pk,
         worker="w1",
         pid=1,
@@ -431,24 +431,20 @@ def test_a_bad_row_fails_its_occurrence_and_every_other_job_is_claimed(
     make_job: MakeJob, now: datetime
 ) -> None:
     healthy = [make_job(every="PT1M") for _ in range(3)]
-    row = SendEmailTask.objects.create(
-        project=Project.objects.create(name="digest"), name="digest", subject="s", body="b"
-    )
+    row = Chore.objects.create(name="digest")
     table_job = make_job(
-        every="PT1M", task="", task_table="emailer.SendEmailTask", task_row_id=row.pk
+        every="PT1M", task="", task_table="tasktable_app.Chore", task_row_id=row.pk
     )
-    gone_row = SendEmailTask.objects.create(
-        project=Project.objects.create(name="gone"), name="gone", subject="s", body="b"
-    )
+    gone_row = Chore.objects.create(name="gone")
     orphan = make_job(
-        every="PT1M", task="", task_table="emailer.SendEmailTask", task_row_id=gone_row.pk
+        every="PT1M", task="", task_table="tasktable_app.Chore", task_row_id=gone_row.pk
     )
     unregistered = make_job(every="PT1M")
     broken = make_job(every="PT1M")
     Job.objects.filter(pk=unregistered.pk).update(task="gone.task")
     gone_id = gone_row.pk
     with connection.cursor() as cursor:  # behind the ORM's back: deletes unschedule their jobs
-        cursor.execute("DELETE FROM emailer_sendemailtask WHERE id = %s", [gone_id])
+        cursor.execute("DELETE FROM tasktable_app_chore WHERE id = %s", [gone_id])
     Schedule.objects.filter(pk=broken.schedule_id).update(interval="P1M")
 
     bells = claim(now)
@@ -467,7 +463,7 @@ def test_a_bad_row_fails_its_occurrence_and_every_other_job_is_claimed(
 
     missing = Execution.objects.get(job=orphan)
     assert missing.status == ExecutionStatus.FAILED
-    assert f"task_row_id: no emailer.SendEmailTask row with id {gone_id}" in missing.last_error
+    assert f"task_row_id: no tasktable_app.Chore row with id {gone_id}" in missing.last_error
     assert fresh(orphan).current_execution_id is None
 
     invalid = Execution.objects.get(job=broken)
@@ -476,6 +472,7 @@ def test_a_bad_row_fails_its_occurrence_and_every_other_job_is_claimed(
     assert fresh(broken).status == JobStatus.PAUSED
 
 
+@pytest.mark.postgres
 def test_times_written_past_the_model_pause_their_job_and_every_other_job_is_claimed(
     make_job: MakeJob, now: datetime
 ) -> None:
@@ -526,11 +523,11 @@ def test_reclaim_republishes_stuck_pending_lost_queued_and_due_retries(
 ) -> None:
     def reclaim(at: datetime) -> list[int]:
         """One scheduler tick's republish step; the publish succeeds and is recorded."""
-        bells = services.reclaim_for_publish(now=at, limit=100)
+        bells = publishing.reclaim_for_publish(now=at, limit=100)
         for bell in bells:
             row = Execution.objects.get(pk=bell.execution_id)
             assert (row.status, row.queued_at) == (ExecutionStatus.PENDING, at)
-        services.mark_queued(execution_ids=[b.execution_id for b in bells], now=at)
+        publishing.mark_queued(execution_ids=[b.execution_id for b in bells], now=at)
         return [b.execution_id for b in bells]
 
     pending_job, queued_job, retry_job, fresh_job = (make_job(every="PT1H") for _ in range(4))
@@ -539,16 +536,16 @@ def test_reclaim_republishes_stuck_pending_lost_queued_and_due_retries(
         Execution.objects.get(job=job).pk for job in (pending_job, queued_job, retry_job, fresh_job)
     )
     # `pending` was claimed but its scheduler died before publishing.
-    services.mark_queued(execution_ids=[queued], now=now)
-    services.start_execution(execution_id=retry, worker="w1", pid=1, now=now)
-    services.fail_attempt(
+    publishing.mark_queued(execution_ids=[queued], now=now)
+    attempts.start_execution(execution_id=retry, worker="w1", pid=1, now=now)
+    attempts.fail_attempt(
         execution_id=retry, error="flaky", outcome=AttemptOutcome.FAILED, now=now, retry_in=300
     )
-    services.mark_queued(execution_ids=[recent], now=now + 9 * MINUTE)
+    publishing.mark_queued(execution_ids=[recent], now=now + 9 * MINUTE)
 
     assert reclaim(now + 9 * SECOND) == []
-    assert services.reclaim_for_publish(now=now + 11 * SECOND, limit=100) == [bells[pending]]
-    services.mark_queued(execution_ids=[pending], now=now + 11 * SECOND)
+    assert publishing.reclaim_for_publish(now=now + 11 * SECOND, limit=100) == [bells[pending]]
+    publishing.mark_queued(execution_ids=[pending], now=now + 11 * SECOND)
 
     assert reclaim(now + 5 * MINUTE - SECOND) == []
     assert reclaim(now + 5 * MINUTE) == [retry]
@@ -569,11 +566,11 @@ def test_reaper_retries_a_stale_execution_then_fails_it_and_releases_the_job(
     job = make_job(every="PT1M", max_retries=1)
     [bell] = claim(now)
     eid = bell.execution_id
-    services.start_execution(execution_id=eid, worker="w1@host", pid=11, now=now + SECOND)
-    services.heartbeat(execution_ids=[eid], now=now + 50 * SECOND)
-    assert services.reap_stale_executions(now=now + 100 * SECOND, stale_after=60) == []
+    attempts.start_execution(execution_id=eid, worker="w1@host", pid=11, now=now + SECOND)
+    liveness.record_heartbeat(execution_ids=[eid], now=now + 50 * SECOND)
+    assert liveness.reap_stale_executions(now=now + 100 * SECOND, stale_after=60) == []
 
-    assert services.reap_stale_executions(now=now + 111 * SECOND, stale_after=60) == [eid]
+    assert liveness.reap_stale_executions(now=now + 111 * SECOND, stale_after=60) == [eid]
     execution = Execution.objects.get(pk=eid)
     assert execution.status == ExecutionStatus.RETRY
     assert execution.retry_count == 1
@@ -584,9 +581,9 @@ def test_reaper_retries_a_stale_execution_then_fails_it_and_releases_the_job(
     assert attempt.finished_at == now + 111 * SECOND
     assert fresh(job).current_execution_id == eid  # the retry still holds the job
 
-    services.reclaim_for_publish(now=now + 112 * SECOND, limit=10)
-    services.start_execution(execution_id=eid, worker="w2@host", pid=12, now=now + 113 * SECOND)
-    assert services.reap_stale_executions(now=now + 174 * SECOND, stale_after=60) == [eid]
+    publishing.reclaim_for_publish(now=now + 112 * SECOND, limit=10)
+    attempts.start_execution(execution_id=eid, worker="w2@host", pid=12, now=now + 113 * SECOND)
+    assert liveness.reap_stale_executions(now=now + 174 * SECOND, stale_after=60) == [eid]
     execution = Execution.objects.get(pk=eid)
     assert execution.status == ExecutionStatus.FAILED
     assert execution.retry_count == 1
@@ -605,3 +602,12 @@ def test_a_manual_run_at_an_occurrence_instant_does_not_stop_the_claim(
     claim(now)
     assert history(other) == [(now, ExecutionStatus.PENDING)]
     assert Execution.objects.filter(job=manual, scheduled_for=now).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_never_joins_a_callers_transaction(make_job: MakeJob, now: datetime) -> None:
+    """Joined to a caller's transaction, its locks and rows would live as long as the caller."""
+    make_job(every="PT1M")
+    with transaction.atomic(), pytest.raises(RuntimeError, match="durable"):
+        claims.claim_due_jobs(now=now, limit=10)
+    assert not Execution.objects.exists()

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.management import CommandError, ManagementUtility, call_command, get_commands
 
-from scheduling import jobs, services
+from scheduling import attempts, claims, jobs, liveness
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
 from tests.conftest import ROOT, database_url
 
@@ -138,21 +138,19 @@ def test_jobs_add_in_text_says_what_was_created(owner: Any) -> None:
 
 @db
 def test_jobs_add_for_a_task_table_row(owner: Any) -> None:
-    from emailer.models import Project, SendEmailTask
+    from tests.tasktable_app.models import Chore
 
-    row = SendEmailTask.objects.create(
-        project=Project.objects.create(name="digest"), name="digest", subject="s", body="b"
-    )
+    row = Chore.objects.create(name="digest")
     data = call_json(
         "jobs", "add", "mail", "--task", "scheduling.run_task_row", "--every", "PT1H",
-        "--task-table", "emailer.SendEmailTask", "--task-row-id", str(row.pk),
+        "--task-table", "tasktable_app.Chore", "--task-row-id", str(row.pk),
     )  # fmt: skip
-    assert (data["task_table"], data["task_row_id"]) == ("emailer.SendEmailTask", row.pk)
+    assert (data["task_table"], data["task_row_id"]) == ("tasktable_app.Chore", row.pk)
     message = refused(
         "jobs", "add", "gone", "--task", "scheduling.run_task_row", "--every", "PT1H",
-        "--task-table", "emailer.SendEmailTask", "--task-row-id", str(row.pk + 1000),
+        "--task-table", "tasktable_app.Chore", "--task-row-id", str(row.pk + 1000),
     )  # fmt: skip
-    assert message.startswith("task_row_id: no emailer.SendEmailTask row with id")
+    assert message.startswith("task_row_id: no tasktable_app.Chore row with id")
 
 
 # --- jobs list, show, pause, resume, run, remove ----------------------------------------------
@@ -166,7 +164,8 @@ def test_jobs_list_shows_every_job(make_job: MakeJob, django_user_model: Any) ->
     data = call_json("jobs", "list")
     assert [(j["name"], j["status"]) for j in data] == [("a-job", "paused"), ("b-job", "active")]
     text = call("jobs", "list").splitlines()
-    assert text[0].split() == ["NAME", "STATUS", "SCHEDULE", "NEXT", "DUE", "RUNS"]
+    assert text[0].split() == ["NAME", "OWNER", "STATUS", "SCHEDULE", "NEXT", "DUE", "RUNS"]
+    assert text[1].split()[1] == "owner"
     assert text[1].startswith("a-job") and "paused" in text[1] and "Europe/Berlin" in text[1]
     assert text[2].startswith("b-job") and "every PT3H" in text[2]
 
@@ -180,7 +179,7 @@ def test_jobs_list_json_of_no_jobs_is_an_empty_array() -> None:
 def test_jobs_show_includes_recent_executions(make_job: MakeJob, now: datetime) -> None:
     job = make_job(name="nightly", every="PT1M", overlap="allow")
     for i in range(3):
-        services.claim_due_jobs(now=now + i * MINUTE, limit=10)
+        claims.claim_due_jobs(now=now + i * MINUTE, limit=10)
     data = call_json("jobs", "show", "nightly")
     assert data["name"] == "nightly" and data["id"] == job.pk
     assert [e["scheduled_for"] for e in data["recent_executions"]] == [
@@ -204,7 +203,8 @@ def test_jobs_pause_resume_run_and_remove(make_job: MakeJob) -> None:
 
     run = call_json("jobs", "run", "nightly")
     execution = Execution.objects.get(pk=run["id"])
-    assert (execution.job_id, execution.status) == (job.pk, ExecutionStatus.PENDING)
+    # Published at once, as a claimed occurrence is: no wait for the pending grace.
+    assert (execution.job_id, execution.status) == (job.pk, ExecutionStatus.QUEUED)
     assert run["job"] == "nightly" and run["task_id"] == str(execution.task_id)
 
     removed = call_json("jobs", "remove", "nightly")
@@ -226,6 +226,89 @@ def test_jobs_with_the_same_name_are_told_apart_by_owner(
     assert Job.objects.get(owner=other).status == JobStatus.PAUSED
 
 
+@db
+def test_a_name_two_owners_use_is_refused_naming_both(
+    make_job: MakeJob, django_user_model: Any
+) -> None:
+    other = django_user_model.objects.create(username="other")
+    make_job(name="nightly")
+    make_job(name="nightly", owner=other)
+    message = refused("jobs", "show", "nightly")
+    assert message == (
+        "name: other, owner each have a job named 'nightly'; pass --owner USERNAME to say whose"
+    )
+    assert "no job named 'nightly' owned by 'nobody'" in refused(
+        "jobs", "show", "nightly", "--owner", "nobody"
+    )
+    listed = call("jobs", "list", "--owner", "other").splitlines()
+    assert len(listed) == 2 and listed[1].split()[:2] == ["nightly", "other"]
+
+
+# --- jobs edit --------------------------------------------------------------------------------
+
+
+@db
+def test_jobs_edit_changes_only_the_given_options_and_keeps_the_history(
+    make_job: MakeJob, now: datetime
+) -> None:
+    job = make_job(name="nightly", every="PT1H", max_retries=5, queue="reports", note="n")
+    claims.claim_due_jobs(now=now, limit=10)
+    data = call_json("jobs", "edit", "nightly", "--cron", "30 2 * * *", "--tz", "Europe/Paris",
+                     "--timeout", "60")  # fmt: skip
+    edited = Job.objects.select_related("schedule").get(pk=job.pk)
+    assert (edited.schedule.interval, edited.schedule.cron) == ("", "30 2 * * *")
+    assert edited.schedule.timezone == "Europe/Paris"
+    assert (edited.timeout, edited.max_retries, edited.queue, edited.note) == (
+        60, 5, "reports", "n"
+    )  # fmt: skip
+    assert Execution.objects.filter(job=edited).count() == 1
+    local = edited.next_occurrence_at.astimezone(ZoneInfo("Europe/Paris"))
+    assert (local.hour, local.minute) == (2, 30)
+    assert data["schedule"]["cron"] == "30 2 * * *" and data["timeout"] == 60
+
+    call("jobs", "edit", "nightly", "--rename", "nightly-2", "--start", "2031-01-01T00:00Z")
+    renamed = Job.objects.select_related("schedule").get(pk=job.pk)
+    assert renamed.name == "nightly-2"
+    assert renamed.schedule.starts_at == datetime(2031, 1, 1, tzinfo=UTC)
+    assert renamed.next_occurrence_at >= datetime(2031, 1, 1, tzinfo=UTC)
+    call("jobs", "edit", "nightly-2", "--start", "")
+    assert Schedule.objects.get(pk=renamed.schedule_id).starts_at is None
+    call("jobs", "edit", "nightly-2", "--every", "PT5M")  # the Paris zone went with the cron
+    assert Schedule.objects.filter(pk=renamed.schedule_id).values_list(
+        "interval", "timezone"
+    ).get() == ("PT5M", "UTC")
+    assert "--tz" in refused("jobs", "edit", "nightly-2", "--tz", "Europe/Paris")
+
+
+@db
+def test_jobs_edit_refuses_bad_input_naming_the_option(make_job: MakeJob) -> None:
+    job = make_job(name="nightly", every="PT1H")
+    make_job(name="taken")
+    assert refused("jobs", "edit", "nightly", "--every", "PT0S").startswith(
+        "interval (--every): 'PT0S' is shorter than one second"
+    )
+    assert refused("jobs", "edit", "nightly", "--cron", "61 * * * *").startswith("cron: ")
+    assert refused("jobs", "edit", "nightly", "--task", "nope.task").startswith("task: ")
+    assert "already has a job named 'taken'" in refused(
+        "jobs", "edit", "nightly", "--rename", "taken"
+    )
+    assert "nothing to change" in refused("jobs", "edit", "nightly")
+    unchanged = Job.objects.select_related("schedule").get(pk=job.pk)
+    assert (unchanged.name, unchanged.schedule.interval, unchanged.task) == (
+        "nightly", "PT1H", NOOP
+    )  # fmt: skip
+
+
+@db
+def test_jobs_edit_of_a_shared_schedule_leaves_the_other_jobs_alone(make_job: MakeJob) -> None:
+    first = make_job(name="first", every="PT1H")
+    second = make_job(name="second", schedule=first.schedule)
+    call("jobs", "edit", "second", "--every", "PT5M")
+    assert Job.objects.get(pk=first.pk).schedule.interval == "PT1H"
+    assert Job.objects.get(pk=second.pk).schedule.interval == "PT5M"
+    assert Schedule.objects.count() == 2
+
+
 # --- executions -------------------------------------------------------------------------------
 
 
@@ -235,23 +318,23 @@ def history(make_job: MakeJob, now: datetime) -> dict[str, Execution]:
     job = make_job(name="nightly", every="PT1M", overlap="allow", max_retries=0)
     make_job(name="other", every="PT1H")
     for i in range(4):
-        services.claim_due_jobs(now=now + i * MINUTE, limit=10)
+        claims.claim_due_jobs(now=now + i * MINUTE, limit=10)
     rows = {e.scheduled_for: e.pk for e in Execution.objects.filter(job=job)}
     done, failed, running, pending = (rows[now + i * MINUTE] for i in range(4))
-    services.start_execution(execution_id=done, worker="w1@a", pid=1, now=now + 5 * SECOND)
-    services.heartbeat(execution_ids=[done], now=now + 20 * SECOND)
-    services.complete_execution(execution_id=done, now=now + 30 * SECOND)
+    attempts.start_execution(execution_id=done, worker="w1@a", pid=1, now=now + 5 * SECOND)
+    liveness.record_heartbeat(execution_ids=[done], now=now + 20 * SECOND)
+    attempts.complete_execution(execution_id=done, now=now + 30 * SECOND)
     at = now + MINUTE + 5 * SECOND
-    services.start_execution(execution_id=failed, worker="w2@b", pid=2, now=at)
-    services.fail_attempt(
+    attempts.start_execution(execution_id=failed, worker="w2@b", pid=2, now=at)
+    attempts.fail_attempt(
         execution_id=failed,
         error="RuntimeError: boom\n  File x, line 1",
         outcome=AttemptOutcome.FAILED,
         now=at + 10 * SECOND,
     )
     at = now + 2 * MINUTE + 5 * SECOND
-    services.start_execution(execution_id=running, worker="w1@a", pid=3, now=at)
-    services.heartbeat(execution_ids=[running], now=at + 10 * SECOND)
+    attempts.start_execution(execution_id=running, worker="w1@a", pid=3, now=at)
+    liveness.record_heartbeat(execution_ids=[running], now=at + 10 * SECOND)
     return {
         name: Execution.objects.get(pk=pk)
         for name, pk in (
@@ -329,7 +412,7 @@ def test_executions_with_no_rows_says_so() -> None:
 # --- help -------------------------------------------------------------------------------------
 
 SCHEDULING_COMMANDS = sorted(name for name, app in get_commands().items() if app == "scheduling")
-JOBS_ACTIONS = ["add", "list", "show", "pause", "resume", "run", "remove"]
+JOBS_ACTIONS = ["add", "edit", "list", "show", "pause", "resume", "run", "remove"]
 
 
 @pytest.mark.parametrize(
@@ -395,6 +478,22 @@ ADD = ["jobs", "add", "bad", "--task", NOOP]
         ([*ADD, "--every", "PT1H", "--timeout", "0"], "timeout", "at least 1"),
         ([*ADD, "--every", "PT1H", "--max-retries", "-1"], "max_retries", "zero or more"),
         ([*ADD, "--every", "PT1H", "--jitter", "-1"], "jitter", "zero or more"),
+        ([*ADD, "--every", "PT1H", "--jitter", "nan"], "jitter", "'nan' is not a number"),
+        ([*ADD, "--every", "PT1H", "--jitter", "inf"], "jitter", "'inf' is not a number"),
+        ([*ADD, "--every", "PT1H", "--jitter", "1e15"], "jitter", "at most 86400 seconds"),
+        ([*ADD, "--every", "P99999999D"], "interval", "beyond the year 9999"),
+        ([*ADD, "--every=-PT5S"], "interval", "negative"),
+        (
+            [*ADD, "--every", "PT1H", "--start", "9999-12-31T23:30Z"],
+            "interval",
+            "beyond the year 9999",
+        ),
+        ([*ADD, "--every", "PT1H", "--tz", "Europe/Berlin"], "timezone", "cron expression only"),
+        (
+            [*ADD, "--at", "2030-01-07T09:00Z", "--tz", "Europe/Berlin"],
+            "timezone",
+            "cron expression only",
+        ),
         ([*ADD, "--every", "PT1H", "--note", "x" * 501], "note", "501 characters"),
         (["jobs", "show", "nobody"], "name", "no job named 'nobody'"),
         (["jobs", "pause", "nobody"], "name", "no job named 'nobody'"),
@@ -411,6 +510,38 @@ def test_errors_are_one_line_naming_the_field(
     message = refused(*argv)
     assert re.search(rf"(^|; ){field}( \(--[a-z-]+\))?: ", message), message
     assert words in message
+
+
+@db
+def test_a_reason_checked_by_django_and_by_our_rules_is_said_once(owner: Any) -> None:
+    assert (
+        refused(*ADD, "--every", "PT1H", "--timeout", "0") == "timeout: must be at least 1 second"
+    )
+
+
+@db
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            [*ADD, "--every", "-PT5S"],
+            "--every: expected a value (for one that starts with '-', write --every=VALUE)",
+        ),
+        ([*ADD, "--every", "PT1H", "--cron", "* * * * *"], "--cron: not allowed with --every"),
+        (ADD, "--every: one of --every, --cron, --at is required"),
+        ([*ADD, "--every", "PT1H", "--timeout", "soon"], "--timeout: 'soon' is not a whole number"),
+        ([*ADD, "--every", "PT1H", "--misfire", "later"], "--misfire: invalid choice: 'later'"),
+        (["jobs", "launch"], "ACTION: invalid choice: 'launch'"),
+        (["reap", "--stale-after", "nan"], "--stale-after: 'nan' is not a positive number of"),
+        (["reap", "--stale-after", "-5"], "--stale-after: '-5' is not a positive number of"),
+        (["runscheduler", "--max-sleep", "inf"], "--max-sleep: 'inf' is not a positive number"),
+        (["runscheduler", "--batch-size", "0"], "--batch-size: '0' is not a whole number of 1"),
+        (["runstack", "--concurrency", "two"], "--concurrency: 'two' is not a whole number of 1"),
+    ],
+    ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else None,
+)
+def test_option_errors_are_one_line_naming_the_option(argv: list[str], message: str) -> None:
+    assert refused(*argv).startswith(message)
 
 
 @db
@@ -451,3 +582,24 @@ def test_a_shell_sees_one_json_value_or_one_error_line(owner: Any) -> None:
     [line] = bad.stderr.strip().splitlines()
     assert "interval (--every): '3 hours' is not an ISO-8601 duration" in line
     assert not Job.objects.filter(name="late").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shell_sees_option_errors_as_one_line_and_help_in_full(owner: Any) -> None:
+    bad = manage("jobs", "add", "x", "--task", NOOP, "--every", "PT1H", "--cron", "* * * * *")
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    [line] = bad.stderr.strip().splitlines()
+    assert line == "manage.py jobs add: error: --cron: not allowed with --every"
+
+    jitter = manage("jobs", "add", "x", "--task", NOOP, "--every", "PT1H", "--jitter", "nan")
+    assert jitter.returncode == 1
+    assert "Traceback" not in jitter.stderr
+    [line] = jitter.stderr.strip().splitlines()
+    assert line == "CommandError: jitter: 'nan' is not a number of seconds"
+
+    helped = manage("jobs", "add", "--help")
+    assert helped.returncode == 0
+    assert helped.stdout.startswith("usage: manage.py jobs add")
+    assert "--tz TZ" in helped.stdout and len(helped.stdout.splitlines()) > 20
+    assert not Job.objects.exists()

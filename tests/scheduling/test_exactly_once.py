@@ -41,6 +41,7 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
+from scheduling.jobs import create_job
 from scheduling.models import (
     Attempt,
     AttemptOutcome,
@@ -100,7 +101,7 @@ def create_load(
 
     The first occurrence falls ``lead`` seconds from now on a whole second, or at ``first``
     when given (to line a second load up with a first one). One job goes
-    through ``jobs.create_job`` (validated and planned by the service, which must put its
+    through ``create_job`` (validated and planned by the service, which must put its
     next due time on the window's start); the others are copies of that row written in one
     bulk insert, because creating hundreds of jobs one by one would eat into the window.
     overlap=allow so an occurrence never waits for the previous one to finish.
@@ -109,7 +110,7 @@ def create_load(
     first = first or (now + timedelta(seconds=lead)).replace(microsecond=0) + SECOND
     last = first + (seconds - 1) * SECOND
     schedule = Schedule.objects.create(name=name, interval="PT1S", starts_at=first, ends_at=last)
-    template = jobs.create_job(
+    template = create_job(
         owner=owner,
         name=f"{name}-0",
         task=NOOP,

@@ -17,9 +17,10 @@ from django.db import connection
 from django.utils import timezone
 
 from config.celery import app
-from scheduling.dispatch import Dispatcher, Publisher
+from scheduling.claims import Doorbell
 from scheduling.models import Execution, ExecutionStatus, Job, Schedule
-from scheduling.services import Doorbell
+from scheduling.scheduler.loop import Dispatcher
+from scheduling.scheduler.publisher import Publisher
 
 PER_MESSAGE = {"id", "root_id", "correlation_id", "delivery_tag"}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from itertools import islice, pairwise
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -19,6 +20,7 @@ from scheduling.schedules import (
     Misfire,
     ScheduleError,
     Timing,
+    check_savable,
     format_duration,
     jitter_offset,
     parse_cron,
@@ -512,3 +514,83 @@ def test_occurrences_strictly_increase_within_the_window(
         assert all(t <= timing.end for t in got)
     if timing.interval is not None:
         assert all(b - a == timing.interval for a, b in pairwise(got))
+
+
+# --- the end of the calendar and the rules for saving -----------------------------------------
+
+END_OF_9999 = datetime(9999, 12, 31, 23, 30, tzinfo=UTC)
+
+
+def test_an_interval_running_off_the_calendar_is_a_schedule_error_naming_it() -> None:
+    timing = every("P99999999D")
+    with pytest.raises(ScheduleError) as caught:
+        timing.next_after(T0, anchor=T0)
+    assert caught.value.field == "interval"
+    assert caught.value.reason == "P99999999D puts the next occurrence beyond the year 9999"
+
+
+def test_a_cron_expression_running_off_the_calendar_is_a_schedule_error_naming_it() -> None:
+    timing = Timing(cron=parse_cron("@yearly"), zone=BERLIN)
+    with pytest.raises(ScheduleError) as caught:
+        timing.next_after(END_OF_9999, anchor=T0)
+    assert caught.value.field == "cron"
+    assert "no firing time after 9999-12-31" in caught.value.reason
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "words"),
+    [
+        (("P99999999D", "", "UTC", None, None, None), "interval", "beyond the year 9999"),
+        (("PT1H", "", "UTC", None, END_OF_9999, None), "interval", "beyond the year 9999"),
+        (("", "0 0 1 1 *", "UTC", None, END_OF_9999, None), "cron", "no firing time"),
+        (("PT1H", "", "Europe/Berlin", None, None, None), "timezone", "an interval counts"),
+        (("", "", "Asia/Tokyo", T0, None, None), "timezone", "an instant carries its offset"),
+        (("PT0S", "", "UTC", None, None, None), "interval", "shorter than one second"),
+    ],
+)
+def test_check_savable_refuses_naming_the_stored_field(
+    values: tuple[Any, ...], field: str, words: str
+) -> None:
+    with pytest.raises(ScheduleError) as caught:
+        check_savable(*values, now=T0)
+    assert caught.value.field == field
+    assert words in caught.value.reason
+
+
+def test_check_savable_accepts_what_can_run() -> None:
+    assert check_savable("P1000D", "", "UTC", None, None, None, now=T0).interval is not None
+    assert check_savable("", "0 9 * * *", "Europe/Berlin", None, None, None, now=T0).cron
+    # A one-off already past, or a window already over: nothing left to run, nothing to refuse.
+    assert check_savable("", "", "UTC", T0 - MINUTE, None, None, now=T0).at == T0 - MINUTE
+    assert check_savable("PT1H", "", "", None, None, T0 - MINUTE, now=T0).end == T0 - MINUTE
+
+
+def test_a_claim_whose_next_occurrence_runs_off_the_calendar_ends_the_schedule_there() -> None:
+    # Only a row written around the rules gets here; the claim must not fail with it.
+    plan = plan_claim(
+        every("P99999999D"),
+        anchor=T0,
+        due=T0,
+        now=T0,
+        misfire=Misfire.CATCH_UP,
+        allow_overlap=False,
+        grace=GRACE,
+        catch_up_limit=10,
+    )
+    assert plan.run == (T0,)
+    assert plan.next_occurrence is None
+    assert plan.error is not None and plan.error.field == "interval"
+
+
+def test_a_claim_that_can_plan_has_no_error() -> None:
+    plan = plan_claim(
+        every("PT1H"),
+        anchor=T0,
+        due=T0,
+        now=T0,
+        misfire=Misfire.SKIP,
+        allow_overlap=False,
+        grace=GRACE,
+        catch_up_limit=10,
+    )
+    assert plan == ClaimPlan(run=(T0,), skipped=None, next_occurrence=T0 + timedelta(hours=1))

@@ -7,16 +7,16 @@ through the models' ``full_clean`` (the admin's forms), each naming the field an
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
 
-from emailer.models import Project, SendEmailTask
 from scheduling import jobs
 from scheduling.models import Job, Schedule
 from tests.conftest import FIXED_NOW
+from tests.tasktable_app.models import Chore
 
 pytestmark = pytest.mark.django_db
 
@@ -42,6 +42,21 @@ SCHEDULE_CASES = [
     ("naive start", {"start": NAIVE}, "starts_at", "time zone offset"),
     ("naive end", {"end": NAIVE}, "ends_at", "time zone offset"),
     ("at before start", {"at": FIXED_NOW, "start": FIXED_NOW + HOUR}, "run_at", "before"),
+    ("interval off the calendar", {"every": "P99999999D"}, "interval", "beyond the year 9999"),
+    (
+        "second occurrence off the calendar",
+        {"every": "PT1H", "start": datetime(9999, 12, 31, 23, 30, tzinfo=UTC)},
+        "interval",
+        "beyond the year 9999",
+    ),
+    (
+        "cron off the calendar",
+        {"cron": "@yearly", "start": datetime(9999, 6, 1, tzinfo=UTC)},
+        "cron",
+        "before the year 10000",
+    ),
+    ("zone with an interval", {"every": "PT1H", "tz": "Europe/Berlin"}, "timezone", "cron"),
+    ("zone with an instant", {"at": FIXED_NOW + HOUR, "tz": "Asia/Tokyo"}, "timezone", "cron"),
 ]
 
 JOB_CASES = [
@@ -57,6 +72,7 @@ JOB_CASES = [
     ("zero timeout", {"timeout": 0}, "timeout", "at least 1 second"),
     ("note too long", {"note": "x" * 501}, "note", "501 characters"),
     ("negative jitter", {"jitter": timedelta(seconds=-1)}, "jitter", "zero or more"),
+    ("jitter over a day", {"jitter": timedelta(days=2)}, "jitter", "at most 86400 seconds"),
     ("priority too high", {"priority": 256}, "priority", "between 0 and 255"),
     ("empty name", {"name": "   "}, "name", "must not be empty"),
     ("empty queue", {"queue": ""}, "queue", ""),
@@ -76,9 +92,9 @@ JOB_CASES = [
     ),
     (
         "task row that does not exist",
-        {"task_table": "emailer.SendEmailTask", "task_row_id": 987654},
+        {"task_table": "tasktable_app.Chore", "task_row_id": 987654},
         "task_row_id",
-        "no emailer.SendEmailTask row with id 987654",
+        "no tasktable_app.Chore row with id 987654",
     ),
     ("task row without a table", {"task_row_id": 1}, "task_table", "required"),
 ]
@@ -201,12 +217,10 @@ def test_a_good_job_is_accepted_and_planned(owner: Any) -> None:
 
 
 def test_a_task_table_job_gets_the_row_runner_task(owner: Any) -> None:
-    row = SendEmailTask.objects.create(
-        project=Project.objects.create(name="digest"), name="digest", subject="s", body="b"
-    )
-    job = create(owner, task="", task_table="emailer.SendEmailTask", task_row_id=row.pk)
+    row = Chore.objects.create(name="digest")
+    job = create(owner, task="", task_table="tasktable_app.Chore", task_row_id=row.pk)
     assert job.task == "scheduling.run_task_row"
-    assert (job.task_table, job.task_row_id) == ("emailer.SendEmailTask", row.pk)
+    assert (job.task_table, job.task_row_id) == ("tasktable_app.Chore", row.pk)
 
 
 def test_duplicate_name_for_the_same_owner_is_refused(owner: Any) -> None:
@@ -255,15 +269,67 @@ def test_json_arguments_from_the_command_line_must_have_the_right_shape() -> Non
 
 
 def test_a_task_table_job_must_run_the_row_runner(owner: Any) -> None:
-    row = SendEmailTask.objects.create(
-        project=Project.objects.create(name="digest"), name="digest", subject="s", body="b"
-    )
+    row = Chore.objects.create(name="digest")
     errors = refused(
         lambda: create(
             owner,
             task="scheduling.diagnostics.noop",
-            task_table="emailer.SendEmailTask",
+            task_table="tasktable_app.Chore",
             task_row_id=row.pk,
         )
     )
     assert_names(errors, "task", "scheduling.run_task_row")
+
+
+def test_a_field_failing_djangos_validator_and_our_rule_reads_as_one_reason(owner: Any) -> None:
+    from scheduling.validation import first_error
+
+    with pytest.raises(ValidationError) as caught:
+        create(owner, timeout=0)
+    assert first_error(caught.value) == "timeout: must be at least 1 second"
+
+
+def test_distinct_reasons_for_one_field_are_separated() -> None:
+    from scheduling.validation import first_error
+
+    text = first_error(ValidationError({"task": ["is required", "is not registered"]}))
+    assert text == "task: is required; is not registered"
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("nan", "'nan' is not a number of seconds"),
+        ("inf", "'inf' is not a number of seconds"),
+        ("-inf", "'-inf' is not a number of seconds"),
+        ("ten", "'ten' is not a number of seconds"),
+        ("-1", "must be zero or more"),
+        ("1e15", "must be at most 86400 seconds"),
+    ],
+)
+def test_seconds_from_the_command_line_are_finite_and_bounded(raw: str, reason: str) -> None:
+    from scheduling.validation import MAX_JITTER, parse_seconds
+
+    with pytest.raises(ValidationError) as caught:
+        parse_seconds(raw, field="jitter", maximum=MAX_JITTER)
+    assert caught.value.message_dict == {"jitter": [reason]}
+
+
+def test_seconds_from_the_command_line_may_be_fractional() -> None:
+    from scheduling.validation import MAX_JITTER, parse_seconds
+
+    assert parse_seconds("2.5", field="jitter", maximum=MAX_JITTER) == timedelta(seconds=2.5)
+    assert parse_seconds("86400", field="jitter", maximum=MAX_JITTER) == MAX_JITTER
+
+
+def test_a_schedule_in_a_zone_is_fine_for_cron_and_utc_is_fine_for_anything(owner: Any) -> None:
+    create(owner, name="berlin", cron="0 9 * * *", tz="Europe/Berlin")
+    create(owner, name="utc", every="PT1H", tz="UTC")
+    assert Job.objects.count() == 2
+
+
+@pytest.mark.parametrize(("count", "text"), [(0, "0 jobs"), (1, "1 job"), (2, "2 jobs")])
+def test_admin_action_counts_use_plural_forms(count: int, text: str) -> None:
+    from scheduling.admin import _say
+
+    assert _say(count, "%(count)d job paused.", "%(count)d jobs paused.") == f"{text} paused."

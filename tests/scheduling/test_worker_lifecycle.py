@@ -29,9 +29,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling import jobs
-from scheduling.heartbeats import Heartbeat
 from scheduling.models import Attempt, Execution, ExecutionStatus, Job
-from scheduling.taskbase import schedulable_task
+from scheduling.worker.heartbeat import HeartbeatThread
+from scheduling.worker.taskbase import schedulable_task
 from tests.conftest import celery_worker_command, scheduler_command, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -485,7 +485,7 @@ def test_a_beat_is_one_update_whatever_the_number_of_executions(
     )
     statements: dict[int, list[str]] = {}
     for size in (1, 50):
-        heartbeat = Heartbeat()
+        heartbeat = HeartbeatThread()
         monkeypatch.setattr(heartbeat, "_run", lambda: None)  # beat by hand, not in a thread
         for row in rows[:size]:
             heartbeat.track(row.pk)

@@ -1,19 +1,18 @@
-"""``manage.py jobs add|list|show|pause|resume|run|remove``."""
+"""``manage.py jobs add|edit|list|show|pause|resume|run|remove``."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import jobs, selectors
+from scheduling import api, jobs, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
-from scheduling.models import Job, Overlap
+from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
-from scheduling.validation import parse_json_argument
+from scheduling.validation import MAX_JITTER, parse_json_argument, parse_seconds
 
 
 class Command(DuecourseCommand):
@@ -31,38 +30,21 @@ class Command(DuecourseCommand):
         add = sub.add_parser("add", help="Create a job.")
         super().add_arguments(add)
         add.add_argument("name", help="Job name, unique per owner.")
-        add.add_argument(
-            "--task",
-            default="",
-            help="Schedulable Celery task (dotted name); not needed with --task-table.",
-        )
-        add.add_argument(
-            "--args", dest="task_args", default="[]", help="JSON list of positional arguments."
-        )
-        add.add_argument(
-            "--kwargs", dest="task_kwargs", default="{}", help="JSON object of keyword arguments."
-        )
-        when = add.add_mutually_exclusive_group(required=True)
-        when.add_argument("--every", help="ISO-8601 interval, such as PT10S or PT3H.")
-        when.add_argument("--cron", help='Five-field cron expression, such as "0 9 * * 1-5".')
-        when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
-        add.add_argument("--tz", default="UTC", help="IANA time zone of --cron (default UTC).")
-        add.add_argument("--start", help="No occurrence before this instant.")
-        add.add_argument("--end", help="No occurrence after this instant; then completed.")
-        add.add_argument("--max-retries", type=int, help="Retries after the first try (3).")
-        add.add_argument("--timeout", type=int, help="Seconds per attempt (300).")
-        add.add_argument("--jitter", type=float, default=0.0, help="Spread in seconds (0).")
-        add.add_argument("--misfire", choices=[m.value for m in Misfire], default="catch_up")
-        add.add_argument("--overlap", choices=Overlap.values, default=Overlap.FORBID)
         add.add_argument("--owner", help="Owning username (default: first superuser).")
-        add.add_argument("--queue", default="celery", help="Celery queue (celery).")
-        add.add_argument("--priority", type=int, help="Message priority 0-255.")
-        add.add_argument("--note", default="", help="Free text, up to 500 characters.")
-        add.add_argument("--task-table", default="", help="app_label.Model of a task table row.")
-        add.add_argument("--task-row-id", type=int, help="Primary key of the task table row.")
+        self.add_job_options(add, editing=False)
 
-        listing = sub.add_parser("list", help="List jobs.")
+        edit = sub.add_parser(
+            "edit", help="Change a job in place (only the options given); its history stays."
+        )
+        super().add_arguments(edit)
+        edit.add_argument("name", help="The job to change.")
+        edit.add_argument("--owner", help="Owner's username, when names collide.")
+        edit.add_argument("--rename", help="A new name for the job.")
+        self.add_job_options(edit, editing=True)
+
+        listing = sub.add_parser("list", help="List jobs with their owners.")
         super().add_arguments(listing)
+        listing.add_argument("--owner", help="Only this user's jobs.")
         for action, text in (
             ("show", "Show one job and its recent executions."),
             ("pause", "Stop a job from firing."),
@@ -75,31 +57,106 @@ class Command(DuecourseCommand):
             command.add_argument("name")
             command.add_argument("--owner", help="Owner's username, when names collide.")
 
+    @staticmethod
+    def add_job_options(parser: CommandParser, *, editing: bool) -> None:
+        """The options of ``add``; for ``edit`` none has a default, so only given ones change."""
+
+        def default(value: Any) -> Any:
+            return None if editing else value
+
+        parser.add_argument(
+            "--task",
+            default=default(""),
+            help="Schedulable Celery task (dotted name); not needed with --task-table.",
+        )
+        parser.add_argument(
+            "--args", dest="task_args", default=default("[]"), help="JSON list of arguments."
+        )
+        parser.add_argument(
+            "--kwargs", dest="task_kwargs", default=default("{}"), help="JSON object of keywords."
+        )
+        when = parser.add_mutually_exclusive_group(required=not editing)
+        when.add_argument("--every", help="ISO-8601 interval, such as PT10S or PT3H.")
+        when.add_argument("--cron", help='Five-field cron expression, such as "0 9 * * 1-5".')
+        when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
+        parser.add_argument(
+            "--tz",
+            default=default("UTC"),
+            help="IANA time zone of --cron (default UTC); refused with --every and --at.",
+        )
+        clear = ' ("" clears it)' if editing else ""
+        parser.add_argument("--start", help=f"No occurrence before this instant{clear}.")
+        parser.add_argument(
+            "--end", help=f"No occurrence after this instant; then completed{clear}."
+        )
+        parser.add_argument("--max-retries", type=int, help="Retries after the first try (3).")
+        parser.add_argument("--timeout", type=int, help="Seconds per attempt (300).")
+        parser.add_argument(
+            "--jitter", default=default("0"), help="Spread in seconds, up to 86400 (0)."
+        )
+        parser.add_argument(
+            "--misfire", choices=[m.value for m in Misfire], default=default("catch_up")
+        )
+        parser.add_argument("--overlap", choices=Overlap.values, default=default(Overlap.FORBID))
+        parser.add_argument("--queue", default=default("celery"), help="Celery queue (celery).")
+        parser.add_argument("--priority", type=int, help="Message priority 0-255.")
+        parser.add_argument(
+            "--expires",
+            type=int,
+            help="Skip an occurrence that would start more than this many seconds late.",
+        )
+        parser.add_argument("--note", default=default(""), help="Free text, up to 500 characters.")
+        parser.add_argument(
+            "--task-table", default=default(""), help="app_label.Model of a task table row."
+        )
+        parser.add_argument("--task-row-id", type=int, help="Primary key of the task table row.")
+
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
         getattr(self, f"do_{action}")(options)
 
-    def do_add(self, o: dict[str, Any]) -> None:
-        now = timezone.now()
+    @staticmethod
+    def parse_values(o: dict[str, Any]) -> dict[str, Any]:
+        """The JSON, instants and numbers of ``add``/``edit``, checked; one error per field.
+
+        Options that were not given stay ``None``; an empty ``--start``/``--end`` is ``""``.
+        """
         errors: dict[str, str] = {}
         parsed: dict[str, Any] = {}
         for field, expect in (("args", list), ("kwargs", dict)):
+            raw = o[f"task_{field}"]
             try:
-                parsed[field] = parse_json_argument(o[f"task_{field}"], field=field, expect=expect)
+                parsed[field] = (
+                    None if raw is None else parse_json_argument(raw, field=field, expect=expect)
+                )
             except ValidationError as exc:
                 errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
         for field in ("at", "start", "end"):
+            raw = o[field]
+            if raw is not None and not raw.strip() and field != "at":
+                parsed[field] = ""
+                continue
             try:
-                parsed[field] = parse_instant(o[field], field=field)
+                parsed[field] = parse_instant(raw, field=field)
             except ValidationError as exc:
                 errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-        for field in ("max_retries", "timeout"):
+        for field in ("max_retries", "timeout", "expires"):
             if o[field] is not None and o[field] < 0:
                 errors[field] = "must be zero or more"
-        if o["jitter"] < 0:
-            errors["jitter"] = "must be zero or more"
+        if o["jitter"] is not None:
+            try:
+                parsed["jitter"] = parse_seconds(o["jitter"], field="jitter", maximum=MAX_JITTER)
+            except ValidationError as exc:
+                errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+        else:
+            parsed["jitter"] = None
         if errors:
             raise ValidationError(errors)
+        return parsed
+
+    def do_add(self, o: dict[str, Any]) -> None:
+        now = timezone.now()
+        parsed = self.parse_values(o)
         job = jobs.create_job(
             owner=jobs.owner_for(o["owner"]),
             name=o["name"],
@@ -110,17 +167,18 @@ class Command(DuecourseCommand):
             cron=o["cron"] or "",
             tz=o["tz"],
             at=parsed["at"],
-            start=parsed["start"],
-            end=parsed["end"],
+            start=parsed["start"] or None,
+            end=parsed["end"] or None,
             task_table=o["task_table"],
             task_row_id=o["task_row_id"],
             max_retries=o["max_retries"],
             timeout=o["timeout"],
-            jitter=timedelta(seconds=o["jitter"]),
+            jitter=parsed["jitter"],
             misfire=o["misfire"],
             overlap=o["overlap"],
             queue=o["queue"],
             priority=o["priority"],
+            expires=o["expires"],
             note=o["note"],
             now=now,
         )
@@ -131,20 +189,75 @@ class Command(DuecourseCommand):
             as_json=o["json"],
         )
 
+    def do_edit(self, o: dict[str, Any]) -> None:
+        job = self._job(o)
+        parsed = self.parse_values(o)
+        changes: dict[str, Any] = {}
+        for option, field in (
+            ("task", "task"),
+            ("task_table", "task_table"),
+            ("task_row_id", "task_row_id"),
+            ("rename", "name"),
+            ("max_retries", "max_retries"),
+            ("timeout", "timeout"),
+            ("misfire", "misfire"),
+            ("overlap", "overlap"),
+            ("queue", "queue"),
+            ("priority", "priority"),
+            ("expires", "expires"),
+            ("note", "note"),
+        ):
+            if o[option] is not None:
+                changes[field] = o[option]
+        for field in ("args", "kwargs"):
+            if parsed[field] is not None:
+                changes[field] = parsed[field]
+        if parsed["jitter"] is not None:
+            changes["jitter"] = parsed["jitter"]
+        timing: dict[str, Any] = {}
+        for option, field in (("every", "interval"), ("cron", "cron"), ("tz", "timezone")):
+            if o[option] is not None:
+                timing[field] = o[option]
+        for option, field in (("at", "run_at"), ("start", "starts_at"), ("end", "ends_at")):
+            if parsed[option] is not None:
+                timing[field] = parsed[option] or None
+        if not changes and not timing:
+            raise ValidationError({"input": "nothing to change; give at least one option"})
+        job = jobs.edit_job(job=job, now=timezone.now(), timing=timing, **changes)
+        job = selectors.find_job(job.name, owner=job.owner.get_username())
+        self.emit(
+            selectors.job_summary(job),
+            f"changed job {job.name!r} ({job.schedule.describe()}), next due {job.next_due_at}",
+            as_json=o["json"],
+        )
+
     def do_list(self, o: dict[str, Any]) -> None:
         jobs = list(selectors.list_jobs())
+        if o["owner"]:
+            jobs = [job for job in jobs if job.owner.get_username() == o["owner"]]
         rows = [selectors.job_summary(job) for job in jobs]
-        lines = [f"{'NAME':30} {'STATUS':10} {'SCHEDULE':32} {'NEXT DUE':26} RUNS"]
+        lines = [f"{'NAME':30} {'OWNER':16} {'STATUS':10} {'SCHEDULE':32} {'NEXT DUE':26} RUNS"]
         for job in jobs:
             due = job.next_due_at.isoformat(timespec="seconds") if job.next_due_at else "-"
             lines.append(
-                f"{job.name[:30]:30} {job.status:10} {job.schedule.describe()[:32]:32} "
-                f"{due:26} {job.execute_count}"
+                f"{job.name[:30]:30} {job.owner.get_username()[:16]:16} {job.status:10} "
+                f"{job.schedule.describe()[:32]:32} {due:26} {job.execute_count}"
             )
         self.emit(rows, "\n".join(lines), as_json=o["json"])
 
     def _job(self, o: dict[str, Any]) -> Job:
-        return selectors.find_job(o["name"], owner=o.get("owner"))
+        """The job named on the command line; a name several owners use needs ``--owner``."""
+        name, owner = o["name"], o.get("owner")
+        if not owner:
+            owners = sorted(Job.objects.filter(name=name).values_list("owner__username", flat=True))
+            if len(owners) > 1:
+                raise ValidationError(
+                    {
+                        "name": f"{', '.join(owners)} each have a job named {name!r}; "
+                        "pass --owner USERNAME to say whose"
+                    }
+                )
+        return selectors.find_job(name, owner=owner)
 
     def do_show(self, o: dict[str, Any]) -> None:
         job = self._job(o)
@@ -186,10 +299,11 @@ class Command(DuecourseCommand):
 
     def do_run(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        execution = jobs.run_job_now(job=job, now=timezone.now())
+        execution = Execution.objects.select_related("job").get(pk=api.run_now(job.pk))
+        state = "published" if execution.status == ExecutionStatus.QUEUED else "saved"
         self.emit(
             selectors.execution_summary(execution),
-            f"queued one occurrence of {job.name!r} (execution {execution.pk})",
+            f"{state} one occurrence of {job.name!r} now (execution {execution.pk})",
             as_json=o["json"],
         )
 

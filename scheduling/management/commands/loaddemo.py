@@ -1,21 +1,31 @@
-"""``manage.py loaddemo``: seed 001's four jobs, one quick job and the emailer's demo project."""
+"""``manage.py loaddemo``: four sample jobs and one quick job, each unless already there, and
+whatever demo each installed app offers.
+
+An app offers one with a ``demo`` module whose ``load_demo(*, now)`` returns the names of what
+it created (the emailer's small mailing, say); the engine finds it by name, as it finds each
+app's ``scheduled`` module, and never imports a domain app itself.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from importlib import import_module
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandParser
 from django.utils import timezone
+from django.utils.module_loading import module_has_submodule
 
-from emailer.demo import load_demo
-from scheduling import jobs, services
+from scheduling import jobs
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job
+from scheduling.schedules import parse_duration
 
-# Seed 001's jobs table: (user_id, job_id, is_recurring, interval, max_retry_count).
-SEED_JOBS = [
+# (user_id, job_id, is_recurring, interval, max_retry_count): three recurring jobs and a
+# one-off that runs twelve hours after loading, for three users.
+DEMO_JOBS = [
     ("1101", "123456", True, "PT3H", 3),
     ("1101", "123457", True, "PT1H", 3),
     ("1102", "123458", True, "PT6H", 3),
@@ -25,8 +35,8 @@ SEED_JOBS = [
 
 class Command(DuecourseCommand):
     help = (
-        "Load the demo jobs (seed 001's four jobs, a quick one every 10 seconds) and a small "
-        "emailer project whose mail lands under var/mail/."
+        "Load the demo jobs (four sample jobs and a quick one every 10 seconds) and each "
+        "app's demo (the emailer's: a small mailing whose mail lands under var/mail/)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -36,15 +46,13 @@ class Command(DuecourseCommand):
         now = timezone.now()
         users = get_user_model().objects
         created = []
-        for user_id, job_id, recurring, interval, retries in SEED_JOBS:
+        for user_id, job_id, recurring, interval, retries in DEMO_JOBS:
             owner, _ = users.get_or_create(username=f"user{user_id}")
             name = f"job-{job_id}"
             if Job.objects.filter(owner=owner, name=name).exists():
                 continue
             schedule: dict[str, Any] = (
-                {"every": interval}
-                if recurring
-                else {"at": now + services.schedules.parse_duration(interval)}
+                {"every": interval} if recurring else {"at": now + parse_duration(interval)}
             )
             jobs.create_job(
                 owner=owner,
@@ -52,7 +60,7 @@ class Command(DuecourseCommand):
                 task="scheduling.diagnostics.noop",
                 kwargs={"job_id": job_id},
                 max_retries=retries,
-                note=f"seed 001: user {user_id}, {'every ' + interval if recurring else 'once'}",
+                note=f"demo: user {user_id}, {'every ' + interval if recurring else 'once'}",
                 now=now,
                 **schedule,
             )
@@ -70,7 +78,9 @@ class Command(DuecourseCommand):
                 now=now,
             )
             created.append("quick")
-        created += load_demo(now=now)
+        for app in apps.get_app_configs():
+            if app.module is not None and module_has_submodule(app.module, "demo"):
+                created += import_module(f"{app.name}.demo").load_demo(now=now)
         self.emit(
             {"created": created},
             f"demo jobs created: {', '.join(created)}" if created else "demo jobs already loaded",

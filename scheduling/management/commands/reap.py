@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import conf, services
-from scheduling.management.base import DuecourseCommand
+from scheduling import conf, liveness
+from scheduling.management.base import DuecourseCommand, positive_seconds
 
 
 class Command(DuecourseCommand):
@@ -17,10 +17,12 @@ class Command(DuecourseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument(
-            "--stale-after", type=float, help="Seconds without heartbeat (SCHEDULING_STALE_AFTER)."
+            "--stale-after",
+            type=positive_seconds,
+            help="Seconds without heartbeat (SCHEDULING_STALE_AFTER).",
         )
 
     def handle(self, *args: Any, **o: Any) -> None:
         stale_after = o["stale_after"] if o["stale_after"] is not None else conf.get("STALE_AFTER")
-        reaped = services.reap_stale_executions(now=timezone.now(), stale_after=stale_after)
+        reaped = liveness.reap_stale_executions(now=timezone.now(), stale_after=stale_after)
         self.emit({"reaped": reaped}, f"reaped {len(reaped)} execution(s)", as_json=o["json"])

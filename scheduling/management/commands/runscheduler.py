@@ -9,8 +9,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from config.celery import app
-from scheduling.dispatch import Dispatcher
-from scheduling.management.base import DuecourseCommand
+from scheduling.management.base import DuecourseCommand, positive_int, positive_seconds
+from scheduling.scheduler.loop import Dispatcher
 
 
 class Command(DuecourseCommand):
@@ -19,8 +19,10 @@ class Command(DuecourseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument("--once", action="store_true", help="Run one tick and exit.")
-        parser.add_argument("--batch-size", type=int, help="Jobs claimed per transaction.")
-        parser.add_argument("--max-sleep", type=float, help="Longest sleep between ticks (s).")
+        parser.add_argument("--batch-size", type=positive_int, help="Jobs claimed per transaction.")
+        parser.add_argument(
+            "--max-sleep", type=positive_seconds, help="Longest sleep between ticks (s)."
+        )
 
     def handle(self, *args: Any, **o: Any) -> None:
         dispatcher = Dispatcher(app, batch_size=o["batch_size"], max_sleep=o["max_sleep"])

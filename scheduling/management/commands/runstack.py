@@ -15,9 +15,9 @@ import threading
 import time
 from typing import IO, Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from scheduling.management.base import DuecourseCommand
+from scheduling.management.base import DuecourseCommand, positive_int
 
 STOP_TIMEOUT = 20.0
 
@@ -26,7 +26,9 @@ class Command(DuecourseCommand):
     help = "Run a Celery worker and the scheduler until interrupted."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--concurrency", type=int, default=2, help="Worker processes (2).")
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=2, help="Worker processes (2)."
+        )
         parser.add_argument("--loglevel", default="INFO")
 
     def handle(self, *args: Any, **o: Any) -> None:
@@ -65,13 +67,22 @@ class Command(DuecourseCommand):
             assert child.stdout is not None
             threading.Thread(target=self._relay, args=(label, child.stdout), daemon=True).start()
         self.stdout.write("worker and scheduler started; press Ctrl-C to stop")
+        died: list[str] = []
         try:
             while not stop.wait(0.5):
-                if any(child.poll() is not None for child in children.values()):
-                    self.stderr.write("a child process exited; stopping the other")
+                died = [
+                    f"the {label} exited with status {child.returncode}"
+                    for label, child in children.items()
+                    if child.poll() is not None
+                ]
+                if died:
+                    self.stderr.write(f"{'; '.join(died)}; stopping the rest")
                     break
         finally:
             self._stop(children)
+        if died:
+            # A stack that lost a process did not do its job: say so to whatever started it.
+            raise CommandError("; ".join(died))
 
     def _relay(self, label: str, stream: IO[str]) -> None:
         for line in stream:

@@ -2,7 +2,7 @@
 
 ``begin`` runs in ``ScheduledTask.before_start`` (inside Celery's trace, where raising
 ``Ignore`` acknowledges a duplicate message without running the body); the receivers in
-``scheduling.signals`` record how the attempt ended.
+``scheduling.worker.receivers`` record how the attempt ended.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from celery.exceptions import Reject
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
 
-from scheduling import conf, services
-from scheduling.heartbeats import heartbeat
+from scheduling import attempts, conf, liveness
 from scheduling.registry import EXECUTION_HEADER
 from scheduling.runs import RunContext
+from scheduling.worker.heartbeat import heartbeat_thread
 
 logger = logging.getLogger("scheduling")
 T = TypeVar("T")
@@ -72,13 +72,13 @@ def begin(task: Any) -> bool:
     try:
         if execution_id is None:
             started = on_live_connection(
-                lambda: services.record_adhoc_start(
+                lambda: attempts.record_adhoc_start(
                     task=task.name, task_id=request.id, worker=worker, pid=os.getpid(), now=now
                 )
             )
         else:
             started = on_live_connection(
-                lambda: services.start_execution(
+                lambda: attempts.start_execution(
                     execution_id=execution_id, worker=worker, pid=os.getpid(), now=now
                 )
             )
@@ -103,21 +103,21 @@ def begin(task: Any) -> bool:
         _save=_save_checkpoint,
         _keep_alive=_keep_alive,
     )
-    heartbeat.track(started.execution_id)
+    heartbeat_thread.track(started.execution_id)
     return True
 
 
 def _save_checkpoint(execution_id: int, value: Any) -> None:
     on_live_connection(
-        lambda: services.save_checkpoint(execution_id=execution_id, checkpoint=value)
+        lambda: attempts.save_checkpoint(execution_id=execution_id, checkpoint=value)
     )
 
 
 def _keep_alive(execution_id: int) -> None:
     on_live_connection(
-        lambda: services.heartbeat(execution_ids=[execution_id], now=timezone.now())
+        lambda: liveness.record_heartbeat(execution_ids=[execution_id], now=timezone.now())
     )
 
 
 def end(execution_id: int) -> None:
-    heartbeat.untrack(execution_id)
+    heartbeat_thread.untrack(execution_id)

@@ -5,7 +5,7 @@ Where each signal fires matters (see docs/architecture.md): exceptions, soft tim
 a lost pool process (WorkerLostError), a hard time limit, a revoke, an unknown task and a
 rejected message are reported in the worker's main process, where only the task id is known.
 Receivers therefore find the execution by the request when they can and by the task id when
-they must, and every transition they make is a compare-and-set in ``scheduling.services``, so
+they must, and every transition they make is a compare-and-set in ``scheduling.attempts``, so
 a signal that fires twice (Celery 5.7 sends two ``task_failure`` for a hard time limit) or late
 changes nothing the second time.
 """
@@ -22,8 +22,11 @@ from celery.exceptions import Retry
 from django.db import close_old_connections
 from django.utils import timezone
 
-from scheduling import services, worker
-from scheduling.models import AttemptOutcome, Execution, ExecutionStatus
+from scheduling import attempts
+from scheduling.errors import format_error
+from scheduling.models import EXECUTION_STARTABLE, AttemptOutcome, Execution, ExecutionStatus
+from scheduling.worker import runtime
+from scheduling.worker.heartbeat import heartbeat_thread
 
 logger = logging.getLogger("scheduling")
 
@@ -37,7 +40,7 @@ def _execution_for(request: Any, task_id: str | None = None) -> int | None:
         return None
     close_old_connections()
     try:
-        return worker.on_live_connection(
+        return runtime.on_live_connection(
             lambda: Execution.objects.filter(task_id=task_id).values_list("pk", flat=True).first()
         )
     except Exception:  # a malformed id in a foreign message
@@ -55,15 +58,15 @@ def on_task_success(sender: Any = None, **_: Any) -> None:
         return
     close_old_connections()
     # The connection may have died while the task ran (a database restart): see
-    # worker.on_live_connection. The same holds for every write below.
-    worker.on_live_connection(
-        lambda: services.complete_execution(
+    # runtime.on_live_connection. The same holds for every write below.
+    runtime.on_live_connection(
+        lambda: attempts.complete_execution(
             execution_id=execution_id,
             now=timezone.now(),
             attempt=getattr(sender.request, "duecourse_attempt", None),
         )
     )
-    worker.end(execution_id)
+    runtime.end(execution_id)
 
 
 @signals.task_failure.connect
@@ -82,7 +85,7 @@ def on_task_failure(
         return
     close_old_connections()
     outcome, permanent = _classify(sender, exception)
-    error = services.format_error(exception, traceback)
+    error = format_error(exception, traceback)
     if outcome == AttemptOutcome.TIMEOUT:
         error = f"timeout: {error}"
     elif outcome == AttemptOutcome.ABANDONED:
@@ -95,10 +98,10 @@ def on_task_failure(
         # count it as a failed attempt, so that a message that can never start ends FAILED
         # after the job's retries instead of being re-published forever. Never RUNNING here:
         # that would be another worker's live attempt.
-        statuses = services.PUBLISHABLE
+        statuses = EXECUTION_STARTABLE
         error = f"failed before the attempt started: {error}"
-    worker.on_live_connection(
-        lambda: services.fail_attempt(
+    runtime.on_live_connection(
+        lambda: attempts.fail_attempt(
             execution_id=execution_id,
             error=error,
             outcome=outcome,
@@ -109,7 +112,7 @@ def on_task_failure(
             attempt=getattr(request, "duecourse_attempt", None),
         )
     )
-    worker.end(execution_id)
+    runtime.end(execution_id)
 
 
 def _classify(task: Any, exception: BaseException | None) -> tuple[str, bool]:
@@ -134,11 +137,11 @@ def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, *
     if isinstance(reason, Retry):
         cause = reason.exc
         retry_in = _seconds_until(reason.when, now)
-    error = services.format_error(cause) if cause else f"retry requested: {reason or ''}".strip()
+    error = format_error(cause) if cause else f"retry requested: {reason or ''}".strip()
     permanent_errors = getattr(sender, "permanent_errors", ())
     permanent = cause is not None and bool(permanent_errors) and isinstance(cause, permanent_errors)
-    worker.on_live_connection(
-        lambda: services.fail_attempt(
+    runtime.on_live_connection(
+        lambda: attempts.fail_attempt(
             execution_id=execution_id,
             error=error,
             outcome=AttemptOutcome.FAILED,
@@ -148,7 +151,7 @@ def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, *
             attempt=getattr(request, "duecourse_attempt", None),
         )
     )
-    worker.end(execution_id)
+    runtime.end(execution_id)
 
 
 def _seconds_until(when: Any, now: datetime) -> float | None:
@@ -168,7 +171,7 @@ def on_task_postrun(sender: Any = None, state: str | None = None, **_: Any) -> N
 
     ``state`` None means the pool process is exiting under the task (a cold shutdown, or a
     SIGTERM sent to the pool process itself): the execution is retried at once, whether or not
-    Celery requeued the message (see ``services.interrupt_execution``). A body that raised
+    Celery requeued the message (see ``attempts.interrupt_execution``). A body that raised
     ``Ignore`` or ``Reject`` after it started leaves nothing to retry: the execution is
     cancelled with that reason.
     """
@@ -178,16 +181,16 @@ def on_task_postrun(sender: Any = None, state: str | None = None, **_: Any) -> N
     close_old_connections()
     now = timezone.now()
     if state is None:
-        worker.on_live_connection(
-            lambda: services.interrupt_execution(execution_id=execution_id, now=now)
+        runtime.on_live_connection(
+            lambda: attempts.interrupt_execution(execution_id=execution_id, now=now)
         )
     elif state in ("IGNORED", "REJECTED"):
-        worker.on_live_connection(
-            lambda: services.cancel_execution(
+        runtime.on_live_connection(
+            lambda: attempts.cancel_execution(
                 execution_id=execution_id, now=now, reason=f"the task body raised {state.lower()}"
             )
         )
-    worker.end(execution_id)
+    runtime.end(execution_id)
 
 
 @signals.task_revoked.connect
@@ -198,7 +201,7 @@ def on_task_revoked(
     if execution_id is None:
         return
     reason = "expired" if expired else "revoked (terminated)" if terminated else "revoked"
-    services.cancel_execution(execution_id=execution_id, now=timezone.now(), reason=reason)
+    attempts.cancel_execution(execution_id=execution_id, now=timezone.now(), reason=reason)
 
 
 @signals.task_unknown.connect
@@ -206,12 +209,12 @@ def on_task_unknown(name: str | None = None, id: str | None = None, **_: Any) ->
     execution_id = _execution_for(None, id)
     if execution_id is None:
         return
-    services.fail_attempt(
+    attempts.fail_attempt(
         execution_id=execution_id,
         error=f"task {name!r} is not registered on this worker; the message was dropped",
         outcome=AttemptOutcome.FAILED,
         now=timezone.now(),
-        from_statuses=services.PUBLISHABLE,
+        from_statuses=EXECUTION_STARTABLE,
     )
 
 
@@ -221,13 +224,13 @@ def on_task_rejected(message: Any = None, exc: BaseException | None = None, **_:
     execution_id = _execution_for(None, headers.get("id"))
     if execution_id is None:
         return
-    services.fail_attempt(
+    attempts.fail_attempt(
         execution_id=execution_id,
         error=f"message rejected by the worker: {exc!r}",
         outcome=AttemptOutcome.FAILED,
         now=timezone.now(),
         permanent=True,
-        from_statuses=services.PUBLISHABLE,
+        from_statuses=EXECUTION_STARTABLE,
     )
 
 
@@ -235,9 +238,9 @@ def on_task_rejected(message: Any = None, exc: BaseException | None = None, **_:
 def on_worker_process_shutdown(**_: Any) -> None:
     """Hand back executions a cleanly exiting process still runs, for their requeued messages."""
     now = timezone.now()
-    for execution_id in worker.heartbeat.running():
+    for execution_id in heartbeat_thread.running():
         try:
-            services.interrupt_execution(execution_id=execution_id, now=now)
+            attempts.interrupt_execution(execution_id=execution_id, now=now)
         except Exception:
             logger.exception("execution.interrupt_failed execution=%s", execution_id)
 

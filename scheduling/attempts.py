@@ -1,30 +1,30 @@
-"""Every write to the ledger, as named verbs.
+"""Attempts: the worker's writes from start to end of each try at an execution.
 
-Each verb takes keyword arguments and an explicit ``now``; each state change is a
-compare-and-set (``filter(pk=..., status__in=FROM).update(...)``), so zero rows updated means
-someone else moved the row first, which is a normal outcome. No verb talks to the broker while
-it holds row locks: claims commit first and ``scheduling.dispatch`` publishes afterwards.
+``start_execution`` claims an execution for one attempt (a compare-and-set, so a duplicate
+message is acknowledged and does nothing); ``complete_execution``, ``fail_attempt`` (which
+decides retry or failure), ``cancel_execution`` and ``interrupt_execution`` end it; the job is
+released for its next occurrence when the execution is finished. Every write is conditional on
+the state it expects, and on the attempt number the worker started, so a late or repeated
+signal changes nothing. The worker's verbs commit on their own (``atomic(durable=True)``):
+joined to a caller's transaction, a start or an end would not be visible, or could be rolled
+back, after the worker acknowledged its message. ``cancel_execution`` may join one: a person's
+or a domain app's cancel belongs with the rest of its change.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
 from django.db import connection, transaction
 from django.db.models import Case, Exists, F, Q, Value, When
-from psycopg.types.numeric import Int8
 
-from scheduling import conf, schedules
-from scheduling.claims import Doorbell
-from scheduling.claims import claim_batch as claim_batch  # the claim lives in claims.py
-from scheduling.claims import claim_due_jobs as claim_due_jobs
+from scheduling import conf, schedules, sql
+from scheduling.errors import MAX_ERROR
 from scheduling.models import (
     EXECUTION_STARTABLE,
     Attempt,
@@ -35,101 +35,6 @@ from scheduling.models import (
 )
 
 logger = logging.getLogger("scheduling")
-
-PUBLISHABLE = [ExecutionStatus.PENDING, ExecutionStatus.QUEUED, ExecutionStatus.RETRY]
-MAX_ERROR = 4000
-
-
-def _lock(queryset: Any) -> Any:
-    """Lock rows for a claim: skip rows another scheduler holds; never block on a foreign key."""
-    return queryset.select_for_update(skip_locked=True, no_key=True, of=("self",))
-
-
-# --- claim ----------------------------------------------------------------------------------
-
-
-def _doorbell(execution: Execution, job: Job | None) -> Doorbell:
-    return Doorbell(
-        execution_id=execution.pk,
-        task_id=str(execution.task_id),
-        task=execution.task,
-        args=list(job.args) if job else [],
-        kwargs=dict(job.kwargs) if job else {},
-        queue=job.queue if job else "celery",
-        priority=job.priority if job else None,
-        timeout=job.timeout if job else conf.get("DEFAULT_TIMEOUT"),
-    )
-
-
-# --- dispatch bookkeeping -------------------------------------------------------------------
-
-
-def mark_queued(*, execution_ids: Iterable[int], now: datetime) -> int:
-    """Record that the messages of these executions reached the broker.
-
-    On PostgreSQL this commit does not wait for the disk: if the server crashed and lost it,
-    the rows would only be PENDING again and published once more, which workers absorb.
-    """
-    ids = list(execution_ids)
-    if not ids:
-        return 0
-    if connection.vendor != "postgresql":
-        return Execution.objects.filter(pk__in=ids, status=ExecutionStatus.PENDING).update(
-            status=ExecutionStatus.QUEUED, queued_at=now, updated_at=now
-        )
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL synchronous_commit = off")
-        cursor.execute(
-            f"UPDATE {Execution._meta.db_table} SET status = %s, queued_at = %s, updated_at = %s"
-            " WHERE id = ANY(%s::bigint[]) AND status = %s",
-            [ExecutionStatus.QUEUED.value, now, now, ids, ExecutionStatus.PENDING.value],
-        )
-        return cursor.rowcount
-
-
-def requeue_queued(*, now: datetime) -> int:
-    """Make every QUEUED execution due for re-publishing now (the broker lost its messages)."""
-    stale = now - timedelta(seconds=conf.get("PENDING_GRACE") + 1)
-    return Execution.objects.filter(status=ExecutionStatus.QUEUED).update(
-        status=ExecutionStatus.PENDING, queued_at=stale, updated_at=now
-    )
-
-
-def reclaim_for_publish(*, now: datetime, limit: int) -> list[Doorbell]:
-    """Take back executions whose message must be published (again).
-
-    - PENDING past the grace: a scheduler died between its commit and its publish.
-    - QUEUED for longer than REQUEUE_AFTER: the broker may have lost the message.
-    - RETRY whose retry_at has passed: the next attempt is due.
-
-    Each row is moved to PENDING with a fresh ``queued_at`` under SKIP LOCKED, so concurrent
-    schedulers do not publish the same row in the same tick.
-    """
-    pending_before = now - timedelta(seconds=conf.get("PENDING_GRACE"))
-    queued_before = now - timedelta(seconds=conf.get("REQUEUE_AFTER"))
-    due = (
-        Q(status=ExecutionStatus.PENDING, queued_at__lt=pending_before)
-        | Q(status=ExecutionStatus.QUEUED, queued_at__lt=queued_before)
-        | Q(status=ExecutionStatus.RETRY, retry_at__lte=now)
-    )
-    with transaction.atomic():
-        rows = list(_lock(Execution.objects.filter(due)).select_related("job")[:limit])
-        if not rows:
-            return []
-        for row in rows:
-            logger.info(
-                "execution.republished execution=%s status=%s retry_count=%s",
-                row.pk,
-                row.status,
-                row.retry_count,
-            )
-        Execution.objects.filter(pk__in=[r.pk for r in rows]).update(
-            status=ExecutionStatus.PENDING, queued_at=now, updated_at=now
-        )
-    return [_doorbell(row, row.job) for row in rows]
-
-
-# --- worker side ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -172,12 +77,13 @@ def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) 
     return started
 
 
-_STARTABLE_NOW = Q(status__in=[ExecutionStatus.PENDING, ExecutionStatus.QUEUED])
+#: Startable now: waiting for a worker, or a retry whose time has come (see ``_start_with_orm``).
+_STARTABLE_NOW = Q(status__in=EXECUTION_STARTABLE) & ~Q(status=ExecutionStatus.RETRY)
 
 
 def _start_with_orm(execution_id: int, *, worker: str, pid: int, now: datetime) -> Started | None:
     startable = _STARTABLE_NOW | Q(status=ExecutionStatus.RETRY, retry_at__lte=now)
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         if _expired(execution_id, now):
             return None
         changed = Execution.objects.filter(startable, pk=execution_id).update(
@@ -191,9 +97,7 @@ def _start_with_orm(execution_id: int, *, worker: str, pid: int, now: datetime) 
         )
         if not changed:
             return None
-        row = Execution.objects.values("job_id", "checkpoint", "scheduled_for").get(
-            pk=execution_id
-        )
+        row = Execution.objects.values("job_id", "checkpoint", "scheduled_for").get(pk=execution_id)
         number = Attempt.objects.filter(execution_id=execution_id).count() + 1
         Attempt.objects.create(
             execution_id=execution_id, number=number, worker=worker, pid=pid, started_at=now
@@ -222,7 +126,7 @@ def skip_expired(*, execution_id: int, now: datetime) -> bool:
     an expired occurrence is acknowledged, the execution is SKIPPED with the reason and a
     forbid-overlap job is released for its next occurrence.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         execution = (
             Execution.objects.select_for_update(of=("self",))
             .select_related("job")
@@ -244,81 +148,6 @@ def skip_expired(*, execution_id: int, now: datetime) -> bool:
     return True
 
 
-HOT_PREPARE_THRESHOLD = 5
-
-
-def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Run one of the statements a worker sends for every task; return its first row.
-
-    A worker process sends the same few statements thousands of times. Prepared on the server,
-    each is planned once per connection instead of on every call, where planning was half of
-    the statement's server time; Django's cursors bind parameters on the client and never
-    prepare. So this runs a plain psycopg cursor on Django's own connection: the same
-    transaction, with errors mapped to Django's as any query's are. ``PREPARE_STATEMENTS``
-    off (for a pooler that cannot keep prepared statements) takes Django's cursor instead.
-    """
-    if not conf.get("PREPARE_STATEMENTS"):
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchone()
-    connection.ensure_connection()
-    raw = connection.connection
-    if (
-        raw.prepare_threshold is None
-        and connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
-    ):
-        # Django turns psycopg's statement cache off. Its own cursors bind on the client and
-        # are never prepared, so turning the cache on touches only the statements sent here
-        # (with server-side binding configured, the project's own threshold is left alone).
-        raw.prepare_threshold = HOT_PREPARE_THRESHOLD
-    # Integers go as int8 whatever their size, so each statement is prepared once, not once
-    # per combination of int2/int4/int8 parameters.
-    values = {k: Int8(v) if type(v) is int else v for k, v in params.items()}
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-        cursor.execute(sql, values, prepare=True)
-        return cursor.fetchone()
-
-
-# The worker's two statements per task, built once: the start claim and the completion.
-_START_SQL = f"""
-    WITH started AS (
-        UPDATE {Execution._meta.db_table}
-           SET status = %(running)s, started_at = %(now)s, finished_at = NULL,
-               last_heartbeat_at = %(now)s, retry_at = NULL, worker = %(worker)s,
-               updated_at = %(now)s
-         WHERE id = %(id)s
-           AND (status IN (%(pending)s, %(queued)s)
-                OR (status = %(retry)s AND retry_at <= %(now)s))
-           AND NOT EXISTS (
-                SELECT 1 FROM {Job._meta.db_table} x
-                 WHERE x.id = {Execution._meta.db_table}.job_id AND x.expires IS NOT NULL
-                   AND {Execution._meta.db_table}.scheduled_for
-                       + x.expires * interval '1 second' < %(now)s)
-     RETURNING id, job_id, checkpoint, scheduled_for
-    ), attempt AS (
-        INSERT INTO {Attempt._meta.db_table}
-               (execution_id, number, worker, pid, started_at, outcome, error)
-        SELECT s.id,
-               1 + (SELECT count(*) FROM {Attempt._meta.db_table} a
-                     WHERE a.execution_id = s.id),
-               %(worker)s, %(pid)s, %(now)s, %(attempt_running)s, ''
-          FROM started s
-     RETURNING number
-    ), keepalive AS (
-        UPDATE {Job._meta.db_table} j SET last_keepalive_at = %(now)s
-          FROM started s WHERE j.id = s.job_id
-    )
-    SELECT s.job_id, s.checkpoint, (SELECT number FROM attempt), s.scheduled_for FROM started s
-    """
-_START_VALUES = {
-    "running": ExecutionStatus.RUNNING.value,
-    "pending": ExecutionStatus.PENDING.value,
-    "queued": ExecutionStatus.QUEUED.value,
-    "retry": ExecutionStatus.RETRY.value,
-    "attempt_running": AttemptOutcome.RUNNING.value,
-}
-
-
 def _start_in_one_statement(
     execution_id: int, *, worker: str, pid: int, now: datetime
 ) -> Started | None:
@@ -326,9 +155,15 @@ def _start_in_one_statement(
 
     The same compare-and-set, attempt row and keep-alive, written as data-modifying CTEs.
     """
-    row = execute_hot(
-        _START_SQL,
-        {**_START_VALUES, "id": execution_id, "now": now, "worker": worker, "pid": pid},
+    row = sql.execute_hot(
+        sql.START_EXECUTION,
+        {
+            **sql.START_EXECUTION_VALUES,
+            "id": execution_id,
+            "now": now,
+            "worker": worker,
+            "pid": pid,
+        },
     )
     if row is None:
         return None
@@ -403,7 +238,7 @@ def complete_execution(*, execution_id: int, now: datetime, attempt: int | None 
         if not changed:
             return False
     else:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             changed = Execution.objects.filter(
                 _attempt_running(execution_id, attempt),
                 pk=execution_id,
@@ -421,44 +256,13 @@ def complete_execution(*, execution_id: int, now: datetime, attempt: int | None 
     return True
 
 
-_COMPLETE_SQL = f"""
-    WITH done AS (
-        UPDATE {Execution._meta.db_table}
-           SET status = %(completed)s, finished_at = %(now)s, last_error = '',
-               updated_at = %(now)s
-         WHERE id = %(id)s AND status = %(running)s
-           AND (%(attempt)s::int IS NULL OR EXISTS (
-                SELECT 1 FROM {Attempt._meta.db_table} a
-                 WHERE a.execution_id = %(id)s AND a.number = %(attempt)s
-                   AND a.outcome = %(attempt_running)s))
-     RETURNING id, job_id
-    ), attempt AS (
-        UPDATE {Attempt._meta.db_table}
-           SET outcome = %(attempt_completed)s, finished_at = %(now)s
-         WHERE execution_id IN (SELECT id FROM done) AND outcome = %(attempt_running)s
-    ), job AS (
-        UPDATE {Job._meta.db_table} j
-           SET execute_count = j.execute_count + 1,
-               last_keepalive_at = %(now)s,
-               current_execution_id = NULLIF(j.current_execution_id, d.id)
-          FROM done d WHERE j.id = d.job_id
-    )
-    SELECT job_id FROM done
-    """
-_COMPLETE_VALUES = {
-    "completed": ExecutionStatus.COMPLETED.value,
-    "running": ExecutionStatus.RUNNING.value,
-    "attempt_completed": AttemptOutcome.COMPLETED.value,
-    "attempt_running": AttemptOutcome.RUNNING.value,
-}
-
-
 def _complete_in_one_statement(
     execution_id: int, *, now: datetime, attempt: int | None
 ) -> tuple[bool, int | None]:
     """The completion as one PostgreSQL statement: (whether it was running, its job)."""
-    row = execute_hot(
-        _COMPLETE_SQL, {**_COMPLETE_VALUES, "id": execution_id, "now": now, "attempt": attempt}
+    row = sql.execute_hot(
+        sql.COMPLETE_EXECUTION,
+        {**sql.COMPLETE_EXECUTION_VALUES, "id": execution_id, "now": now, "attempt": attempt},
     )
     return (False, None) if row is None else (True, row[0])
 
@@ -467,24 +271,6 @@ def _finish_attempt(execution_id: int, outcome: str, error: str, now: datetime) 
     Attempt.objects.filter(execution_id=execution_id, outcome=AttemptOutcome.RUNNING).update(
         outcome=outcome, finished_at=now, error=error[:MAX_ERROR]
     )
-
-
-def format_error(exc: BaseException | None, tb: Any = None, *, limit: int = 6) -> str:
-    """``Class: message`` and the innermost frames of the traceback, short enough to read."""
-    if exc is None:
-        return ""
-    head = f"{type(exc).__name__}: {exc}".strip()
-    if tb is None:
-        tb = exc.__traceback__
-    if tb is None:
-        return head
-    if isinstance(tb, str):
-        # Celery's main process reports a lost pool process (WorkerLostError) with the
-        # traceback already formatted by billiard: keep its last lines, as for frames.
-        frames = "\n".join(tb.strip().splitlines()[-2 * limit :])
-        return f"{head}\n{frames}"[:MAX_ERROR]
-    frames = "".join(traceback.format_tb(tb)[-limit:])
-    return f"{head}\n{frames}"[:MAX_ERROR]
 
 
 def fail_attempt(
@@ -497,20 +283,24 @@ def fail_attempt(
     retry_in: float | None = None,
     from_statuses: Sequence[str] = (ExecutionStatus.RUNNING,),
     attempt: int | None = None,
+    stale_before: datetime | None = None,
 ) -> str | None:
     """End the running attempt with ``outcome``; retry the execution or fail it.
 
     The execution goes to RETRY with ``retry_count + 1`` and a ``retry_at`` from capped
     exponential backoff (or ``retry_in`` seconds when the task asked for a delay), until the
     job's ``max_retries`` are spent or the error is permanent; then it is FAILED and the job is
-    released. Returns the new status, or None if the execution was no longer running.
+    released. Returns the new status, or None if the execution was no longer running (or,
+    with ``stale_before``, its heartbeat is no longer older than that: the reaper's condition).
     """
-    with transaction.atomic():
+    still_stale = Q() if stale_before is None else Q(last_heartbeat_at__lt=stale_before)
+    with transaction.atomic(durable=True):
         execution = (
             Execution.objects.select_for_update(of=("self",))
             .select_related("job")
             .filter(
                 _attempt_running(execution_id, attempt),
+                still_stale,
                 pk=execution_id,
                 status__in=list(from_statuses),
             )
@@ -597,7 +387,7 @@ def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
     Celery acknowledge it as WorkerLostError. The scheduler's next tick therefore publishes
     it again; if the requeued message also arrives, the claim absorbs the second one.
     """
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         changed = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.RUNNING).update(
             status=ExecutionStatus.RETRY, retry_at=now, finished_at=now, updated_at=now
         )
@@ -608,45 +398,3 @@ def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
     if changed:
         logger.warning("execution.interrupted execution=%s", execution_id)
     return bool(changed)
-
-
-def heartbeat(*, execution_ids: Sequence[int], now: datetime) -> int:
-    """Prove that these running executions are alive: one statement per beat."""
-    if not execution_ids:
-        return 0
-    ids = list(execution_ids)
-    with transaction.atomic():
-        changed = Execution.objects.filter(pk__in=ids, status=ExecutionStatus.RUNNING).update(
-            last_heartbeat_at=now
-        )
-        Job.objects.filter(executions__pk__in=ids).update(last_keepalive_at=now)
-    return changed
-
-
-def reap_stale_executions(*, now: datetime, stale_after: float, limit: int = 500) -> list[int]:
-    """Give back running executions whose worker stopped proving it is alive."""
-    cutoff = now - timedelta(seconds=stale_after)
-    with transaction.atomic():
-        stale = list(
-            _lock(
-                Execution.objects.filter(
-                    status=ExecutionStatus.RUNNING, last_heartbeat_at__lt=cutoff
-                )
-            ).values_list("pk", "worker", "last_heartbeat_at")[:limit]
-        )
-    reaped = []
-    for execution_id, worker, last in stale:
-        status = fail_attempt(
-            execution_id=execution_id,
-            error=(
-                f"abandoned: worker {worker or '?'} sent no heartbeat since "
-                f"{last.isoformat() if last else 'start'} (stale after {stale_after:g}s)"
-            ),
-            outcome=AttemptOutcome.ABANDONED,
-            now=now,
-            retry_in=0,
-        )
-        if status is not None:
-            logger.warning("execution.reaped execution=%s status=%s", execution_id, status)
-            reaped.append(execution_id)
-    return reaped

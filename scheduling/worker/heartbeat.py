@@ -17,12 +17,14 @@ import threading
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from scheduling import conf
+from scheduling import conf, liveness
 
 logger = logging.getLogger("scheduling")
 
 
-class Heartbeat:
+class HeartbeatThread:
+    """The executions this process runs, and the daemon thread that beats for them."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running: set[int] = set()
@@ -56,13 +58,11 @@ class Heartbeat:
             self._wake = threading.Event()
 
     def beat_once(self) -> int:
-        from scheduling import services
-
         ids = self.running()
         if not ids:
             return 0
         close_old_connections()
-        return services.heartbeat(execution_ids=ids, now=timezone.now())
+        return liveness.record_heartbeat(execution_ids=ids, now=timezone.now())
 
     def _run(self) -> None:
         wake = self._wake
@@ -77,4 +77,4 @@ class Heartbeat:
                 connection.close()
 
 
-heartbeat = Heartbeat()
+heartbeat_thread = HeartbeatThread()

@@ -15,9 +15,9 @@ from typing import Any
 from celery import Task, shared_task
 from celery.exceptions import Ignore, Retry
 
-from scheduling import worker
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
+from scheduling.worker import runtime
 
 
 class ScheduledTask(Task):
@@ -34,7 +34,7 @@ class ScheduledTask(Task):
         request in ``self.request``. A signal receiver could not veto the run: Celery logs and
         swallows exceptions raised by receivers.
         """
-        if not worker.begin(self):
+        if not runtime.begin(self):
             raise Ignore()
 
     @property
@@ -44,11 +44,7 @@ class ScheduledTask(Task):
 
     @property
     def run_context(self) -> RunContext | None:
-        """This attempt's ``RunContext`` (None for an unrecorded call).
-
-        Not named ``run``: Celery's task decorator sets ``run`` to the task's body function on
-        the generated class, which would hide a property of that name.
-        """
+        """This attempt's ``RunContext`` (None for an unrecorded call)."""
         return getattr(self.request, "duecourse_run", None)
 
     @property

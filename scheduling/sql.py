@@ -1,0 +1,219 @@
+"""Every hand-written statement of the engine, by name, and the runner for the hot ones.
+
+The ORM writes most of the ledger. The statements here are the ones on a hot path, where one
+round trip instead of several, or text instead of driver-decoded values, is the difference the
+benchmarks measure. Each constant is headed by the function that runs it, so a grep leads from
+a verb to its SQL and back. Where SQLite needs a
+different form, the function keeps an ORM twin next to its call, and the specification tests
+run both (``make test`` runs the claim, attempt and policy tests on SQLite as well).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from django.db import connection
+from psycopg.types.numeric import Int8
+
+from scheduling import conf
+from scheduling.models import (
+    Attempt,
+    AttemptOutcome,
+    Execution,
+    ExecutionStatus,
+    Job,
+    Schedule,
+)
+
+JOB = Job._meta.db_table
+SCHEDULE = Schedule._meta.db_table
+EXECUTION = Execution._meta.db_table
+ATTEMPT = Attempt._meta.db_table
+
+# -- claims._lock_due_pg: due active jobs not waiting on an execution, oldest first, locked
+#    against other schedulers; JSON and times read as text (see its docstring).
+LOCK_DUE_JOBS = f"""
+    SELECT j.id, j.next_occurrence_at::text, j.next_due_at::text, j.created_at::text,
+           j.misfire, j.overlap, j.jitter, j.task, j.args::text, j.kwargs::text,
+           j.queue, j.priority, j.timeout, j.task_table, j.task_row_id, s.interval,
+           s.cron, s.timezone, s.run_at::text, s.starts_at::text, s.ends_at::text
+      FROM {JOB} AS j
+      JOIN {SCHEDULE} AS s ON s.id = j.schedule_id
+     WHERE j.status = %s AND j.current_execution_id IS NULL AND j.next_due_at <= %s
+     ORDER BY j.next_due_at
+     LIMIT %s
+       FOR NO KEY UPDATE OF j SKIP LOCKED
+
+    """
+
+# -- claims._write_pg: insert the planned executions and move the claimed jobs at once.
+WRITE_CLAIM = f"""
+    WITH inserted AS (
+        INSERT INTO {EXECUTION}
+               (job_id, task, scheduled_for, status, task_id, last_error, created_at,
+                queued_at, finished_at, retry_count, worker, duplicates, updated_at)
+        SELECT v.job_id, v.task, v.scheduled_for, v.status, v.task_id, v.last_error,
+               %(now)s,
+               CASE WHEN v.status = %(pending)s THEN %(now)s::timestamptz END,
+               CASE WHEN v.status <> %(pending)s THEN %(now)s::timestamptz END,
+               0, '', 0, %(now)s
+          FROM json_to_recordset(%(executions)s::json) AS v(
+               job_id bigint, task varchar, scheduled_for timestamptz, status varchar,
+               task_id uuid, last_error text)
+            ON CONFLICT (job_id, scheduled_for) DO NOTHING
+        RETURNING id, job_id, task_id, status, scheduled_for
+    ), first_pending AS (
+        SELECT jsonb_object_agg(job_id, id) AS ids
+          FROM (SELECT DISTINCT ON (job_id) job_id, id
+                  FROM inserted
+                 WHERE status = %(pending)s
+                 ORDER BY job_id, scheduled_for) AS p
+    ), moved AS (
+        UPDATE {JOB} AS j
+           SET next_due_at = CASE WHEN v.keep THEN j.next_due_at ELSE v.next_due_at END,
+               next_occurrence_at = CASE WHEN v.keep THEN j.next_occurrence_at
+                                         ELSE v.next_occurrence_at END,
+               status = v.status,
+               current_execution_id = CASE
+                   WHEN v.forbid THEN (f.ids ->> v.id::text)::bigint END,
+               updated_at = %(now)s
+          FROM json_to_recordset(%(jobs)s::json) AS v(
+               id bigint, next_due_at timestamptz, next_occurrence_at timestamptz,
+               status varchar, forbid boolean, keep boolean)
+         CROSS JOIN first_pending AS f
+         WHERE j.id = v.id
+    )
+    SELECT task_id::text, id FROM inserted
+
+    """
+
+# -- attempts.start_execution: the worker's claim of one attempt (compare-and-set), its
+#    attempt row and the job's keep-alive; an expired occurrence does not start.
+START_EXECUTION = f"""
+    WITH started AS (
+        UPDATE {EXECUTION}
+           SET status = %(running)s, started_at = %(now)s, finished_at = NULL,
+               last_heartbeat_at = %(now)s, retry_at = NULL, worker = %(worker)s,
+               updated_at = %(now)s
+         WHERE id = %(id)s
+           AND (status IN (%(pending)s, %(queued)s)
+                OR (status = %(retry)s AND retry_at <= %(now)s))
+           AND NOT EXISTS (
+                SELECT 1 FROM {JOB} x
+                 WHERE x.id = {EXECUTION}.job_id AND x.expires IS NOT NULL
+                   AND {EXECUTION}.scheduled_for
+                       + x.expires * interval '1 second' < %(now)s)
+     RETURNING id, job_id, checkpoint, scheduled_for
+    ), attempt AS (
+        INSERT INTO {ATTEMPT}
+               (execution_id, number, worker, pid, started_at, outcome, error)
+        SELECT s.id,
+               1 + (SELECT count(*) FROM {ATTEMPT} a
+                     WHERE a.execution_id = s.id),
+               %(worker)s, %(pid)s, %(now)s, %(attempt_running)s, ''
+          FROM started s
+     RETURNING number
+    ), keepalive AS (
+        UPDATE {JOB} j SET last_keepalive_at = %(now)s
+          FROM started s WHERE j.id = s.job_id
+    )
+    SELECT s.job_id, s.checkpoint, (SELECT number FROM attempt), s.scheduled_for FROM started s
+
+    """
+START_EXECUTION_VALUES = {
+    "running": ExecutionStatus.RUNNING.value,
+    "pending": ExecutionStatus.PENDING.value,
+    "queued": ExecutionStatus.QUEUED.value,
+    "retry": ExecutionStatus.RETRY.value,
+    "attempt_running": AttemptOutcome.RUNNING.value,
+}
+
+# -- attempts.complete_execution: the successful end of the running attempt.
+COMPLETE_EXECUTION = f"""
+    WITH done AS (
+        UPDATE {EXECUTION}
+           SET status = %(completed)s, finished_at = %(now)s, last_error = '',
+               updated_at = %(now)s
+         WHERE id = %(id)s AND status = %(running)s
+           AND (%(attempt)s::int IS NULL OR EXISTS (
+                SELECT 1 FROM {ATTEMPT} a
+                 WHERE a.execution_id = %(id)s AND a.number = %(attempt)s
+                   AND a.outcome = %(attempt_running)s))
+     RETURNING id, job_id
+    ), attempt AS (
+        UPDATE {ATTEMPT}
+           SET outcome = %(attempt_completed)s, finished_at = %(now)s
+         WHERE execution_id IN (SELECT id FROM done) AND outcome = %(attempt_running)s
+    ), job AS (
+        UPDATE {JOB} j
+           SET execute_count = j.execute_count + 1,
+               last_keepalive_at = %(now)s,
+               current_execution_id = NULLIF(j.current_execution_id, d.id)
+          FROM done d WHERE j.id = d.job_id
+    )
+    SELECT job_id FROM done
+
+    """
+COMPLETE_EXECUTION_VALUES = {
+    "completed": ExecutionStatus.COMPLETED.value,
+    "running": ExecutionStatus.RUNNING.value,
+    "attempt_completed": AttemptOutcome.COMPLETED.value,
+    "attempt_running": AttemptOutcome.RUNNING.value,
+}
+
+# -- publishing.mark_queued: these executions' messages reached the broker.
+MARK_QUEUED = f"""
+    UPDATE {EXECUTION} SET status = %s, queued_at = %s, updated_at = %s
+     WHERE id = ANY(%s::bigint[]) AND status = %s
+    """
+
+# -- selectors.scheduler_probe: every question of an idle tick, each an index probe.
+SCHEDULER_PROBE = f"""
+    SELECT
+      EXISTS (SELECT 1 FROM {JOB} WHERE status = 'active'
+               AND current_execution_id IS NULL AND next_due_at <= %s),
+      EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = 'pending' AND queued_at < %s)
+      OR EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = 'queued' AND queued_at < %s)
+      OR EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = 'retry' AND retry_at <= %s),
+      EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = 'running'
+               AND last_heartbeat_at < %s),
+      (SELECT MIN(next_due_at) FROM {JOB} WHERE status = 'active'
+               AND current_execution_id IS NULL
+               AND next_due_at > '-infinity' AND next_due_at < 'infinity')
+
+    """
+
+HOT_PREPARE_THRESHOLD = 5
+
+
+def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Run one of the statements a worker sends for every task; return its first row.
+
+    A worker process sends the same few statements thousands of times. Prepared on the server,
+    each is planned once per connection instead of on every call, where planning was half of
+    the statement's server time; Django's cursors bind parameters on the client and never
+    prepare. So this runs a plain psycopg cursor on Django's own connection: the same
+    transaction, with errors mapped to Django's as any query's are. ``PREPARE_STATEMENTS``
+    off (for a pooler that cannot keep prepared statements) takes Django's cursor instead.
+    """
+    if not conf.get("PREPARE_STATEMENTS"):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+    connection.ensure_connection()
+    raw = connection.connection
+    if (
+        raw.prepare_threshold is None
+        and connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
+    ):
+        # Django turns psycopg's statement cache off. Its own cursors bind on the client and
+        # are never prepared, so turning the cache on touches only the statements sent here
+        # (with server-side binding configured, the project's own threshold is left alone).
+        raw.prepare_threshold = HOT_PREPARE_THRESHOLD
+    # Integers go as int8 whatever their size, so each statement is prepared once, not once
+    # per combination of int2/int4/int8 parameters.
+    values = {k: Int8(v) if type(v) is int else v for k, v in params.items()}
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+        cursor.execute(sql, values, prepare=True)
+        return cursor.fetchone()

@@ -1,0 +1,32 @@
+"""The test app's declaration, exactly as a domain app makes one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from scheduling.api import PermanentError, RunContext, task_table
+from tests.tasktable_app.models import Chore
+
+
+@task_table(Chore)
+def run_chore(chore: Chore, run: RunContext) -> dict[str, Any]:
+    """Record what the run context says, save a checkpoint, and fail as often as asked."""
+    entry = {
+        "execution_id": run.execution_id,
+        "job_id": run.job_id,
+        "scheduled_for": run.scheduled_for.isoformat(),
+        "attempt": run.attempt,
+        "checkpoint": run.checkpoint,
+    }
+    with transaction.atomic():
+        locked = Chore.objects.select_for_update().get(pk=chore.pk)
+        locked.runs = [*locked.runs, entry]
+        locked.save(update_fields=["runs"])
+    run.progress({"attempt": run.attempt})
+    if chore.name == "permanent":
+        raise PermanentError("this chore can never succeed")
+    if run.attempt <= chore.fail_first:
+        raise RuntimeError(f"failing attempt {run.attempt} of {chore.fail_first}")
+    return {"attempt": run.attempt}

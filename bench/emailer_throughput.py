@@ -365,7 +365,7 @@ def write_docs(data: dict[str, Any], notes: str) -> None:
     section = "\n".join(
         [
             BEGIN,
-            "## 5. Emailer throughput with the delivery ledger",
+            "## 6. Emailer throughput with the delivery ledger",
             "",
             "Written by `bench/emailer_throughput.py` (this section only). Target: ≥ 300 "
             "messages/s to a loopback SMTP server for a 10,000-participant batch with the ledger "

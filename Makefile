@@ -1,17 +1,20 @@
 # Two commands on a fresh machine:
 #   make run    the embedded default (SQLite + file-system broker under var/): worker + scheduler
+#               + the admin at a printed address, with a generated demo login
 #   make test   the test suite (PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/duecourse
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
-# The embedded default is a product path too: the claim, attempt and policy specifications and
-# the emailer's runs (its ledger statements are written for both databases) run on SQLite as
-# well (SQLITE=0 skips that pass).
+# The embedded default is a product path too: the claim, attempt and policy specifications, the
+# dashboard's reads, history pruning and the emailer's runs (its ledger statements are written
+# for both databases) run on SQLite as well (SQLITE=0 skips that pass).
 SQLITE ?= 1
 SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.py \
-	tests/scheduling/test_validation.py tests/scheduling/test_api.py tests/emailer/test_runs.py
+	tests/scheduling/test_validation.py tests/scheduling/test_api.py \
+	tests/scheduling/test_dashboard.py tests/scheduling/test_retention.py \
+	tests/emailer/test_runs.py
 
 .PHONY: run test lint bench install
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -426,6 +427,16 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str
     return "\n".join(lines) + "\n"
 
 
+MARKED = re.compile(r"\n*## [^\n]*\n<!-- section:(\w+) -->.*?<!-- /section:\1 -->\n*", re.S)
+
+
+def kept_sections(text: str) -> str:
+    """Sections other scripts write as a heading, ``<!-- section:NAME -->``, the body and
+    ``<!-- /section:NAME -->`` (bench/dashboard.py's), carried over when the rest of the file
+    is rendered again."""
+    return "".join(f"\n{block.group(0).strip()}\n" for block in MARKED.finditer(text))
+
+
 def main() -> None:
     """Run the scripts (unless --render), print every table, write the report and plot."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -456,9 +467,12 @@ def main() -> None:
         print(common.render_table(module.HEADERS, module.table_rows(data), markdown=False))
     plotted = bool(results["tick_cost"]) and plot(results["tick_cost"], PLOT)
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    # Measurements that run on their own (cron_next.py) keep their section of the page.
-    kept = cron_next.saved_section(DOC.read_text()) if DOC.exists() else ""
-    DOC.write_text(render(results, facts, plotted) + ("\n" + kept if kept else ""))
+    # Measurements that run on their own keep their sections of the page: cron_next.py's, and
+    # those between section markers (bench/dashboard.py's).
+    text = DOC.read_text() if DOC.exists() else ""
+    marked = kept_sections(text)
+    kept = cron_next.saved_section(MARKED.sub("", text))
+    DOC.write_text(render(results, facts, plotted) + ("\n" + kept if kept else "") + marked)
     print("\nTargets")
     print(common.render_table(["target", "measured", "verdict"], verdicts(results), markdown=False))
     print(f"\nwrote {DOC}" + (f" and {PLOT.name}" if plotted else ""))

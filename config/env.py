@@ -92,9 +92,15 @@ def parse_database_url(url: str) -> dict[str, object]:
         name = unquote(parts.path.lstrip("/"))
         if not name:
             raise ImproperlyConfigured(f"DATABASE_URL: no database name in {url!r}")
+        # Behind a pooler in transaction mode (PgBouncer, RDS Proxy, Supavisor) a session
+        # lasts one transaction: no server-side cursors and no prepared statements.
+        pooled = env_bool("DATABASE_TRANSACTION_POOLING", False)
+        if pooled:
+            options = {"prepare_threshold": None, **options}
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": name,
+            "DISABLE_SERVER_SIDE_CURSORS": pooled,
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),
             "HOST": parts.hostname or "",

@@ -33,6 +33,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Its tables hold the PeriodicTask rows that `manage.py import_beat` moves over.
+    "django_celery_beat",
     "scheduling",
     "emailer",
     "subscriptions",
@@ -40,6 +42,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves the admin's styles from STATIC_ROOT without DEBUG (collected by `make run`).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -53,7 +57,8 @@ ROOT_URLCONF = "config.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # Project-wide overrides of the admin's templates (its index links the dashboard).
+        "DIRS": [BASE_DIR / "config" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -89,6 +94,10 @@ USE_I18N = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# WhiteNoise serves the admin's styles without DEBUG. Files found in the apps are served too,
+# so `make run` needs no collectstatic; production runs collectstatic and may turn this off.
+WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 
 # --- Mail -----------------------------------------------------------------------------------
 # EMAIL_HOST selects SMTP; without it mail is written to files under var/mail (one file per
@@ -173,6 +182,10 @@ SCHEDULING: dict[str, object] = {
     for name, value in os.environ.items()
     if name.startswith("SCHEDULING_") and name != "SCHEDULING_LOG_LEVEL"
 }
+
+if DATABASES["default"].get("DISABLE_SERVER_SIDE_CURSORS"):
+    # DATABASE_TRANSACTION_POOLING: the workers' prepared statements would not survive either.
+    SCHEDULING.setdefault("PREPARE_STATEMENTS", False)
 
 LOGGING = {
     "version": 1,

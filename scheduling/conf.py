@@ -66,6 +66,17 @@ KNOBS: dict[str, Knob] = {
         "Prepare the statements a worker sends for every task on the PostgreSQL server (turn "
         "off behind a connection pooler in transaction mode that cannot keep them).",
     ),
+    "SCHEDULER_NAME": Knob(
+        "",
+        str,
+        "How a scheduler names itself in /health/ and /metrics (default: host:pid).",
+    ),
+    "LIVENESS_INTERVAL": Knob(
+        5.0, float, "Seconds between a scheduler's writes of its tick time and counters."
+    ),
+    "HEALTH_TICK_AGE": Knob(
+        60.0, float, "/health/ fails when no scheduler has ticked for this many seconds."
+    ),
     "CATCH_UP_LIMIT": Knob(
         100, int, "Missed occurrences a catch_up job with overlap=allow creates per claim."
     ),
@@ -76,6 +87,8 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def _coerce(name: str, raw: Any, kind: type) -> Any:
+    if kind is str:
+        return str(raw)
     if kind is bool:
         if isinstance(raw, bool):
             return raw

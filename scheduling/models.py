@@ -308,6 +308,17 @@ class Execution(models.Model):
                 name="execution_running_idx",
                 condition=Q(status="running"),
             ),
+            # overview.executions_per_hour and overview.lag_percentiles: "executions due in
+            # the last 24 h, by hour and status" and "their start minus due time"; the included
+            # columns after the first let both read the index alone, never the table.
+            models.Index(
+                fields=["scheduled_for", "status", "started_at"], name="execution_recent_idx"
+            ),
+            # overview.recent_failures: "executions that failed in the last 24 h"; partial, so
+            # it holds only failed rows and costs nothing when executions succeed.
+            models.Index(
+                fields=["finished_at"], name="execution_failed_idx", condition=Q(status="failed")
+            ),
         ]
         ordering = ["-scheduled_for", "-id"]
 
@@ -364,3 +375,32 @@ class Attempt(models.Model):
             "outcome": self.outcome,
             "error": self.error,
         }
+
+
+class SchedulerState(models.Model):
+    """What each scheduler process last said about itself, for ``/health/`` and ``/metrics``.
+
+    The scheduler is a process of its own; the web process learns that it is alive only from
+    this row, written by ``scheduling.ticks.record_tick`` at most once every few seconds so
+    that an idle tick stays one query. Counters are totals since that process started.
+    """
+
+    name = models.CharField(max_length=255, unique=True, help_text="host:pid, or a set name.")
+    last_tick_at = models.DateTimeField()
+    last_tick_seconds = models.FloatField(
+        default=0.0, help_text="Longest tick since the previous write, in seconds."
+    )
+    ticks_total = models.PositiveBigIntegerField(default=0)
+    claimed_total = models.PositiveBigIntegerField(default=0)
+    republished_total = models.PositiveBigIntegerField(default=0)
+    reaped_total = models.PositiveBigIntegerField(default=0)
+    started_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # ticks.last_tick: "the most recent tick of any scheduler".
+            models.Index(fields=["last_tick_at"], name="scheduler_last_tick_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.last_tick_at:%Y-%m-%d %H:%M:%S}"

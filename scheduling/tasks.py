@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
 from scheduling import (
     diagnostics,  # noqa: F401  (registers the diagnostic tasks)
+    retention,
     selectors,
     tasktables,
 )
@@ -36,3 +40,29 @@ def run_task_row(self: Any) -> Any:
     if row is None:
         raise PermanentError(f"task_row_id: no {label} row with id {row_id}")
     return table.runner(row, run)
+
+
+@schedulable_task(name="scheduling.prune_history", bind=True)
+def prune_history(
+    self: Any,
+    older_than: str = "30d",
+    keep_last: int = 10,
+    batch_size: int = 1000,
+    max_seconds: float = 240.0,
+) -> dict[str, Any]:
+    """Trim the execution history as a job of its own (``manage.py prune_history`` as a task).
+
+    ``max_seconds`` stays under the default 300 s job timeout; what is left goes next time.
+    """
+    try:
+        age = retention.parse_age(older_than)
+    except ValidationError as exc:
+        raise PermanentError(str(exc)) from None
+    report = retention.prune_history(
+        older_than=age,
+        keep_last=int(keep_last),
+        now=timezone.now(),
+        batch_size=int(batch_size),
+        max_seconds=float(max_seconds),
+    )
+    return report.as_dict(retention.job_names(list(report.by_job)))

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 from django.utils import timezone
 
-from scheduling import claims, conf, liveness, publishing, selectors
+from scheduling import claims, conf, liveness, publishing, selectors, ticks
 from scheduling.claims import Doorbell
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.publisher import Publisher
@@ -84,9 +84,11 @@ class Dispatcher:
 
     def tick(self, now: datetime | None = None) -> float:
         """Do one round of work; return how long to sleep before the next."""
+        started = time.monotonic()
         try:
             close_old_connections()
             sleep = self._tick(now or timezone.now())
+            ticks.record_tick(stats=self.stats, seconds=time.monotonic() - started)
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1
             delay = self._backoff()

@@ -440,8 +440,10 @@ def test_jobs_add_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> 
 def test_the_commands_this_file_knows_are_all_the_commands() -> None:
     assert SCHEDULING_COMMANDS == [
         "executions",
+        "import_beat",
         "jobs",
         "loaddemo",
+        "prune_history",
         "reap",
         "runscheduler",
         "runstack",

@@ -1,35 +1,93 @@
-"""``manage.py runstack``: a worker and the scheduler together, for the embedded default.
+"""``manage.py runstack``: a worker, the scheduler and the admin together, for the local demo.
 
-Starts ``celery -A config worker`` and ``manage.py runscheduler`` as child processes with the
-same settings, passes their output through (each execution logs ``execution.started`` and
-``execution.completed``), and stops both cleanly on Ctrl-C or SIGTERM.
+Starts ``celery -A config worker``, ``manage.py runscheduler`` and a web server for the admin
+as child processes with the same settings, passes their output through with each job named
+(``scheduling.console``), prints where the admin is and how to log in, and stops everything
+cleanly on Ctrl-C or SIGTERM.
+
+The login is a local demo superuser, ``demo-admin``, whose password is generated afresh at
+every start and printed once: there is no fixed password to leak.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from typing import IO, Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
 
+from scheduling.console import JobNames
 from scheduling.management.base import DuecourseCommand, positive_int
 
 STOP_TIMEOUT = 20.0
+WEB_START_TIMEOUT = 15.0
+DEMO_ADMIN = "demo-admin"
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_listening(host: str, port: int, *, timeout: float, stop: threading.Event) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not stop.is_set():
+        with socket.socket() as sock:
+            sock.settimeout(0.5)
+            if sock.connect_ex((host, port)) == 0:
+                return True
+        stop.wait(0.2)
+    return False
+
+
+def demo_login() -> tuple[str, str]:
+    """Create or refresh the demo superuser with a new random password; return both."""
+    password = secrets.token_urlsafe(12)
+    users = get_user_model().objects
+    user = users.filter(username=DEMO_ADMIN).first()
+    if user is None:
+        user = users.create_superuser(DEMO_ADMIN, email="", password=password)
+    else:
+        user.is_staff = user.is_superuser = user.is_active = True
+        user.set_password(password)
+        user.save()
+    return DEMO_ADMIN, password
 
 
 class Command(DuecourseCommand):
-    help = "Run a Celery worker and the scheduler until interrupted."
+    help = "Run a Celery worker, the scheduler and the admin until interrupted."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--concurrency", type=positive_int, default=2, help="Worker processes (2)."
         )
         parser.add_argument("--loglevel", default="INFO")
+        parser.add_argument("--host", default="127.0.0.1", help="Admin address (127.0.0.1).")
+        parser.add_argument(
+            "--port",
+            type=positive_int,
+            default=int(os.environ.get("DUECOURSE_PORT", "8000")),
+            help="Admin port (8000, or DUECOURSE_PORT); a free one when it is taken.",
+        )
+        parser.add_argument("--no-web", action="store_true", help="Do not serve the admin.")
 
     def handle(self, *args: Any, **o: Any) -> None:
         python = sys.executable
@@ -50,6 +108,15 @@ class Command(DuecourseCommand):
             ],
             "scheduler": [python, "manage.py", "runscheduler"],
         }
+        address = None
+        if not o["no_web"]:
+            host, port = o["host"], o["port"]
+            if not port_is_free(host, port):
+                port = free_port(host)
+            address = f"http://{host}:{port}/admin/"
+            # runserver without DEBUG: WhiteNoise serves the admin's styles.
+            commands["web"] = [python, "manage.py", "runserver", f"{host}:{port}", "--noreload"]
+        names = JobNames()
         children: dict[str, subprocess.Popen[str]] = {}
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -65,8 +132,17 @@ class Command(DuecourseCommand):
             )
             children[label] = child
             assert child.stdout is not None
-            threading.Thread(target=self._relay, args=(label, child.stdout), daemon=True).start()
-        self.stdout.write("worker and scheduler started; press Ctrl-C to stop")
+            threading.Thread(
+                target=self._relay, args=(label, child.stdout, names), daemon=True
+            ).start()
+        self.stdout.write(f"{', '.join(children)} started; press Ctrl-C to stop")
+        if address:
+            username, password = demo_login()
+            # Said once the admin answers, so the login is not lost among the start banners.
+            wait_until_listening(o["host"], port, timeout=WEB_START_TIMEOUT, stop=stop)
+            self.stdout.write(f"admin: {address}")
+            self.stdout.write(f"log in as {username} with password {password}")
+            self.stdout.write(f"dashboard: {address}dashboard/")
         died: list[str] = []
         try:
             while not stop.wait(0.5):
@@ -84,9 +160,9 @@ class Command(DuecourseCommand):
             # A stack that lost a process did not do its job: say so to whatever started it.
             raise CommandError("; ".join(died))
 
-    def _relay(self, label: str, stream: IO[str]) -> None:
+    def _relay(self, label: str, stream: IO[str], names: JobNames) -> None:
         for line in stream:
-            self.stdout.write(f"[{label}] {line.rstrip()}")
+            self.stdout.write(f"[{label}] {names.annotate(line.rstrip())}")
 
     def _stop(self, children: dict[str, subprocess.Popen[str]]) -> None:
         for child in children.values():

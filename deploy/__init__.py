@@ -1,0 +1,1 @@
+"""Deployment files: the one-machine topology (``Procfile``, ``topology.py``) and compose file."""

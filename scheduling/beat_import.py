@@ -1,0 +1,347 @@
+"""Moving over from django-celery-beat: its PeriodicTask rows become equivalent jobs.
+
+Each row maps to one job of the same name (owned by the importing user), made and changed
+through ``scheduling.jobs`` so the usual rules apply. The mapping:
+
+- IntervalSchedule ``every`` + ``period`` → an ISO-8601 interval. The row's last run is the
+  interval's anchor, so the cadence goes on where beat left it instead of firing at import.
+- CrontabSchedule → the same five fields as a cron expression, in the crontab's time zone.
+- ClockedSchedule (one-off) → a single instant; one that already ran is imported completed.
+- ``one_off`` with an interval or crontab → a single instant at that schedule's next time.
+- SolarSchedule → not mapped (no sunrise/sunset timing here): reported with the reason.
+- ``enabled`` → active or paused; ``start_time`` → start; ``expires`` (an instant) → end;
+  ``expire_seconds`` → the job's ``expires``; ``queue`` (or the routing key when the queue is
+  empty) → queue; ``priority`` → priority; ``total_run_count`` → the execute count.
+
+Imported jobs use the ``coalesce`` misfire policy, as beat runs a late task once. Running the
+import again changes nothing unless a row changed, and then only that row's job. A row that
+cannot be mapped is reported with its reason and nothing is written for it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django_celery_beat.models import PeriodicTask
+
+from scheduling import jobs
+from scheduling.models import Job, JobStatus, Schedule
+from scheduling.schedules import Misfire, ScheduleError, timing_from
+from scheduling.validation import first_error
+
+MARK = "Imported from django-celery-beat"
+SOURCE_DISABLED = "(its PeriodicTask was disabled on import)"
+PAUSE_REASON = "disabled in django-celery-beat"
+
+_PERIODS = {"days": "D", "hours": "H", "minutes": "M", "seconds": "S"}
+SCHEDULE_FIELDS = ("interval", "cron", "timezone", "run_at", "starts_at", "ends_at")
+JOB_FIELDS = ("task", "args", "kwargs", "queue", "priority", "expires", "note")
+
+
+class Unmappable(Exception):
+    """A PeriodicTask that has no equivalent job; the message says why."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The job a PeriodicTask row maps to."""
+
+    schedule: dict[str, Any]
+    job: dict[str, Any]
+    active: bool
+    ran: bool
+    anchor: datetime | None
+    execute_count: int
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class RowResult:
+    """What happened to one PeriodicTask row."""
+
+    name: str
+    action: str  # created, updated, unchanged, skipped
+    detail: str = ""
+    changed: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    source_disabled: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "action": self.action,
+            "detail": self.detail,
+            "changed": self.changed,
+            "warnings": self.warnings,
+            "source_disabled": self.source_disabled,
+        }
+
+
+def _json(text: str | None, *, field_name: str, kind: type) -> Any:
+    try:
+        value = json.loads(text or ("[]" if kind is list else "{}"))
+    except ValueError as exc:
+        raise Unmappable(f"{field_name} is not JSON: {exc}") from None
+    if not isinstance(value, kind):
+        raise Unmappable(f"{field_name} must be a JSON {'list' if kind is list else 'object'}")
+    return value
+
+
+def interval_of(every: int, period: str) -> str:
+    """``every`` times ``period`` as an ISO-8601 duration (microseconds only in whole seconds)."""
+    if period == "microseconds":
+        if every % 1_000_000:
+            raise Unmappable(
+                f"an interval of {every} microseconds is not a whole number of seconds"
+            )
+        every, period = every // 1_000_000, "seconds"
+    if period not in _PERIODS:
+        raise Unmappable(f"unknown interval period {period!r}")
+    unit = _PERIODS[period]
+    return f"P{every}D" if unit == "D" else f"PT{every}{unit}"
+
+
+def cron_of(crontab: Any) -> tuple[str, str]:
+    fields = (
+        crontab.minute,
+        crontab.hour,
+        crontab.day_of_month,
+        crontab.month_of_year,
+        crontab.day_of_week,
+    )
+    return " ".join(str(f).replace(" ", "") for f in fields), str(crontab.timezone)
+
+
+def spec_of(row: PeriodicTask, *, now: datetime) -> Spec:
+    """Map one row; raises Unmappable with the reason."""
+    warnings: list[str] = []
+    ran = bool(row.last_run_at or row.total_run_count)
+    schedule: dict[str, Any] = dict.fromkeys(SCHEDULE_FIELDS)
+    schedule.update(interval="", cron="", timezone="UTC")
+    anchor = None
+    if row.solar_id:
+        solar = row.solar
+        raise Unmappable(
+            f"solar schedules ({solar.event} at {solar.latitude}, {solar.longitude}) have no "
+            "equivalent; use a cron expression at the event's usual local time"
+        )
+    if row.interval_id:
+        schedule["interval"] = interval_of(row.interval.every, row.interval.period)
+        # Beat runs an interval task one interval after its last run (after it first saw the
+        # row when it never ran); the anchor keeps that cadence.
+        anchor = row.last_run_at or now
+    elif row.crontab_id:
+        schedule["cron"], schedule["timezone"] = cron_of(row.crontab)
+    elif row.clocked_id:
+        schedule["run_at"] = row.clocked.clocked_time
+    else:
+        raise Unmappable("it has no schedule")
+    schedule["starts_at"] = row.start_time if not schedule["run_at"] else None
+    schedule["ends_at"] = row.expires if not schedule["run_at"] else None
+    if row.one_off and not schedule["run_at"]:
+        schedule = _one_off(schedule, row, now=now)
+    if row.exchange:
+        warnings.append(f"exchange {row.exchange!r} dropped: jobs publish to their queue")
+    if row.headers and row.headers not in ("{}", "null"):
+        warnings.append("headers dropped: jobs carry no custom message headers")
+    if row.queue and row.routing_key and row.routing_key != row.queue:
+        warnings.append(f"routing key {row.routing_key!r} dropped: jobs publish to their queue")
+    note = f"{MARK} ({row.name})."
+    if row.description:
+        note = f"{note} {row.description}"
+    job = {
+        "task": row.task,
+        "args": _json(row.args, field_name="args", kind=list),
+        "kwargs": _json(row.kwargs, field_name="kwargs", kind=dict),
+        "queue": row.queue or row.routing_key or "celery",
+        "priority": row.priority,
+        "expires": row.expire_seconds,
+        "note": note[:500],
+    }
+    return Spec(
+        schedule=schedule,
+        job=job,
+        active=row.enabled,
+        ran=ran,
+        anchor=anchor,
+        execute_count=row.total_run_count or 0,
+        warnings=tuple(warnings),
+    )
+
+
+def _one_off(schedule: dict[str, Any], row: PeriodicTask, *, now: datetime) -> dict[str, Any]:
+    """A one-off interval or crontab row runs once, at its schedule's next time."""
+    try:
+        timing = timing_from(
+            schedule["interval"],
+            schedule["cron"],
+            schedule["timezone"],
+            None,
+            schedule["starts_at"],
+            schedule["ends_at"],
+        )
+    except ScheduleError as exc:
+        raise Unmappable(f"{exc.field}: {exc.reason}") from None
+    anchor = row.last_run_at or now
+    at = timing.next_after(now, anchor=anchor)
+    if at is None:
+        raise Unmappable("its one-off schedule has no time left before it expires")
+    return {
+        **dict.fromkeys(SCHEDULE_FIELDS),
+        "interval": "",
+        "cron": "",
+        "timezone": "UTC",
+        "run_at": at,
+    }
+
+
+def _differences(job: Job, spec: Spec) -> list[str]:
+    changed = [f for f in JOB_FIELDS if getattr(job, f) != spec.job[f]]
+    changed += [f for f in SCHEDULE_FIELDS if getattr(job.schedule, f) != spec.schedule[f]]
+    return changed
+
+
+def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime) -> Job:
+    s = spec.schedule
+    job = jobs.create_job(
+        owner=owner,
+        name=row.name,
+        every=s["interval"],
+        cron=s["cron"],
+        tz=s["timezone"],
+        at=s["run_at"],
+        start=s["starts_at"],
+        end=s["ends_at"],
+        misfire=Misfire.COALESCE.value,
+        now=now,
+        **spec.job,
+    )
+    fields: dict[str, Any] = {"execute_count": spec.execute_count}
+    if s["run_at"] and spec.ran:
+        # A one-off that beat already ran is history, not a new occurrence.
+        fields.update(status=JobStatus.COMPLETED, next_due_at=None, next_occurrence_at=None)
+    if spec.anchor is not None and s["interval"] and not s["starts_at"]:
+        fields["created_at"] = spec.anchor
+    Job.objects.filter(pk=job.pk).update(**fields)
+    job.refresh_from_db()
+    if "created_at" in fields:
+        # Carry beat's cadence: the first occurrence after now on the grid of its last run.
+        jobs.replan_job(job=job, now=now + timedelta(microseconds=1))
+    if not spec.active:
+        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON)
+    return job
+
+
+def _update(job: Job, spec: Spec, changed: list[str], *, now: datetime) -> None:
+    schedule = job.schedule
+    timing_changed = any(f in SCHEDULE_FIELDS for f in changed)
+    if timing_changed:
+        if schedule.jobs.exclude(pk=job.pk).exists():
+            schedule = Schedule()  # shared with other jobs: this job gets its own
+        for name, value in spec.schedule.items():
+            setattr(schedule, name, value)
+        schedule.full_clean()
+        schedule.save()
+        job.schedule = schedule
+    for name, value in spec.job.items():
+        setattr(job, name, value)
+    job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
+    job.save()
+    if timing_changed:
+        jobs.replan_job(job=job, now=now)
+
+
+def _sync_status(job: Job, spec: Spec, *, now: datetime) -> str | None:
+    """Follow the row's ``enabled`` unless the import itself disabled the row."""
+    if SOURCE_DISABLED in job.note or job.status == JobStatus.COMPLETED:
+        return None
+    if spec.active and job.status == JobStatus.PAUSED and job.pause_reason == PAUSE_REASON:
+        jobs.resume_job(job=job, now=now)
+        return "enabled"
+    if not spec.active and job.status == JobStatus.ACTIVE:
+        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON)
+        return "enabled"
+    return None
+
+
+def _import_row(row: PeriodicTask, *, owner: Any, now: datetime, disable_source: bool) -> RowResult:
+    try:
+        spec = spec_of(row, now=now)
+    except Unmappable as exc:
+        return RowResult(name=row.name, action="skipped", detail=str(exc))
+    result = RowResult(name=row.name, action="unchanged", warnings=list(spec.warnings))
+    existing = Job.objects.select_related("schedule").filter(owner=owner, name=row.name).first()
+    if existing is not None and not existing.note.startswith(MARK):
+        result.action, result.detail = (
+            "skipped",
+            (f"{owner} already has a job named {row.name!r} that was not imported"),
+        )
+        return result
+    try:
+        with transaction.atomic():
+            if existing is None:
+                job = _create(row, spec, owner=owner, now=now)
+                result.action = "created"
+            else:
+                job = existing
+                spec = _keep_disabled_mark(job, spec)
+                if row.one_off and not row.clocked_id and job.schedule.run_at:
+                    # The instant was chosen at the first import; later runs keep it.
+                    spec.schedule["run_at"] = job.schedule.run_at
+                result.changed = _differences(job, spec)
+                if result.changed:
+                    _update(job, spec, result.changed, now=now)
+                status = _sync_status(job, spec, now=now)
+                if status:
+                    result.changed.append(status)
+                if result.changed:
+                    result.action = "updated"
+            if disable_source and row.enabled:
+                _disable(row, job)
+                result.source_disabled = True
+    except ValidationError as exc:
+        return RowResult(name=row.name, action="skipped", detail=first_error(exc))
+    result.detail = Job.objects.select_related("schedule").get(pk=job.pk).schedule.describe()
+    return result
+
+
+def _keep_disabled_mark(job: Job, spec: Spec) -> Spec:
+    if SOURCE_DISABLED not in job.note:
+        return spec
+    note = f"{spec.job['note'][: 499 - len(SOURCE_DISABLED)]} {SOURCE_DISABLED}"
+    return Spec(**{**spec.__dict__, "job": {**spec.job, "note": note}})
+
+
+def _disable(row: PeriodicTask, job: Job) -> None:
+    """Disable the source row (beat notices through its change marker) and note it."""
+    row.enabled = False
+    row.save()  # PeriodicTask.save bumps PeriodicTasks.last_update, which a running beat reads
+    note = f"{job.note[: 499 - len(SOURCE_DISABLED)]} {SOURCE_DISABLED}"
+    Job.objects.filter(pk=job.pk).update(note=note)
+
+
+def periodic_tasks() -> Iterator[PeriodicTask]:
+    return (
+        PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked")
+        .order_by("name")
+        .iterator()
+    )
+
+
+def import_beat(
+    *, owner: Any, now: datetime, dry_run: bool = False, disable_source: bool = False
+) -> list[RowResult]:
+    """Import every PeriodicTask row; with ``dry_run`` report the same and roll it all back."""
+    results: list[RowResult] = []
+    with transaction.atomic():
+        for row in periodic_tasks():
+            results.append(_import_row(row, owner=owner, now=now, disable_source=disable_source))
+        if dry_run:
+            transaction.set_rollback(True)
+    return results

@@ -1,0 +1,105 @@
+"""``/health/``: one JSON answer for a load balancer or an orchestrator's probe.
+
+Four checks, each cheap: the database answers, the broker accepts a connection, some scheduler
+recorded a tick within ``SCHEDULING_HEALTH_TICK_AGE`` seconds (``scheduling.ticks``), and no
+running execution has gone without a heartbeat so long that the reaper should already have
+taken it (twice ``SCHEDULING_STALE_AFTER``). Any failed check makes the answer HTTP 503.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from config.celery import app
+from scheduling import conf, overview, ticks
+
+BROKER_TIMEOUT = 2.0
+
+
+def check_database(now: datetime) -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return {"ok": True}
+
+
+def check_broker(now: datetime) -> dict[str, Any]:
+    with app.connection_for_write() as broker:
+        broker.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_TIMEOUT)
+        transport = broker.transport_cls
+    return {"ok": True, "transport": str(transport)}
+
+
+def check_scheduler(now: datetime) -> dict[str, Any]:
+    last = ticks.last_tick()
+    limit = conf.get("HEALTH_TICK_AGE")
+    if last is None:
+        return {"ok": False, "last_tick_at": None, "error": "no scheduler has ticked"}
+    age = (now - last).total_seconds()
+    return {
+        "ok": age <= limit,
+        "last_tick_at": last.isoformat(),
+        "age_seconds": round(age, 3),
+        "max_age_seconds": limit,
+    }
+
+
+def check_stale(now: datetime) -> dict[str, Any]:
+    stale_after = conf.get("STALE_AFTER")
+    overdue = overview.stale_count(now=now, older_than=2 * stale_after)
+    return {
+        "ok": overdue == 0,
+        "count": overview.stale_count(now=now, older_than=stale_after),
+        "unreaped": overdue,
+    }
+
+
+CHECKS: dict[str, Callable[[datetime], dict[str, Any]]] = {
+    "database": check_database,
+    "broker": check_broker,
+    "scheduler": check_scheduler,
+    "stale_executions": check_stale,
+}
+
+
+def run_checks(*, now: datetime) -> dict[str, Any]:
+    """Every check's result (an exception is a failed check with its message)."""
+    results: dict[str, Any] = {}
+    for name, check in CHECKS.items():
+        started = time.monotonic()
+        try:
+            result = check(now)
+        except Exception as exc:  # any failure to answer is the answer
+            result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            if name == "database":
+                connection.close()
+        result["ms"] = round((time.monotonic() - started) * 1000, 1)
+        results[name] = result
+    return results
+
+
+@never_cache
+@require_GET
+def health_view(request: HttpRequest) -> JsonResponse:
+    now = timezone.now()
+    checks = run_checks(now=now)
+    healthy = all(result["ok"] for result in checks.values())
+    body = {"status": "ok" if healthy else "fail", "time": now.isoformat(), "checks": checks}
+    return JsonResponse(body, status=200 if healthy else 503)
+
+
+@never_cache
+@require_GET
+def live_view(request: HttpRequest) -> JsonResponse:
+    """Liveness of the web process alone: answers without touching the database or broker,
+    so an orchestrator never restarts web processes for an outage elsewhere."""
+    return JsonResponse({"status": "ok"})

@@ -1,0 +1,67 @@
+"""``manage.py prune_history --older-than DURATION [--keep-last N]``: trim the history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandParser
+from django.utils import timezone
+
+from scheduling import retention
+from scheduling.management.base import DuecourseCommand, positive_int, positive_seconds
+
+
+class Command(DuecourseCommand):
+    help = (
+        "Delete finished executions older than a duration, in small batches, keeping the "
+        "latest N of every job."
+    )
+    option_names = {"older_than": "--older-than", "keep_last": "--keep-last"}
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument(
+            "--older-than",
+            required=True,
+            metavar="DURATION",
+            help="Age past which finished executions go: 30d, 12h, 2w or ISO-8601 (P30D).",
+        )
+        parser.add_argument(
+            "--keep-last",
+            type=int,
+            default=10,
+            metavar="N",
+            help="Always keep each job's latest N executions, however old (10).",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=1000,
+            help="Executions per transaction (1000).",
+        )
+        parser.add_argument(
+            "--max-seconds", type=positive_seconds, help="Stop starting batches after this long."
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would go; delete nothing."
+        )
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        report = retention.prune_history(
+            older_than=retention.parse_age(o["older_than"]),
+            keep_last=o["keep_last"],
+            now=timezone.now(),
+            batch_size=o["batch_size"],
+            max_seconds=o["max_seconds"],
+            dry_run=o["dry_run"],
+        )
+        data = report.as_dict(retention.job_names(list(report.by_job)))
+        verb = "would remove" if o["dry_run"] else "removed"
+        lines = [
+            f"{verb} {report.executions} execution(s) and {report.attempts} attempt(s) due "
+            f"before {report.cutoff:%Y-%m-%d %H:%M:%S %Z} in {report.batches} batch(es), "
+            f"keeping the latest {report.keep_last} of every job"
+            + ("" if report.finished else "; stopped at --max-seconds, run again to go on")
+        ]
+        lines += [f"  {name}: {count}" for name, count in data["jobs"].items()]  # type: ignore[attr-defined]
+        self.emit(data, "\n".join(lines), as_json=o["json"])

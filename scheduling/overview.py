@@ -1,0 +1,298 @@
+"""Reads for the operators' views: the dashboard, ``/health/`` and ``/metrics``.
+
+Every read is bounded in time or limited to a small partial index, so its cost follows the
+recent work, never the size of the history: ``due_soon`` reads ``job_due_idx``; ``running``
+and ``stale`` read ``execution_running_idx``; ``late`` reads ``job_due_idx`` and
+``execution_waiting_idx`` / ``execution_retry_idx``; ``recent_failures`` reads
+``execution_failed_idx``; ``executions_per_hour`` and ``lag_percentiles`` read
+``execution_recent_idx`` alone. bench/dashboard.py times each with a million executions.
+
+``owner_id`` limits a read to one owner's jobs (staff users who are not superusers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Count, Min, Q, QuerySet
+from django.db.models.functions import TruncHour
+from django.utils import timezone
+
+from scheduling import conf
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
+
+DAY = timedelta(hours=24)
+HOUR = timedelta(hours=1)
+LAG_QUANTILES = (0.5, 0.95, 0.99)
+#: An hour this long past its end is counted once and kept (see ``executions_per_hour``).
+SETTLED_AFTER = timedelta(hours=1)
+DAY_SECONDS = 24 * 3600
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A count and the first few rows behind it."""
+
+    count: int
+    rows: list[Any]
+
+
+def _jobs(owner_id: int | None) -> QuerySet[Job]:
+    rows = Job.objects.all()
+    return rows if owner_id is None else rows.filter(owner_id=owner_id)
+
+
+def _executions(owner_id: int | None) -> QuerySet[Execution]:
+    rows = Execution.objects.all()
+    return rows if owner_id is None else rows.filter(job__owner_id=owner_id)
+
+
+def _waiting_jobs(owner_id: int | None) -> QuerySet[Job]:
+    """Active jobs not waiting on an execution: exactly the rows of ``job_due_idx``."""
+    return _jobs(owner_id).filter(status=JobStatus.ACTIVE, current_execution__isnull=True)
+
+
+def _panel(rows: QuerySet[Any], limit: int) -> Panel:
+    first = list(rows[:limit])
+    count = len(first) if len(first) < limit else rows.order_by().count()
+    return Panel(count=count, rows=first)
+
+
+def due_soon(
+    *, now: datetime, within: timedelta = HOUR, limit: int = 10, owner_id: int | None = None
+) -> Panel:
+    """Jobs whose next occurrence falls due between now and ``within`` from now."""
+    rows = (
+        _waiting_jobs(owner_id)
+        .filter(next_due_at__gte=now, next_due_at__lt=now + within)
+        .select_related("schedule")
+        .order_by("next_due_at")
+    )
+    return _panel(rows, limit)
+
+
+def running(*, now: datetime, limit: int = 10, owner_id: int | None = None) -> Panel:
+    """Executions a worker is running now, longest silent first."""
+    rows = (
+        _executions(owner_id)
+        .filter(status=ExecutionStatus.RUNNING, last_heartbeat_at__isnull=False)
+        .select_related("job")
+        .order_by("last_heartbeat_at")
+    )
+    return _panel(rows, limit)
+
+
+def stale(*, now: datetime, limit: int = 10, owner_id: int | None = None) -> Panel:
+    """Running executions whose heartbeat is older than ``SCHEDULING_STALE_AFTER``.
+
+    The scheduler reaps them on its next tick; any that stay here mean no scheduler runs.
+    """
+    cutoff = now - timedelta(seconds=conf.get("STALE_AFTER"))
+    rows = (
+        _executions(owner_id)
+        .filter(status=ExecutionStatus.RUNNING, last_heartbeat_at__lt=cutoff)
+        .select_related("job")
+        .order_by("last_heartbeat_at")
+    )
+    return _panel(rows, limit)
+
+
+@dataclass(frozen=True)
+class Late:
+    """Work later than ``SCHEDULING_MISFIRE_GRACE``: unclaimed jobs and unstarted executions."""
+
+    jobs: Panel
+    executions: Panel
+
+    @property
+    def count(self) -> int:
+        return self.jobs.count + self.executions.count
+
+
+def late(*, now: datetime, limit: int = 10, owner_id: int | None = None) -> Late:
+    """Jobs still unclaimed and executions still unstarted past their due time plus grace."""
+    cutoff = now - timedelta(seconds=conf.get("MISFIRE_GRACE"))
+    jobs = _waiting_jobs(owner_id).filter(next_due_at__lt=cutoff).order_by("next_due_at")
+    waiting = (
+        _executions(owner_id)
+        .filter(
+            Q(
+                status__in=[ExecutionStatus.PENDING, ExecutionStatus.QUEUED],
+                scheduled_for__lt=cutoff,
+            )
+            | Q(status=ExecutionStatus.RETRY, retry_at__lt=cutoff)
+        )
+        .select_related("job")
+        .order_by("scheduled_for")
+    )
+    return Late(jobs=_panel(jobs, limit), executions=_panel(waiting, limit))
+
+
+def recent_failures(
+    *, now: datetime, within: timedelta = DAY, limit: int = 10, owner_id: int | None = None
+) -> Panel:
+    """Executions that failed for good within ``within``, newest first."""
+    rows = (
+        _executions(owner_id)
+        .filter(status=ExecutionStatus.FAILED, finished_at__gte=now - within)
+        .select_related("job")
+        .order_by("-finished_at")
+    )
+    return _panel(rows, limit)
+
+
+def executions_per_hour(
+    *, now: datetime, hours: int = 24, owner_id: int | None = None
+) -> list[tuple[datetime, dict[str, int]]]:
+    """Executions due in each of the last ``hours`` hours, by status, oldest hour first.
+
+    An hour that ended more than ``SETTLED_AFTER`` ago rarely changes any more, so its counts
+    are kept in Django's cache for a day; a page then counts only the latest hours, and its
+    cost no longer grows with how many executions a day brings. The first page after a start
+    (or in a new hour) counts the hours it lacks, in the same one statement.
+    """
+    end = timezone.localtime(now).replace(minute=0, second=0, microsecond=0) + HOUR
+    start = end - hours * HOUR
+    every = [start + step * HOUR for step in range(hours)]
+    settled = [hour for hour in every if hour + HOUR <= now - SETTLED_AFTER]
+    keys = {hour: _hour_key(hour, owner_id) for hour in settled}
+    kept = cache.get_many(list(keys.values()))
+    counts: dict[datetime, dict[str, int]] = {
+        hour: kept[key] for hour, key in keys.items() if key in kept
+    }
+    first_missing = next((hour for hour in every if hour not in counts), end)
+    rows = (
+        _executions(owner_id)
+        .filter(scheduled_for__gte=first_missing, scheduled_for__lt=end)
+        .annotate(hour=TruncHour("scheduled_for"))
+        .values("hour", "status")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    fresh: dict[datetime, dict[str, int]] = {hour: {} for hour in every if hour >= first_missing}
+    for row in rows:
+        fresh.setdefault(row["hour"], {})[row["status"]] = row["n"]
+    cache.set_many(
+        {keys[hour]: value for hour, value in fresh.items() if hour in keys}, timeout=DAY_SECONDS
+    )
+    counts.update(fresh)
+    return [(hour, counts.get(hour, {})) for hour in every]
+
+
+def _hour_key(hour: datetime, owner_id: int | None) -> str:
+    return f"duecourse:hour:{hour.timestamp():.0f}:{owner_id or 'all'}"
+
+
+def lag_percentiles(
+    *, now: datetime, within: timedelta = HOUR, owner_id: int | None = None
+) -> dict[float, float | None]:
+    """Start minus due time, in seconds, at the 50th, 95th and 99th percentile.
+
+    Over executions due within ``within`` that have started (the latest attempt's start, so a
+    retried execution counts its retry delays too; ``scheduled_for`` is the nominal time, so
+    a job's jitter is part of its lag).
+    """
+    start = now - within
+    if connection.vendor == "postgresql":
+        return _lag_percentiles_pg(start=start, end=now, owner_id=owner_id)
+    lags = sorted(
+        (started - due).total_seconds()
+        for due, started in _executions(owner_id)
+        .filter(scheduled_for__gte=start, scheduled_for__lt=now, started_at__isnull=False)
+        .values_list("scheduled_for", "started_at")
+    )
+    if not lags:
+        return dict.fromkeys(LAG_QUANTILES)
+    return {q: _interpolate(lags, q) for q in LAG_QUANTILES}
+
+
+def _interpolate(values: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``values``, interpolated as percentile_cont does."""
+    position = q * (len(values) - 1)
+    low, high = math.floor(position), math.ceil(position)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+# -- lag_percentiles (PostgreSQL) --
+_LAG_SQL = """
+SELECT percentile_cont(ARRAY[{quantiles}]) WITHIN GROUP
+         (ORDER BY EXTRACT(EPOCH FROM e.started_at - e.scheduled_for))
+  FROM {execution} e {join}
+ WHERE e.scheduled_for >= %s AND e.scheduled_for < %s AND e.started_at IS NOT NULL {owner}
+"""
+
+
+def _lag_percentiles_pg(
+    *, start: datetime, end: datetime, owner_id: int | None
+) -> dict[float, float | None]:
+    params: list[Any] = [start, end]
+    join = owner = ""
+    if owner_id is not None:
+        join = f"JOIN {Job._meta.db_table} j ON j.id = e.job_id"
+        owner = "AND j.owner_id = %s"
+        params.append(owner_id)
+    sql = _LAG_SQL.format(
+        quantiles=", ".join(str(q) for q in LAG_QUANTILES),
+        execution=Execution._meta.db_table,
+        join=join,
+        owner=owner,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        values = cursor.fetchone()[0]
+    if values is None:
+        return dict.fromkeys(LAG_QUANTILES)
+    return {q: float(v) for q, v in zip(LAG_QUANTILES, values, strict=True)}
+
+
+def unfinished_by_status() -> dict[str, int]:
+    """Pending, queued, retry and running executions now (each a small partial index)."""
+    counts = dict.fromkeys(
+        [
+            ExecutionStatus.PENDING,
+            ExecutionStatus.QUEUED,
+            ExecutionStatus.RETRY,
+            ExecutionStatus.RUNNING,
+        ],
+        0,
+    )
+    for status in counts:
+        counts[status] = Execution.objects.filter(status=status).count()
+    return {str(k): v for k, v in counts.items()}
+
+
+def recent_by_status(*, now: datetime, within: timedelta = HOUR) -> dict[str, int]:
+    """Executions due within ``within`` before now, by status (every status, zero included)."""
+    counts = dict.fromkeys(ExecutionStatus.values, 0)
+    rows = (
+        Execution.objects.filter(scheduled_for__gte=now - within, scheduled_for__lt=now)
+        .values("status")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for row in rows:
+        counts[row["status"]] = row["n"]
+    return counts
+
+
+def stale_count(*, now: datetime, older_than: float | None = None) -> int:
+    """Running executions whose heartbeat is older than ``older_than`` seconds."""
+    seconds = conf.get("STALE_AFTER") if older_than is None else older_than
+    return Execution.objects.filter(
+        status=ExecutionStatus.RUNNING, last_heartbeat_at__lt=now - timedelta(seconds=seconds)
+    ).count()
+
+
+def oldest_due(*, now: datetime) -> datetime | None:
+    """The due time of the most overdue unclaimed job (``None`` when none is due)."""
+    found: datetime | None = (
+        _waiting_jobs(None)
+        .filter(next_due_at__lte=now)
+        .aggregate(first=Min("next_due_at"))["first"]
+    )
+    return found

@@ -1,0 +1,154 @@
+"""History retention: delete old finished executions in small batches, keeping the latest.
+
+The execution table grows by one row per occurrence forever unless something trims it. One
+``DELETE ... WHERE scheduled_for < X`` over millions of rows would hold its locks and bloat the
+table for minutes, so ``prune_history`` deletes a bounded batch per short transaction, walking
+``execution_recent_idx`` from the oldest row forward. Only finished executions go (never a
+pending, queued, retrying or running one), and the latest ``keep_last`` of every job stay
+whatever their age, so a job that ran once a year still shows its last run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import OuterRef, Q, QuerySet, Subquery
+
+from scheduling.models import EXECUTION_FINISHED, Attempt, Execution, Job
+from scheduling.schedules import ScheduleError, parse_duration
+
+logger = logging.getLogger("scheduling")
+
+_SHORT = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_age(text: str, *, field: str = "older_than") -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w`` or an ISO-8601 duration such as ``P30D``."""
+    short = _SHORT.match(text)
+    if short:
+        value = timedelta(**{_UNITS[short.group(2).lower()]: int(short.group(1))})
+        if value <= timedelta(0):
+            raise ValidationError({field: f"{text!r} must be longer than zero"})
+        return value
+    try:
+        return parse_duration(text, field=field)
+    except ScheduleError as exc:
+        raise ValidationError(
+            {field: f"{text!r} is not a duration such as 30d, 12h or P30D"}
+        ) from exc
+
+
+@dataclass
+class PruneReport:
+    """What one pruning run removed (or, dry, would remove)."""
+
+    cutoff: datetime
+    keep_last: int
+    executions: int = 0
+    attempts: int = 0
+    batches: int = 0
+    finished: bool = True
+    by_job: Counter[int | None] = field(default_factory=Counter)
+
+    def as_dict(self, names: dict[int, str]) -> dict[str, object]:
+        return {
+            "cutoff": self.cutoff.isoformat(),
+            "keep_last": self.keep_last,
+            "executions": self.executions,
+            "attempts": self.attempts,
+            "batches": self.batches,
+            "finished": self.finished,
+            "jobs": {
+                (names.get(job_id, f"#{job_id}") if job_id else "(ad hoc)"): count
+                for job_id, count in self.by_job.most_common()
+            },
+        }
+
+
+def prunable(*, cutoff: datetime, keep_last: int) -> QuerySet[Execution]:
+    """Finished executions due before ``cutoff`` that are not among their job's latest."""
+    rows = Execution.objects.filter(scheduled_for__lt=cutoff, status__in=EXECUTION_FINISHED)
+    if keep_last > 0:
+        # The keep_last-th newest occurrence of the row's job, read backwards along the
+        # unique (job, scheduled_for) index; NULL (nothing pruned) for a job with fewer.
+        nth_newest = (
+            Execution.objects.filter(job_id=OuterRef("job_id"))
+            .order_by("-scheduled_for")
+            .values("scheduled_for")[keep_last - 1 : keep_last]
+        )
+        rows = rows.filter(Q(job__isnull=True) | Q(scheduled_for__lt=Subquery(nth_newest)))
+    return rows.exclude(
+        pk__in=Job.objects.filter(current_execution__isnull=False).values("current_execution_id")
+    )
+
+
+def prune_history(
+    *,
+    older_than: timedelta,
+    keep_last: int,
+    now: datetime,
+    batch_size: int = 1000,
+    max_seconds: float | None = None,
+    dry_run: bool = False,
+) -> PruneReport:
+    """Delete prunable executions (and their attempts) one batch per transaction.
+
+    Stops when nothing is left, or before starting a batch once ``max_seconds`` have passed
+    (``finished`` is then false; the next run goes on where this one stopped).
+    """
+    if keep_last < 0:
+        raise ValidationError({"keep_last": "must be zero or more"})
+    if batch_size < 1:
+        raise ValidationError({"batch_size": "must be at least 1"})
+    report = PruneReport(cutoff=now - older_than, keep_last=keep_last)
+    rows = prunable(cutoff=report.cutoff, keep_last=keep_last)
+    if dry_run:
+        for job_id, count in Counter(rows.values_list("job_id", flat=True).iterator()).items():
+            report.by_job[job_id] = count
+        report.executions = sum(report.by_job.values())
+        report.attempts = Attempt.objects.filter(execution__in=rows).count()
+        return report
+    started = time.monotonic()
+    since: datetime | None = None
+    while True:
+        if max_seconds is not None and time.monotonic() - started > max_seconds:
+            report.finished = False
+            break
+        page = rows if since is None else rows.filter(scheduled_for__gte=since)
+        batch = list(
+            page.order_by("scheduled_for").values_list("pk", "job_id", "scheduled_for")[:batch_size]
+        )
+        if not batch:
+            break
+        ids = [pk for pk, _, _ in batch]
+        with transaction.atomic():
+            report.attempts += Attempt.objects.filter(execution_id__in=ids).delete()[0]
+            deleted = Execution.objects.filter(pk__in=ids).delete()[1]
+        report.executions += deleted.get(Execution._meta.label, 0)
+        report.by_job.update(job_id for _, job_id, _ in batch)
+        report.batches += 1
+        since = batch[-1][2]
+        if len(batch) < batch_size:
+            break
+    logger.info(
+        "history.pruned executions=%s attempts=%s batches=%s cutoff=%s keep_last=%s",
+        report.executions,
+        report.attempts,
+        report.batches,
+        report.cutoff.isoformat(),
+        keep_last,
+    )
+    return report
+
+
+def job_names(job_ids: list[int | None]) -> dict[int, str]:
+    ids = [i for i in job_ids if i is not None]
+    return dict(Job.objects.filter(pk__in=ids).values_list("pk", "name"))

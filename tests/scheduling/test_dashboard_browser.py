@@ -1,0 +1,114 @@
+"""The dashboard in a real browser (Debian's chromium driven by Playwright), with a day of
+history: every panel renders, the chart draws its bars, and the page is saved as the README's
+screenshot."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.utils import timezone
+
+from scheduling import jobs, ticks
+from scheduling.models import Execution, Job
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+#: Every run saves its screenshot here; with DUECOURSE_UPDATE_SCREENSHOTS=1 it also replaces
+#: the README's copy under docs/images.
+ARTIFACT = ROOT / "var" / "screenshots" / "dashboard.png"
+README_COPY = ROOT / "docs" / "images" / "dashboard.png"
+
+
+@pytest.fixture
+def browser_page(live_server: Any, admin_user: Any) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    assert os.path.exists(CHROMIUM), "Debian's chromium is required: apt-get install chromium"
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"]
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+        page.goto(f"{live_server.url}/admin/login/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "password")
+        page.click("input[type=submit]")
+        page.wait_for_selector("#site-name")
+        page.base = live_server.url  # type: ignore[attr-defined]
+        try:
+            yield page
+        finally:
+            browser.close()
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+def a_day_of_history(owner: Any) -> None:
+    """Three jobs, an execution every 20 minutes each for 24 hours, some failed, two running."""
+    now = timezone.now()
+    names = ("nightly-report", "sync-invoices", "send-digest")
+    for index, name in enumerate(names):
+        job = jobs.create_job(
+            owner=owner, name=name, task="scheduling.diagnostics.noop", every="PT20M", now=now
+        )
+        Job.objects.filter(pk=job.pk).update(next_due_at=now + timedelta(minutes=5 + index * 10))
+        rows = []
+        for step in range(72):
+            due = now - timedelta(minutes=20 * step + 7 * index + 1)
+            failed = (step + index) % 17 == 0
+            rows.append(
+                Execution(
+                    job=job,
+                    task=job.task,
+                    scheduled_for=due,
+                    status="failed" if failed else "completed",
+                    started_at=due + timedelta(seconds=0.2 + (step % 5) * 0.3),
+                    finished_at=due + timedelta(seconds=2),
+                    last_error="TimeoutError: upstream did not answer" if failed else "",
+                )
+            )
+        Execution.objects.bulk_create(rows)
+    ticks.record_tick(stats={"claimed": 216}, seconds=0.002)
+    running = Job.objects.get(name="send-digest")
+    Execution.objects.create(
+        job=running,
+        task=running.task,
+        scheduled_for=now + timedelta(seconds=1),
+        status="running",
+        worker="worker-a@host",
+        started_at=now,
+        last_heartbeat_at=now,
+    )
+
+
+def test_the_dashboard_renders_with_a_day_of_history(browser_page: Any, admin_user: Any) -> None:
+    cache.clear()
+    a_day_of_history(admin_user)
+    page = browser_page
+    page.goto(f"{page.base}/admin/")
+    page.click("#duecourse-dashboard-link a")
+    page.wait_for_selector("#panel-chart svg")
+    assert page.locator("#panel-due .dc-big").inner_text() == "3"
+    assert page.locator("#panel-running .dc-big").inner_text() == "1"
+    assert int(page.locator("#panel-failures .dc-big").inner_text()) >= 10
+    assert "nightly-report" in page.locator("#panel-due").inner_text()
+    assert page.locator("#panel-chart rect").count() >= 24
+    assert "last tick" in page.locator("#dc-scheduler").inner_text()
+    assert "s" in page.locator("#panel-lag .dc-lag").first.inner_text()
+    # Styled: the admin's stylesheet was served and applied.
+    assert page.evaluate("getComputedStyle(document.querySelector('#header')).display") == "flex"
+    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACT), full_page=True)
+    assert ARTIFACT.stat().st_size > 10_000
+    if os.environ.get("DUECOURSE_UPDATE_SCREENSHOTS") == "1":
+        README_COPY.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ARTIFACT, README_COPY)

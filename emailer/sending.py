@@ -34,6 +34,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.mail import get_connection
+from django.db import transaction
 from django.template import TemplateSyntaxError
 from django.utils import timezone
 
@@ -226,35 +227,49 @@ class Sender:
         self.backend: Any = get_connection(fail_silently=False)
 
     def send(self, selection: Selection, counts: Counter[str]) -> None:
+        """Claim, send and record chunk after chunk until the batch is done or nobody is due.
+
+        A chunk's outcomes are written in the same transaction that claims the next chunk: two
+        statements, one commit (one flush to disk) per chunk. Still only the chunk in flight is
+        ever left ``sending``.
+        """
         remaining = self.task.batch_size - sum(counts.values())
         after = 0
         last_report = time.monotonic()
+        done: list[Outcome] = []
         try:
-            while remaining > 0:
-                chunk = deliveries.claim_chunk(
-                    selection=selection,
-                    history_id=self.history.pk,
-                    after=after,
-                    limit=min(self.tuning.chunk_size, remaining),
-                    now=timezone.now(),
-                )
-                if not chunk:
-                    # Empty: done, or a concurrent run of this occurrence took the people we
-                    # picked. Its rows are committed now, so the next claim looks past them.
-                    if not deliveries.has_due(selection=selection, after=after):
-                        break
-                    continue
-                after = chunk[-1].participant_id
-                remaining -= len(chunk)
-                outcomes = self.send_chunk(chunk)
-                deliveries.record_chunk(
-                    history_id=self.history.pk, outcomes=outcomes, now=timezone.now()
-                )
-                counts.update(o.state for o in outcomes)
+            while True:
+                with transaction.atomic():
+                    if done:
+                        deliveries.record_chunk(
+                            history_id=self.history.pk, outcomes=done, now=timezone.now()
+                        )
+                        counts.update(o.state for o in done)
+                        done = []
+                    chunk = (
+                        deliveries.claim_chunk(
+                            selection=selection,
+                            history_id=self.history.pk,
+                            after=after,
+                            limit=min(self.tuning.chunk_size, remaining),
+                            now=timezone.now(),
+                        )
+                        if remaining > 0
+                        else []
+                    )
                 if time.monotonic() - last_report >= self.tuning.progress_interval:
                     write_counts(self.history, counts, now=timezone.now())
                     self.run.progress()
                     last_report = time.monotonic()
+                if not chunk:
+                    # Empty: done, or a concurrent run of this occurrence took the people we
+                    # picked. Its rows are committed now, so the next claim looks past them.
+                    if remaining > 0 and deliveries.has_due(selection=selection, after=after):
+                        continue
+                    break
+                after = chunk[-1].participant_id
+                remaining -= len(chunk)
+                done = self.send_chunk(chunk)
         finally:
             self.backend.close()
 

@@ -8,11 +8,13 @@ PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/duecourse
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
 # The embedded default is a product path too: the claim, attempt and policy specifications, the
-# dashboard's reads and history pruning run on SQLite as well (SQLITE=0 skips that pass).
+# dashboard's reads, history pruning and the emailer's runs (its ledger statements are written
+# for both databases) run on SQLite as well (SQLITE=0 skips that pass).
 SQLITE ?= 1
 SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.py \
 	tests/scheduling/test_validation.py tests/scheduling/test_api.py \
-	tests/scheduling/test_dashboard.py tests/scheduling/test_retention.py
+	tests/scheduling/test_dashboard.py tests/scheduling/test_retention.py \
+	tests/emailer/test_runs.py
 
 .PHONY: run test lint bench install
 

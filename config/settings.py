@@ -99,10 +99,34 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # so `make run` needs no collectstatic; production runs collectstatic and may turn this off.
 WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
-EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+# --- Mail -----------------------------------------------------------------------------------
+# EMAIL_HOST selects SMTP; without it mail is written to files under var/mail (one file per
+# connection, so one per emailer run), so the embedded default needs no mail server.
+EMAIL_HOST = env_str("EMAIL_HOST", "")
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "") or (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.filebased.EmailBackend"
+)
+EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+EMAIL_HOST = EMAIL_HOST or "localhost"
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+# Django's default is no timeout at all: one stuck server would hang a run until its hard limit.
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 30.0)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "duecourse@localhost")
+# The public address of this site, for links in mail (unsubscribe); https in production.
+SITE_URL = env_str("SITE_URL", "http://localhost:8000")
+# The emailer's run: participants claimed and recorded per chunk (also the most that a crash
+# can leave uncertain), how often live counts are written, and "try later" (4xx) handling.
+EMAILER_CHUNK_SIZE = env_int("EMAILER_CHUNK_SIZE", 50)
+EMAILER_PROGRESS_INTERVAL = env_float("EMAILER_PROGRESS_INTERVAL", 2.0)
+EMAILER_BACKOFF_BASE = env_float("EMAILER_BACKOFF_BASE", 1.0)
+EMAILER_BACKOFF_MAX = env_float("EMAILER_BACKOFF_MAX", 60.0)
+EMAILER_TRIES = env_int("EMAILER_TRIES", 5)
 
 # --- Celery ---------------------------------------------------------------------------------
 # Broker: Redis or RabbitMQ in production; kombu's file-system transport needs no server.
@@ -185,7 +209,7 @@ LOGGING = {
             "level": env_str("SCHEDULING_LOG_LEVEL", "INFO"),
             "propagate": False,
         },
-        "emailer": {"handlers": ["console"], "level": "INFO"},
+        "emailer": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "subscriptions": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

@@ -1,7 +1,8 @@
-"""URL routes: the Django admin is the product's web interface; probes sit beside it."""
+"""URL routes: the Django admin is the product's web interface; probes and the links in mail
+sit beside it."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django_celery_beat import models as beat
 
 from scheduling import dashboard, health, metrics
@@ -24,4 +25,5 @@ urlpatterns = [
     path("health/", health.health_view, name="health"),
     path("health/live/", health.live_view, name="health-live"),
     path("metrics", metrics.metrics_view, name="metrics"),
+    path("emailer/", include("emailer.urls")),
 ]

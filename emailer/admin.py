@@ -1,9 +1,312 @@
-from django.contrib import admin
+"""The emailer's admin: projects and participants (with CSV import), tasks (with a preview),
+and the read-only run history and delivery ledger.
 
-from emailer.models import SendEmailTask
+Every write goes through ``emailer.services`` or the model's ``clean``, so the admin refuses
+what the command line refuses, with the same reason beside the same field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import escape, format_html, format_html_join
+
+from emailer import services
+from emailer.models import (
+    Delivery,
+    HistoryStatus,
+    Participant,
+    ParticipantStatus,
+    Project,
+    SendEmailHistory,
+    SendEmailTask,
+)
+from scheduling.api import jobs_for_row
+
+#: Above this many participants a project page links to them instead of listing them inline.
+INLINE_LIMIT = 200
+#: Refused import rows shown one per message; the rest are counted.
+SHOWN_REFUSALS = 50
+
+
+class ParticipantInline(admin.TabularInline):
+    model = Participant
+    fields = ("email", "name", "status", "unsubscribed_at")
+    readonly_fields = ("unsubscribed_at",)
+    extra = 0
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(help_text="CSV in UTF-8 with the columns email,name[,status].")
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ("name", "state", "participant_count", "task_count", "created_at")
+    list_filter = ("state",)
+    search_fields = ("name",)
+    readonly_fields = ("participants_link", "tasks_link")
+    change_form_template = "admin/emailer/project/change_form.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                participant_total=Count("participants", distinct=True),
+                task_total=Count("tasks", distinct=True),
+            )
+        )
+
+    @admin.display(description="participants", ordering="participant_total")
+    def participant_count(self, obj: Project) -> int:
+        return getattr(obj, "participant_total", 0)
+
+    @admin.display(description="tasks", ordering="task_total")
+    def task_count(self, obj: Project) -> int:
+        return getattr(obj, "task_total", 0)
+
+    def get_inlines(self, request: HttpRequest, obj: Project | None) -> list[Any]:
+        if obj is not None and obj.participants.count() > INLINE_LIMIT:
+            return []
+        return [ParticipantInline]
+
+    @admin.display(description="participants")
+    def participants_link(self, obj: Project) -> str:
+        if obj.pk is None:
+            return "-"
+        url = reverse("admin:emailer_participant_changelist") + f"?project__id__exact={obj.pk}"
+        return format_html(
+            '<a href="{}">{} participants</a> · <a href="{}">import CSV</a>',
+            url,
+            obj.participants.count(),
+            reverse("admin:emailer_project_import", args=[obj.pk]),
+        )
+
+    @admin.display(description="tasks")
+    def tasks_link(self, obj: Project) -> str:
+        if obj.pk is None:
+            return "-"
+        return format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            (
+                (reverse("admin:emailer_sendemailtask_change", args=[t.pk]), t.name)
+                for t in obj.tasks.all()
+            ),
+        ) or "-"
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path(
+                "<path:object_id>/import/",
+                self.admin_site.admin_view(self.import_view),
+                name="emailer_project_import",
+            ),
+            *super().get_urls(),
+        ]
+
+    def import_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Upload participants: rows added or updated by email, refused rows by line number."""
+        project = get_object_or_404(Project, pk=object_id)
+        if not self.has_change_permission(request, project):
+            return HttpResponseRedirect(reverse("admin:index"))
+        form = ImportForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                report = services.import_participants_file(
+                    project=project, data=form.cleaned_data["file"].read()
+                )
+            except ValidationError as exc:
+                form.add_error("file", exc.message_dict.get("file", exc.messages))
+            else:
+                level = messages.WARNING if report.refused else messages.SUCCESS
+                self.message_user(
+                    request,
+                    f"{report.added} added, {report.updated} updated, "
+                    f"{report.unchanged} unchanged, {len(report.refused)} refused",
+                    level,
+                )
+                for line, reason in report.refused[:SHOWN_REFUSALS]:
+                    self.message_user(request, f"line {line}: {reason}", messages.ERROR)
+                if len(report.refused) > SHOWN_REFUSALS:
+                    self.message_user(
+                        request,
+                        f"… and {len(report.refused) - SHOWN_REFUSALS} more refused rows",
+                        messages.ERROR,
+                    )
+                return HttpResponseRedirect(
+                    reverse("admin:emailer_project_change", args=[project.pk])
+                )
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Import participants into {project}",
+            "opts": self.model._meta,
+            "original": project,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/emailer/project/import.html", context)
+
+
+@admin.register(Participant)
+class ParticipantAdmin(admin.ModelAdmin):
+    list_display = ("email", "name", "status", "project", "unsubscribed_at")
+    list_filter = ("project", "status", ("unsubscribed_at", admin.EmptyFieldListFilter))
+    search_fields = ("email", "name")
+    list_select_related = ("project",)
+    readonly_fields = ("unsubscribed_at", "created_at")
+    actions = ["unsubscribe"]
+
+    @admin.action(description="Unsubscribe the selected participants")
+    def unsubscribe(self, request: HttpRequest, queryset: QuerySet[Participant]) -> None:
+        now = timezone.now()
+        changed = sum(services.unsubscribe_participant(participant=p, now=now) for p in queryset)
+        self.message_user(request, f"{changed} participants unsubscribed")
+
+
+class SendEmailTaskForm(forms.ModelForm):
+    statuses = forms.MultipleChoiceField(
+        choices=ParticipantStatus.choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Participant statuses to mail; none ticked means all.",
+    )
+
+    class Meta:
+        model = SendEmailTask
+        fields = (
+            "project",
+            "name",
+            "from_email",
+            "note",
+            "subject",
+            "body",
+            "html_body",
+            "statuses",
+            "requires_state",
+            "batch_size",
+            "rate",
+            "once_per_participant",
+            "on_uncertain",
+        )
 
 
 @admin.register(SendEmailTask)
 class SendEmailTaskAdmin(admin.ModelAdmin):
-    list_display = ("name", "subject", "created_at")
+    form = SendEmailTaskForm
+    list_display = ("name", "project", "batch_size", "rate", "on_uncertain", "updated_at")
+    list_filter = ("project",)
     search_fields = ("name", "subject")
+    list_select_related = ("project",)
+    readonly_fields = ("preview", "schedules")
+    fieldsets = (
+        (None, {"fields": ("project", "name", "from_email", "note")}),
+        ("Message", {"fields": ("subject", "body", "html_body", "preview")}),
+        (
+            "Who and how much",
+            {
+                "fields": (
+                    "statuses",
+                    "requires_state",
+                    "batch_size",
+                    "rate",
+                    "once_per_participant",
+                    "on_uncertain",
+                )
+            },
+        ),
+        ("Schedules", {"fields": ("schedules",)}),
+    )
+
+    @admin.display(description="preview")
+    def preview(self, obj: SendEmailTask) -> str:
+        """The saved task rendered for its first due participant."""
+        if obj.pk is None:
+            return "Save the task to see it rendered for a participant."
+        try:
+            rendered = services.preview(obj)
+        except Exception as exc:
+            return format_html('<span class="errornote">{}</span>', exc)
+        html = format_html(
+            '<div class="emailer-preview"><p><strong>Subject:</strong> {}</p>'
+            '<pre style="white-space:pre-wrap">{}</pre></div>',
+            rendered.subject,
+            rendered.body,
+        )
+        if rendered.html_body:
+            html += format_html(
+                '<p><strong>HTML:</strong></p><iframe sandbox srcdoc="{}" '
+                'style="width:100%;height:12em;border:1px solid #ccc"></iframe>',
+                # Rendered templates come back marked safe; the attribute needs them escaped.
+                escape(rendered.html_body),
+            )
+        return html
+
+    @admin.display(description="jobs that run this task")
+    def schedules(self, obj: SendEmailTask) -> str:
+        if obj.pk is None:
+            return "-"
+        found = jobs_for_row(obj)
+        if not found:
+            return "none yet: `manage.py emailer task schedule NAME --cron ...`"
+        return format_html_join(
+            "", "<div>{} · {} · next {}</div>", ((j.name, j.schedule, j.next_due_at) for j in found)
+        )
+
+
+@admin.register(SendEmailHistory)
+class SendEmailHistoryAdmin(admin.ModelAdmin):
+    """One row per run, with live counts; read-only, like all history."""
+
+    list_display = (
+        "task",
+        "scheduled_batch_start_time",
+        "status",
+        "sent",
+        "failed",
+        "deferred",
+        "uncertain",
+        "attempts",
+        "started_at",
+        "updated_at",
+        "note",
+    )
+    list_filter = ("status", "task")
+    list_select_related = ("task",)
+    date_hierarchy = "scheduled_batch_start_time"
+    change_list_template = "admin/emailer/sendemailhistory/change_list.html"
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        running = SendEmailHistory.objects.filter(status=HistoryStatus.RUNNING).exists()
+        return super().changelist_view(request, {**(extra_context or {}), "refresh": running})
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    """The per-participant ledger; read-only."""
+
+    list_display = ("email", "task", "occurrence", "state", "reply", "tries", "finished_at")
+    list_filter = ("state", "task")
+    search_fields = ("email",)
+    list_select_related = ("task",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

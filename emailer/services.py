@@ -1,39 +1,304 @@
-"""Sending a SendEmailTask's mail, resumable after the last batch sent."""
+"""The emailer's operator verbs: projects, participants, tasks and their schedules.
+
+The command line, the admin and the demo all call these, so every path applies the same rules
+and raises the same ``ValidationError`` naming the field. Scheduling goes through
+``scheduling.api`` only.
+"""
 
 from __future__ import annotations
 
-import logging
+import csv
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
-from django.conf import settings
-from django.core.mail import EmailMessage, get_connection
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import transaction
 
-from emailer.models import SendEmailTask
-from scheduling.api import RunContext
+from emailer.models import (
+    Participant,
+    ParticipantStatus,
+    Project,
+    ProjectState,
+    SendEmailTask,
+)
+from emailer.rendering import Rendered, compile_task
+from emailer.tokens import unsubscribe_url
+from scheduling.api import Cron, Every, JobInfo, Once, Policies, Timing, schedule_row
 
-logger = logging.getLogger("emailer")
+IMPORT_BATCH = 1000
 
 
-def send_batch(*, email_task: SendEmailTask, run: RunContext) -> dict[str, int]:
-    """Send to every recipient, checkpointing after each batch.
+# --- projects --------------------------------------------------------------------------------
 
-    A retried attempt starts after the last batch that was sent, so a worker that dies halfway
-    does not mail the first half twice.
+
+def get_project(name: str, *, field: str = "project") -> Project:
+    project = Project.objects.filter(name=name).first()
+    if project is None:
+        raise ValidationError({field: f"no project named {name!r}"})
+    return project
+
+
+def add_project(*, name: str, state: str = ProjectState.DRAFT) -> Project:
+    project = Project(name=(name or "").strip(), state=state)
+    project.full_clean()
+    project.save()
+    return project
+
+
+def set_project_state(*, project: Project, state: str) -> Project:
+    if state not in ProjectState.values:
+        raise ValidationError(
+            {"state": f"{state!r} is not one of {', '.join(ProjectState.values)}"}
+        )
+    Project.objects.filter(pk=project.pk).update(state=state)
+    project.state = state
+    return project
+
+
+def remove_project(*, project: Project) -> dict[str, int]:
+    """Delete the project with its participants, tasks, their jobs and history.
+
+    Seed 000: "a task stays in the database until the associated project is deleted". Each
+    task's jobs go with it (the task table's delete hook in ``scheduling.api``).
     """
-    recipients = list(email_task.recipients)
-    sent = int((run.checkpoint or {}).get("sent", 0))
-    size = max(1, email_task.batch_size)
-    with get_connection() as mail:
-        while sent < len(recipients):
-            batch = recipients[sent : sent + size]
-            for address in batch:
-                EmailMessage(
-                    subject=email_task.subject,
-                    body=email_task.body,
-                    from_email=email_task.from_email or settings.DEFAULT_FROM_EMAIL,
-                    to=[address],
-                    connection=mail,
-                ).send()
-            sent += len(batch)
-            run.save_checkpoint({"sent": sent})
-    logger.info("emailer.sent email_task=%s recipients=%s", email_task.pk, sent)
-    return {"sent": sent}
+    with transaction.atomic():
+        _, per_model = project.delete()
+    return {label.split(".")[-1].lower(): n for label, n in per_model.items()}
+
+
+# --- participants ----------------------------------------------------------------------------
+
+
+@dataclass
+class ImportReport:
+    """What an import did; ``refused`` holds (line number, reason) pairs."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    refused: list[tuple[int, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "added": self.added,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "refused": [{"line": line, "reason": reason} for line, reason in self.refused],
+        }
+
+
+def _rows(text: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+    reader = csv.reader(text)
+    for row in reader:
+        yield reader.line_num, row
+
+
+def _parse_row(row: list[str]) -> tuple[str, str, str | None]:
+    """(email, name, status or None); raises ValueError with the reason."""
+    cells = [c.strip() for c in row]
+    if len(cells) < 2 or len(cells) > 3:
+        raise ValueError(f"expected the columns email,name[,status]; got {len(cells)} columns")
+    email = cells[0].lower()
+    try:
+        validate_email(email)
+    except ValidationError:
+        raise ValueError(f"email: {cells[0]!r} is not an email address") from None
+    name = cells[1]
+    if len(name) > 200:
+        raise ValueError("name: longer than 200 characters")
+    status = cells[2].lower() if len(cells) == 3 and cells[2] else None
+    if status is not None and status not in ParticipantStatus.values:
+        raise ValueError(
+            f"status: {cells[2]!r} is not one of {', '.join(ParticipantStatus.values)}"
+        )
+    return email, name, status
+
+
+def import_participants(*, project: Project, text: Iterable[str]) -> ImportReport:
+    """Add or update participants from CSV lines ``email,name[,status]``, idempotent by email.
+
+    A header line (first cell ``email``) is skipped. Rows are read and written a thousand at a
+    time, so a file of any size is imported in flat memory; refused rows are reported with their
+    line numbers and the rest still go in.
+    """
+    report = ImportReport()
+    batch: dict[str, tuple[int, str, str | None]] = {}
+    for line, row in _rows(text):
+        if not any(c.strip() for c in row):
+            continue
+        if line == 1 and row and row[0].strip().lower() == "email":
+            continue
+        try:
+            email, name, status = _parse_row(row)
+        except ValueError as exc:
+            report.refused.append((line, str(exc)))
+            continue
+        batch[email] = (line, name, status)
+        if len(batch) >= IMPORT_BATCH:
+            _import_batch(project, batch, report)
+            batch = {}
+    if batch:
+        _import_batch(project, batch, report)
+    return report
+
+
+def _import_batch(
+    project: Project, batch: dict[str, tuple[int, str, str | None]], report: ImportReport
+) -> None:
+    with transaction.atomic():
+        known = {
+            p.email: p
+            for p in Participant.objects.filter(project=project, email__in=list(batch))
+        }
+        new, changed = [], []
+        for email, (_, name, status) in batch.items():
+            current = known.get(email)
+            if current is None:
+                new.append(
+                    Participant(
+                        project=project,
+                        email=email,
+                        name=name,
+                        status=status or ParticipantStatus.INVITED,
+                    )
+                )
+            elif current.name != name or (status is not None and current.status != status):
+                current.name = name
+                current.status = status or current.status
+                changed.append(current)
+            else:
+                report.unchanged += 1
+        Participant.objects.bulk_create(new)
+        Participant.objects.bulk_update(changed, ["name", "status"])
+    report.added += len(new)
+    report.updated += len(changed)
+
+
+def import_participants_file(*, project: Project, data: bytes) -> ImportReport:
+    """The admin's upload: bytes in UTF-8 (with or without a byte-order mark)."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text: {exc.reason} at byte {exc.start}"
+        raise ValidationError({"file": reason}) from None
+    return import_participants(project=project, text=io.StringIO(text, newline=""))
+
+
+def get_participant(*, project: Project, email: str) -> Participant:
+    found = Participant.objects.filter(project=project, email=email.strip().lower()).first()
+    if found is None:
+        raise ValidationError({"email": f"no participant {email!r} in project {project.name!r}"})
+    return found
+
+
+def unsubscribe_participant(*, participant: Participant, now: datetime) -> bool:
+    """Never mail this participant again; False when they had already unsubscribed.
+
+    A compare-and-set: the first unsubscription's time is kept. A run re-reads
+    unsubscriptions with every chunk it claims.
+    """
+    changed = Participant.objects.filter(pk=participant.pk, unsubscribed_at__isnull=True).update(
+        unsubscribed_at=now
+    )
+    if changed:
+        participant.unsubscribed_at = now
+    return bool(changed)
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+def get_task(name: str, *, field: str = "task") -> SendEmailTask:
+    task = SendEmailTask.objects.select_related("project").filter(name=name).first()
+    if task is None:
+        raise ValidationError({field: f"no task named {name!r}"})
+    return task
+
+
+def add_task(*, project: Project, name: str, **values: Any) -> SendEmailTask:
+    """Validate (templates compiled, statuses known) and save a task."""
+    task = SendEmailTask(project=project, name=(name or "").strip(), **values)
+    task.full_clean()
+    task.save()
+    return task
+
+
+def timing_for(
+    *,
+    every: str | None = None,
+    cron: str | None = None,
+    tz: str = "UTC",
+    at: datetime | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> Timing:
+    """One timing value from flag-shaped input: exactly one of every, cron and at."""
+    given = [name for name, value in (("every", every), ("cron", cron), ("at", at)) if value]
+    if len(given) != 1:
+        raise ValidationError({"schedule": "give exactly one of --every, --cron and --at"})
+    if at is not None:
+        if start or end:
+            raise ValidationError({"start": "--start and --end do not apply to --at"})
+        return Once(at=at)
+    if cron:
+        return Cron(cron, tz=tz or "UTC", start=start, end=end)
+    return Every(str(every), start=start, end=end)
+
+
+def schedule_task(
+    *,
+    task: SendEmailTask,
+    timing: Timing,
+    expires: int | None = None,
+    name: str | None = None,
+    max_retries: int | None = None,
+    timeout: int | None = None,
+    owner: Any = None,
+    now: datetime | None = None,
+) -> JobInfo:
+    """A job that runs ``task`` on ``timing``; a task may have several (seed 000's N:N).
+
+    ``expires`` (seconds) skips an occurrence that would start that long after its due time,
+    rather than mailing people hours late.
+    """
+    if expires is not None and expires < 1:
+        raise ValidationError({"expires": "must be at least 1 second"})
+    return schedule_row(
+        task,
+        timing=timing,
+        policies=Policies(
+            expires=expires, max_retries=max_retries, timeout=timeout, note=f"emailer: {task}"
+        ),
+        name=name,
+        owner=owner,
+        now=now,
+    )
+
+
+def preview(task: SendEmailTask, participant: Participant | None = None) -> Rendered:
+    """The task rendered for one participant (the first due one when none is given)."""
+    if participant is None:
+        people = Participant.objects.filter(project_id=task.project_id)
+        if task.statuses:
+            people = people.filter(status__in=task.statuses)
+        participant = (
+            people.filter(unsubscribed_at__isnull=True).order_by("id").first()
+            or Participant(pk=0, email="someone@example.com", name="Someone", status="invited")
+        )
+    compiled = compile_task(subject=task.subject, body=task.body, html_body=task.html_body)
+    return compiled.render(
+        {
+            "participant": {
+                "id": participant.pk,
+                "email": participant.email,
+                "name": participant.name,
+                "status": participant.status,
+            },
+            "project": {"name": task.project.name},
+            "unsubscribe_url": unsubscribe_url(participant.pk or 0),
+        }
+    )

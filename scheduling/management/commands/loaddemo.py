@@ -1,13 +1,22 @@
-"""``manage.py loaddemo``: four sample jobs and one quick job, each unless already there."""
+"""``manage.py loaddemo``: four sample jobs and one quick job, each unless already there, and
+whatever demo each installed app offers.
+
+An app offers one with a ``demo`` module whose ``load_demo(*, now)`` returns the names of what
+it created (the emailer's small mailing, say); the engine finds it by name, as it finds each
+app's ``scheduled`` module, and never imports a domain app itself.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from importlib import import_module
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandParser
 from django.utils import timezone
+from django.utils.module_loading import module_has_submodule
 
 from scheduling import jobs
 from scheduling.management.base import DuecourseCommand
@@ -25,7 +34,10 @@ DEMO_JOBS = [
 
 
 class Command(DuecourseCommand):
-    help = "Load the demo jobs (four sample jobs and a quick one every 10 seconds)."
+    help = (
+        "Load the demo jobs (four sample jobs and a quick one every 10 seconds) and each "
+        "app's demo (the emailer's: a small mailing whose mail lands under var/mail/)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
@@ -66,6 +78,9 @@ class Command(DuecourseCommand):
                 now=now,
             )
             created.append("quick")
+        for app in apps.get_app_configs():
+            if app.module is not None and module_has_submodule(app.module, "demo"):
+                created += import_module(f"{app.name}.demo").load_demo(now=now)
         self.emit(
             {"created": created},
             f"demo jobs created: {', '.join(created)}" if created else "demo jobs already loaded",

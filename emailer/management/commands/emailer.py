@@ -1,0 +1,363 @@
+"""``manage.py emailer``: projects, participants, mail tasks, their schedules and history.
+
+A thin layer over ``emailer.services``: parse, call one verb, report. Every action takes
+``--help`` and ``--json``; bad input ends with one line naming the field and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from emailer import services
+from emailer.models import (
+    Delivery,
+    DeliveryState,
+    ParticipantStatus,
+    ProjectState,
+    SendEmailHistory,
+    UncertainPolicy,
+)
+from scheduling.api import jobs_for_row
+
+#: Model fields whose command-line option has another name, for error messages.
+OPTION_NAMES = {
+    "html_body": "--html",
+    "from_email": "--from",
+    "requires_state": "--requires-state",
+    "batch_size": "--batch-size",
+    "on_uncertain": "--on-uncertain",
+    "interval": "--every",
+    "timezone": "--tz",
+    "run_at": "--at",
+    "starts_at": "--start",
+    "ends_at": "--end",
+}
+
+
+def one_line(exc: ValidationError) -> str:
+    """``field (--option): reason`` for each field, on one line."""
+    if not hasattr(exc, "error_dict"):
+        return " ".join(exc.messages)
+    parts = []
+    for field, errors in exc.message_dict.items():
+        name = "input" if field == "__all__" else field
+        if field in OPTION_NAMES:
+            name = f"{name} ({OPTION_NAMES[field]})"
+        parts.append(f"{name}: {' '.join(errors)}")
+    return "; ".join(parts)
+
+
+def instant(raw: str | None, *, field: str) -> datetime | None:
+    """An ISO-8601 instant with an offset; naive input is refused."""
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise ValidationError(
+            {field: f"{raw!r} is not an ISO-8601 date-time such as 2030-01-01T09:00:00Z"}
+        ) from None
+    if value.tzinfo is None:
+        raise ValidationError({field: f"{raw!r} has no offset; add Z or +01:00"})
+    return value
+
+
+def csv_list(raw: str | None) -> list[str]:
+    return [part.strip().lower() for part in (raw or "").split(",") if part.strip()]
+
+
+class Command(BaseCommand):
+    help = "Manage mail projects, participants, mail tasks, their schedules and history."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        groups = parser.add_subparsers(dest="group", required=True, metavar="GROUP")
+
+        project = groups.add_parser("project", help="Add, change or remove a project.")
+        project_actions = project.add_subparsers(dest="action", required=True, metavar="ACTION")
+        add = self._action(project_actions, "add", "Create a project.")
+        add.add_argument("name", help="Project name (unique).")
+        add.add_argument("--state", choices=ProjectState.values, default=ProjectState.DRAFT)
+        state = self._action(project_actions, "state", "Set a project's state.")
+        state.add_argument("name")
+        state.add_argument("state", choices=ProjectState.values)
+        remove = self._action(
+            project_actions, "remove", "Delete a project with its participants, tasks and jobs."
+        )
+        remove.add_argument("name")
+
+        people = groups.add_parser("participants", help="Import or unsubscribe participants.")
+        people_actions = people.add_subparsers(dest="action", required=True, metavar="ACTION")
+        imp = self._action(
+            people_actions, "import", "Add or update participants from CSV (email,name[,status])."
+        )
+        imp.add_argument("project")
+        imp.add_argument("file", help="CSV file, UTF-8; a header line 'email,...' is skipped.")
+        unsub = self._action(people_actions, "unsubscribe", "Never mail this address again.")
+        unsub.add_argument("project")
+        unsub.add_argument("email")
+
+        task = groups.add_parser("task", help="Add, schedule or preview a mail task.")
+        task_actions = task.add_subparsers(dest="action", required=True, metavar="ACTION")
+        tadd = self._action(task_actions, "add", "Create a mail task (a SendEmailTask row).")
+        tadd.add_argument("name", help="Task name (unique).")
+        tadd.add_argument("--project", required=True)
+        tadd.add_argument("--subject", required=True, help="Django template, one line.")
+        tadd.add_argument("--body", required=True, help="Plain-text Django template.")
+        tadd.add_argument("--html", default="", help="HTML Django template (optional).")
+        tadd.add_argument("--from", dest="from_email", default="", help="Sender address.")
+        tadd.add_argument(
+            "--statuses",
+            default="",
+            help=f"Statuses to mail, comma-separated ({','.join(ParticipantStatus.values)}); "
+            "default all.",
+        )
+        tadd.add_argument(
+            "--requires-state", choices=ProjectState.values, default=ProjectState.ACTIVE
+        )
+        tadd.add_argument("--batch-size", type=int, default=10_000, help="Per occurrence.")
+        tadd.add_argument(
+            "--rate", type=float, default=0.0, help="Messages per second; 0 = no limit."
+        )
+        tadd.add_argument(
+            "--on-uncertain", choices=UncertainPolicy.values, default=UncertainPolicy.SKIP
+        )
+        tadd.add_argument(
+            "--each-occurrence",
+            action="store_true",
+            help="Mail everyone due again at each occurrence (a reminder), not once each.",
+        )
+        sched = self._action(task_actions, "schedule", "Make a job that runs the task.")
+        sched.add_argument("name")
+        when = sched.add_mutually_exclusive_group(required=True)
+        when.add_argument("--every", help="ISO-8601 interval, such as PT2H.")
+        when.add_argument("--cron", help='Five-field cron, such as "0 10-18/2 * * MON-FRI".')
+        when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
+        sched.add_argument("--tz", default="UTC", help="IANA time zone of --cron (UTC).")
+        sched.add_argument("--start", help="No occurrence before this instant.")
+        sched.add_argument("--end", help="No occurrence after this instant.")
+        sched.add_argument(
+            "--expires", type=int, help="Skip an occurrence not started this many seconds late."
+        )
+        sched.add_argument("--job-name", help="Job name (default emailer.SendEmailTask:ID:N).")
+        sched.add_argument("--max-retries", type=int, help="Retries after the first try.")
+        sched.add_argument("--timeout", type=int, help="Seconds per attempt.")
+        prev = self._action(task_actions, "preview", "Render the task for one participant.")
+        prev.add_argument("name")
+        prev.add_argument("--email", help="The participant (default: the first due one).")
+
+        history = self._action(groups, "history", "Runs, newest first, with their counts.")
+        history.add_argument("--task", help="Only this task's runs.")
+        history.add_argument("--limit", type=int, default=20)
+
+        sent = self._action(groups, "deliveries", "One task's per-participant deliveries.")
+        sent.add_argument("--task", required=True)
+        sent.add_argument("--state", choices=DeliveryState.values)
+        sent.add_argument("--limit", type=int, default=100)
+
+    @staticmethod
+    def _action(actions: Any, name: str, text: str) -> CommandParser:
+        parser: CommandParser = actions.add_parser(name, help=text, description=text)
+        parser.add_argument(
+            "--json", action="store_true", help="Print the result as one JSON value on stdout."
+        )
+        return parser
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute(*args, **options)
+        except ValidationError as exc:
+            raise CommandError(one_line(exc)) from None
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        handler = getattr(self, f"do_{o['group']}_{o.get('action') or 'show'}")
+        data, text = handler(o)
+        if o["json"]:
+            self.stdout.write(json.dumps(data, default=str))
+        else:
+            self.stdout.write(text)
+
+    # --- project -------------------------------------------------------------------------
+
+    def do_project_add(self, o: dict[str, Any]) -> tuple[Any, str]:
+        project = services.add_project(name=o["name"], state=o["state"])
+        data = {"id": project.pk, "name": project.name, "state": project.state}
+        return data, f"project {project.name} created ({project.state})"
+
+    def do_project_state(self, o: dict[str, Any]) -> tuple[Any, str]:
+        project = services.set_project_state(
+            project=services.get_project(o["name"], field="name"), state=o["state"]
+        )
+        data = {"id": project.pk, "name": project.name, "state": project.state}
+        return data, f"project {project.name} is {project.state}"
+
+    def do_project_remove(self, o: dict[str, Any]) -> tuple[Any, str]:
+        project = services.get_project(o["name"], field="name")
+        deleted = services.remove_project(project=project)
+        summary = ", ".join(f"{n} {what}" for what, n in sorted(deleted.items()) if n)
+        return {"name": o["name"], "deleted": deleted}, f"project {o['name']} removed: {summary}"
+
+    # --- participants --------------------------------------------------------------------
+
+    def do_participants_import(self, o: dict[str, Any]) -> tuple[Any, str]:
+        project = services.get_project(o["project"])
+        path = Path(o["file"])
+        if not path.is_file():
+            raise ValidationError({"file": f"{o['file']} is not a readable file"})
+        try:
+            with path.open(encoding="utf-8-sig", newline="") as handle:
+                report = services.import_participants(project=project, text=handle)
+        except UnicodeDecodeError as exc:
+            raise ValidationError({"file": f"not UTF-8 text: {exc.reason}"}) from None
+        lines = [
+            f"{report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
+            f"{len(report.refused)} refused"
+        ]
+        lines += [f"line {line}: {reason}" for line, reason in report.refused]
+        return report.as_dict(), "\n".join(lines)
+
+    def do_participants_unsubscribe(self, o: dict[str, Any]) -> tuple[Any, str]:
+        project = services.get_project(o["project"])
+        participant = services.get_participant(project=project, email=o["email"])
+        changed = services.unsubscribe_participant(participant=participant, now=timezone.now())
+        text = f"{participant.email} unsubscribed" if changed else (
+            f"{participant.email} was already unsubscribed at {participant.unsubscribed_at}"
+        )
+        data = {
+            "email": participant.email,
+            "unsubscribed_at": participant.unsubscribed_at,
+            "changed": changed,
+        }
+        return data, text
+
+    # --- task ----------------------------------------------------------------------------
+
+    def do_task_add(self, o: dict[str, Any]) -> tuple[Any, str]:
+        task = services.add_task(
+            project=services.get_project(o["project"]),
+            name=o["name"],
+            subject=o["subject"],
+            body=o["body"],
+            html_body=o["html"],
+            from_email=o["from_email"],
+            statuses=csv_list(o["statuses"]),
+            requires_state=o["requires_state"],
+            batch_size=o["batch_size"],
+            rate=o["rate"],
+            on_uncertain=o["on_uncertain"],
+            once_per_participant=not o["each_occurrence"],
+        )
+        data = {"id": task.pk, "name": task.name, "project": task.project.name}
+        return data, (
+            f"task {task.name} created (id {task.pk}); schedule it with "
+            f"`emailer task schedule {task.name} --cron ...` or "
+            f"`jobs add NAME --task-table emailer.SendEmailTask --task-row-id {task.pk} ...`"
+        )
+
+    def do_task_schedule(self, o: dict[str, Any]) -> tuple[Any, str]:
+        task = services.get_task(o["name"], field="name")
+        timing = services.timing_for(
+            every=o["every"],
+            cron=o["cron"],
+            tz=o["tz"],
+            at=instant(o["at"], field="at"),
+            start=instant(o["start"], field="start"),
+            end=instant(o["end"], field="end"),
+        )
+        job = services.schedule_task(
+            task=task,
+            timing=timing,
+            expires=o["expires"],
+            name=o["job_name"],
+            max_retries=o["max_retries"],
+            timeout=o["timeout"],
+        )
+        data = {
+            "job": job.id,
+            "name": job.name,
+            "task": task.name,
+            "schedule": job.schedule,
+            "next_due_at": job.next_due_at,
+        }
+        return data, f"job {job.name} runs {task.name} {job.schedule}; next at {job.next_due_at}"
+
+    def do_task_preview(self, o: dict[str, Any]) -> tuple[Any, str]:
+        task = services.get_task(o["name"], field="name")
+        participant = (
+            services.get_participant(project=task.project, email=o["email"])
+            if o["email"]
+            else None
+        )
+        rendered = services.preview(task, participant)
+        jobs = [j.name for j in jobs_for_row(task)]
+        data = {
+            "subject": rendered.subject,
+            "body": rendered.body,
+            "html_body": rendered.html_body,
+            "jobs": jobs,
+        }
+        text = f"Subject: {rendered.subject}\n\n{rendered.body}"
+        if rendered.html_body:
+            text += f"\n\n--- HTML ---\n{rendered.html_body}"
+        return data, text
+
+    # --- history and deliveries ----------------------------------------------------------
+
+    def do_history_show(self, o: dict[str, Any]) -> tuple[Any, str]:
+        runs = SendEmailHistory.objects.select_related("task")
+        if o["task"]:
+            runs = runs.filter(task=services.get_task(o["task"]))
+        rows = [
+            {
+                "id": h.pk,
+                "task": h.task.name,
+                "scheduled_batch_start_time": h.scheduled_batch_start_time,
+                "started_at": h.started_at,
+                "finished_at": h.finished_at,
+                "status": h.status,
+                "attempts": h.attempts,
+                "sent": h.sent,
+                "failed": h.failed,
+                "deferred": h.deferred,
+                "skipped": h.skipped,
+                "uncertain": h.uncertain,
+                "note": h.note,
+                "updated_at": h.updated_at,
+            }
+            for h in runs[: max(1, o["limit"])]
+        ]
+        lines = [
+            f"{r['scheduled_batch_start_time']:%Y-%m-%d %H:%M} {r['task']:<20} {r['status']:<11} "
+            f"sent {r['sent']} failed {r['failed']} deferred {r['deferred']} "
+            f"uncertain {r['uncertain']}" + (f"  ({r['note']})" if r["note"] else "")
+            for r in rows
+        ]
+        return rows, "\n".join(lines) or "no runs yet"
+
+    def do_deliveries_show(self, o: dict[str, Any]) -> tuple[Any, str]:
+        task = services.get_task(o["task"])
+        found = Delivery.objects.filter(task=task).order_by("-occurrence", "participant_id")
+        if o["state"]:
+            found = found.filter(state=o["state"])
+        rows = [
+            {
+                "email": d.email,
+                "occurrence": d.occurrence,
+                "state": d.state,
+                "reply": d.reply,
+                "tries": d.tries,
+                "finished_at": d.finished_at,
+            }
+            for d in found[: max(1, o["limit"])]
+        ]
+        lines = [
+            f"{r['occurrence']:%Y-%m-%d %H:%M} {r['email']:<32} {r['state']:<9} {r['reply']}"
+            for r in rows
+        ]
+        return rows, "\n".join(lines) or "no deliveries"

@@ -297,9 +297,16 @@ class _Search(CronSim):
         later = bisect_right(days, day.day)
         if later < len(days):
             self.dt = datetime(day.year, day.month, days[later], tzinfo=self.dt.tzinfo)
+            if not self._plain:
+                # Midnight may not exist on that day (a spring gap at 00:00): go on from the
+                # first real instant, and check every field again from there.
+                self.dt = self.dt.astimezone(UTC).astimezone(self.dt.tzinfo)
+                return True
             return False  # same month: still allowed
         year, month = (day.year + 1, 1) if day.month == 12 else (day.year, day.month + 1)
         self.dt = datetime(year, month, 1, tzinfo=self.dt.tzinfo)
+        if not self._plain:
+            self.dt = self.dt.astimezone(UTC).astimezone(self.dt.tzinfo)
         return True
 
     def _days_of(self, year: int, month: int) -> tuple[int, ...]:

@@ -785,3 +785,11 @@ def test_fifty_consecutive_occurrences_strictly_increase(
     assert found[0] > after
     assert all(earlier < later for earlier, later in itertools.pairwise(found))
     assert all(fires_at(spec, moment, ZoneInfo(zone)) for moment in found)
+
+
+def test_a_day_whose_midnight_was_skipped_starts_at_its_first_allowed_hour() -> None:
+    """São Paulo skipped 00:00-01:00 on 2 Nov 2004: a job of even hours runs at 02:00, not 01:00."""
+    expression = CronExpression.parse("* */2 2-3 * *")
+    after = datetime(2004, 11, 2, 2, 59, 58, tzinfo=UTC)  # 23:59:58 on 1 Nov, local
+    found = expression.next_after(after, ZoneInfo("America/Sao_Paulo"))
+    assert found == datetime(2004, 11, 2, 4, 0, tzinfo=UTC)  # 02:00 local, after the gap

@@ -56,6 +56,8 @@ def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> Non
         "job-123458",
         "job-123459",
         "quick",
+        "demo-survey (emailer project)",
+        "demo-invitation",
     ]
 
     group = Processes(tmp_path)
@@ -67,6 +69,15 @@ def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> Non
             return listed.returncode == 0 and len(json.loads(listed.stdout)) >= 2
 
         wait_for(quick_completed, timeout=90, interval=1, message="two runs of the quick job")
+        # The demo's email project sends its invitation to files a newcomer can open.
+        mail = var_dir / "mail"
+        wait_for(
+            lambda: mail.is_dir() and any(f.stat().st_size for f in mail.iterdir()),
+            timeout=60,
+            interval=1,
+            message="the demo invitation written under var/mail",
+        )
+        assert "Subject:" in next(f for f in mail.iterdir() if f.stat().st_size).read_text()
         output = group.log_of(stack)
         assert "execution.started" in output
         assert "execution.completed" in output

@@ -126,7 +126,7 @@ def test_the_target_is_a_dropdown_of_schedulable_tasks_and_task_tables(admin_cli
         for value, label in options
     )
     assert NOOP in choices
-    assert "table:emailer.SendEmailTask" in choices
+    assert "table:tasktable_app.Chore" in choices
     assert "scheduling.run_task_row" not in choices  # reached through a task table instead
 
 
@@ -174,9 +174,9 @@ def test_a_typed_cron_expression_is_read_back_in_words(admin_client: Client, adm
 def test_a_task_table_target_needs_an_existing_row(admin_client: Client, admin_user: Any):
     response = admin_client.post(
         f"{JOBS}add/",
-        form_data(owner=admin_user.pk, task="table:emailer.SendEmailTask", task_row_id="999"),
+        form_data(owner=admin_user.pk, task="table:tasktable_app.Chore", task_row_id="999"),
     )
-    assert "no emailer.SendEmailTask row with id 999" in str(form_of(response).errors)
+    assert "no tasktable_app.Chore row with id 999" in str(form_of(response).errors)
     assert not Job.objects.exists()
 
 

@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
-from emailer.models import Project, SendEmailTask
 from scheduling import attempts, jobs, publishing
 from scheduling.models import Execution, ExecutionStatus, Job, Schedule
 from scheduling.tasktables import TASK_ROW_TASK
+from tests.tasktable_app.models import Chore
 
 pytestmark = pytest.mark.django_db
 
@@ -51,13 +51,11 @@ def test_edit_moves_a_job_to_an_existing_schedule_and_drops_the_orphan(
 def test_edit_switches_a_task_job_to_a_task_table_row_and_back(
     make_job: MakeJob, now: datetime
 ) -> None:
-    row = SendEmailTask.objects.create(
-        project=Project.objects.create(name="w"), name="w", subject="s", body="b"
-    )
+    row = Chore.objects.create(name="w")
     job = make_job(every="PT1H")
-    edited = jobs.edit_job(job=job, now=now, task_table="emailer.SendEmailTask", task_row_id=row.pk)
+    edited = jobs.edit_job(job=job, now=now, task_table="tasktable_app.Chore", task_row_id=row.pk)
     assert (edited.task, edited.task_table, edited.task_row_id) == (
-        TASK_ROW_TASK, "emailer.SendEmailTask", row.pk
+        TASK_ROW_TASK, "tasktable_app.Chore", row.pk
     )  # fmt: skip
     back = jobs.edit_job(job=job, now=now, task="scheduling.diagnostics.noop")
     assert (back.task, back.task_table, back.task_row_id) == (

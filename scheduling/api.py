@@ -13,6 +13,9 @@ a worked example.
   ``Once``) and a ``Policies`` value.
 - Operate it: ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``, and read it with
   ``jobs_for_row`` and ``executions``.
+- Command lines of your own: ``parse_instant`` (an ISO-8601 instant with an offset, naming
+  the field when it is not) and ``error_line`` (a ``ValidationError`` as one line, each field
+  named with the option that set it), the same as the engine's own commands use.
 - Run it: a runner receives its row and a ``RunContext`` (ids, the occurrence's due time, the
   attempt number, the last checkpoint, ``save_checkpoint`` and ``progress``), never the
   ledger's ORM rows or Celery objects. Raise ``PermanentError`` for what a retry cannot fix;
@@ -38,7 +41,8 @@ from scheduling import tasktables
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
-from scheduling.timing import Cron, Every, Once, Timing
+from scheduling.timing import Cron, Every, Once, Timing, parse_instant
+from scheduling.validation import first_error as error_line
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
@@ -54,9 +58,11 @@ __all__ = [
     "ScheduledTask",
     "Timing",
     "cancel",
+    "error_line",
     "executions",
     "job",
     "jobs_for_row",
+    "parse_instant",
     "pause",
     "resume",
     "run_now",

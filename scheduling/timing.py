@@ -8,8 +8,10 @@ same rules and messages as the admin and ``jobs add``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from django.core.exceptions import ValidationError
 
 from scheduling.schedules import format_duration
 
@@ -57,3 +59,24 @@ class Once:
 
 
 Timing = Every | Cron | Once
+
+
+def parse_instant(raw: str | None, *, field: str) -> datetime | None:
+    """An ISO-8601 instant with an offset (``2030-01-01T09:00Z``), in UTC; None stays None.
+
+    Naive input is refused at the boundary, naming ``field``: a time without an offset means
+    a different instant on every machine that reads it.
+    """
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise ValidationError(
+            {field: f"{raw!r} is not an ISO-8601 date-time such as 2030-01-01T09:00:00Z"}
+        ) from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError(
+            {field: f"{raw!r} has no offset; add a time zone offset such as Z or +01:00"}
+        )
+    return value.astimezone(UTC)

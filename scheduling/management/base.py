@@ -11,13 +11,13 @@ import json
 import math
 import re
 import sys
-from datetime import datetime
 from typing import Any, NoReturn
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduling.schedules import ScheduleError, require_aware
+from scheduling.schedules import ScheduleError
+from scheduling.timing import parse_instant as parse_instant  # the commands' one parser
 from scheduling.validation import first_error
 
 
@@ -121,17 +121,3 @@ class DuecourseCommand(BaseCommand):
             self.stdout.write(text)
 
 
-def parse_instant(raw: str | None, *, field: str) -> datetime | None:
-    """An ISO-8601 instant with an offset (``2030-01-01T09:00Z``); naive input is refused."""
-    if raw is None:
-        return None
-    try:
-        value = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        raise ValidationError(
-            {field: f"{raw!r} is not an ISO-8601 date-time such as 2030-01-01T09:00:00Z"}
-        ) from None
-    try:
-        return require_aware(value, field=field)
-    except ScheduleError as exc:
-        raise ValidationError({field: exc.reason}) from None

@@ -7,7 +7,6 @@ A thin layer over ``emailer.services``: parse, call one verb, report. Every acti
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from emailer.models import (
     SendEmailHistory,
     UncertainPolicy,
 )
-from scheduling.api import jobs_for_row
+from scheduling.api import error_line, jobs_for_row, parse_instant
 
 #: Model fields whose command-line option has another name, for error messages.
 OPTION_NAMES = {
@@ -39,34 +38,6 @@ OPTION_NAMES = {
     "starts_at": "--start",
     "ends_at": "--end",
 }
-
-
-def one_line(exc: ValidationError) -> str:
-    """``field (--option): reason`` for each field, on one line."""
-    if not hasattr(exc, "error_dict"):
-        return " ".join(exc.messages)
-    parts = []
-    for field, errors in exc.message_dict.items():
-        name = "input" if field == "__all__" else field
-        if field in OPTION_NAMES:
-            name = f"{name} ({OPTION_NAMES[field]})"
-        parts.append(f"{name}: {' '.join(errors)}")
-    return "; ".join(parts)
-
-
-def instant(raw: str | None, *, field: str) -> datetime | None:
-    """An ISO-8601 instant with an offset; naive input is refused."""
-    if raw is None:
-        return None
-    try:
-        value = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        raise ValidationError(
-            {field: f"{raw!r} is not an ISO-8601 date-time such as 2030-01-01T09:00:00Z"}
-        ) from None
-    if value.tzinfo is None:
-        raise ValidationError({field: f"{raw!r} has no offset; add Z or +01:00"})
-    return value
 
 
 def csv_list(raw: str | None) -> list[str]:
@@ -173,7 +144,7 @@ class Command(BaseCommand):
         try:
             return super().execute(*args, **options)
         except ValidationError as exc:
-            raise CommandError(one_line(exc)) from None
+            raise CommandError(error_line(exc, options=OPTION_NAMES)) from None
 
     def handle(self, *args: Any, **o: Any) -> None:
         handler = getattr(self, f"do_{o['group']}_{o.get('action') or 'show'}")
@@ -266,9 +237,9 @@ class Command(BaseCommand):
             every=o["every"],
             cron=o["cron"],
             tz=o["tz"],
-            at=instant(o["at"], field="at"),
-            start=instant(o["start"], field="start"),
-            end=instant(o["end"], field="end"),
+            at=parse_instant(o["at"], field="at"),
+            start=parse_instant(o["start"], field="start"),
+            end=parse_instant(o["end"], field="end"),
         )
         job = services.schedule_task(
             task=task,

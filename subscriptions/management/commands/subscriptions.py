@@ -7,13 +7,13 @@ the option that set it) with the reason, and nothing is saved.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from scheduling.api import error_line, parse_instant
 from subscriptions import payments, selectors, services
 from subscriptions.models import JobStatus
 
@@ -32,33 +32,6 @@ OPTIONS = {
     "decline": "--decline",
     "error": "--error",
 }
-
-
-def one_line(exc: ValidationError) -> str:
-    if not hasattr(exc, "error_dict"):
-        return " ".join(exc.messages)
-    parts = []
-    for field, messages in exc.message_dict.items():
-        name = "input" if field == "__all__" else field
-        if field in OPTIONS:
-            name = f"{name} ({OPTIONS[field]})"
-        parts.append(f"{name}: {' '.join(messages)}")
-    return "; ".join(parts)
-
-
-def parse_instant(raw: str | None, *, field: str) -> datetime | None:
-    """An ISO-8601 instant with an offset; naive input is refused."""
-    if raw is None:
-        return None
-    try:
-        value = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        raise ValidationError(
-            {field: f"{raw!r} is not an ISO-8601 date-time such as 2030-01-31T09:00:00Z"}
-        ) from None
-    if timezone.is_naive(value):
-        raise ValidationError({field: f"{raw!r} has no offset; add Z or +01:00"})
-    return value
 
 
 def parse_int(raw: str | None, *, field: str) -> int | None:
@@ -130,7 +103,7 @@ class Command(BaseCommand):
         try:
             return super().execute(*args, **options)
         except ValidationError as exc:
-            raise CommandError(one_line(exc)) from None
+            raise CommandError(error_line(exc, options=OPTIONS)) from None
 
     def handle(self, *args: Any, **o: Any) -> None:
         handler = getattr(self, f"do_{o['action']}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -185,6 +186,47 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture
+def page(live_server: Any, admin_user: Any) -> Iterator[Any]:
+    """The admin in Debian's chromium driven by Playwright, logged in as ``admin``.
+
+    ``page.base`` is the live server's address. Playwright's sync API runs an event loop in
+    this thread; the ORM calls a test makes between page actions are still synchronous.
+    """
+    from playwright.sync_api import sync_playwright
+
+    assert os.path.exists(CHROMIUM), "Debian's chromium is required: apt-get install chromium"
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+        page.goto(f"{live_server.url}/admin/login/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "password")
+        page.click("input[type=submit]")
+        page.wait_for_selector("#site-name")
+        page.base = live_server.url  # type: ignore[attr-defined]
+        try:
+            yield page
+        finally:
+            browser.close()
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 def database_url() -> str:

@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 
 from emailer.models import SendEmailTask
-from tests.scheduling.test_admin_browser import page  # noqa: F401  (the logged-in browser)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_template_error_is_shown_beside_its_field_and_the_saved_task_is_previewed(
-    page: Any,  # noqa: F811
+    page: Any,
     make_project: Any,
 ) -> None:
     project = make_project("spring-survey", participants=2)

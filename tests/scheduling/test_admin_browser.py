@@ -6,9 +6,6 @@ history is read-only. The jobs pages have their own file, test_admin_jobs_browse
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,44 +15,6 @@ from scheduling import jobs
 from scheduling.models import Schedule
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-@pytest.fixture
-def page(live_server: Any, admin_user: Any) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert os.path.exists(CHROMIUM), "Debian's chromium is required: apt-get install chromium"
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
-    # between page actions are still synchronous and safe.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        page = browser.new_page()
-        page.set_default_timeout(20_000)
-        page.goto(f"{live_server.url}/admin/login/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", "password")
-        page.click("input[type=submit]")
-        page.wait_for_selector("#site-name")
-        page.base = live_server.url  # type: ignore[attr-defined]
-        try:
-            yield page
-        finally:
-            browser.close()
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-
 
 def test_admin_refuses_a_bad_interval_naming_the_field(page: Any) -> None:
     page.goto(f"{page.base}/admin/scheduling/schedule/add/")

@@ -9,7 +9,6 @@ var/screenshots/ (the README's job list is copied from there).
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -20,11 +19,10 @@ from django.utils import timezone
 
 from scheduling import jobs
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
-from tests.conftest import ROOT, celery_worker_command, scheduler_command, wait_for
+from tests.conftest import CHROMIUM, ROOT, celery_worker_command, scheduler_command, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = ROOT / "var" / "screenshots"
 NOOP = "scheduling.diagnostics.noop"
 

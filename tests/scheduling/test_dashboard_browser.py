@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -20,36 +19,10 @@ from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 #: Every run saves its screenshot here; with DUECOURSE_UPDATE_SCREENSHOTS=1 it also replaces
 #: the README's copy under docs/images.
 ARTIFACT = ROOT / "var" / "screenshots" / "dashboard.png"
 README_COPY = ROOT / "docs" / "images" / "dashboard.png"
-
-
-@pytest.fixture
-def browser_page(live_server: Any, admin_user: Any) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert os.path.exists(CHROMIUM), "Debian's chromium is required: apt-get install chromium"
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"]
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(20_000)
-        page.goto(f"{live_server.url}/admin/login/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", "password")
-        page.click("input[type=submit]")
-        page.wait_for_selector("#site-name")
-        page.base = live_server.url  # type: ignore[attr-defined]
-        try:
-            yield page
-        finally:
-            browser.close()
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 def a_day_of_history(owner: Any) -> None:
@@ -99,10 +72,9 @@ def a_day_of_history(owner: Any) -> None:
     )
 
 
-def test_the_dashboard_renders_with_a_day_of_history(browser_page: Any, admin_user: Any) -> None:
+def test_the_dashboard_renders_with_a_day_of_history(page: Any, admin_user: Any) -> None:
     cache.clear()
     a_day_of_history(admin_user)
-    page = browser_page
     page.goto(f"{page.base}/admin/")
     page.click("#duecourse-dashboard-link a")
     page.wait_for_selector("#panel-chart svg")

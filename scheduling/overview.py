@@ -23,7 +23,7 @@ from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from scheduling import conf
+from scheduling import conf, sql
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
 
 DAY = timedelta(hours=24)
@@ -218,15 +218,6 @@ def _interpolate(values: list[float], q: float) -> float:
     return values[low] + (values[high] - values[low]) * (position - low)
 
 
-# -- lag_percentiles (PostgreSQL) --
-_LAG_SQL = """
-SELECT percentile_cont(ARRAY[{quantiles}]) WITHIN GROUP
-         (ORDER BY EXTRACT(EPOCH FROM e.started_at - e.scheduled_for))
-  FROM {execution} e {join}
- WHERE e.scheduled_for >= %s AND e.scheduled_for < %s AND e.started_at IS NOT NULL {owner}
-"""
-
-
 def _lag_percentiles_pg(
     *, start: datetime, end: datetime, owner_id: int | None
 ) -> dict[float, float | None]:
@@ -236,14 +227,11 @@ def _lag_percentiles_pg(
         join = f"JOIN {Job._meta.db_table} j ON j.id = e.job_id"
         owner = "AND j.owner_id = %s"
         params.append(owner_id)
-    sql = _LAG_SQL.format(
-        quantiles=", ".join(str(q) for q in LAG_QUANTILES),
-        execution=Execution._meta.db_table,
-        join=join,
-        owner=owner,
+    statement = sql.LAG_PERCENTILES.format(
+        quantiles=", ".join(str(q) for q in LAG_QUANTILES), join=join, owner=owner
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(statement, params)
         values = cursor.fetchone()[0]
     if values is None:
         return dict.fromkeys(LAG_QUANTILES)

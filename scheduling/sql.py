@@ -185,6 +185,20 @@ SCHEDULER_PROBE = f"""
 
     """
 
+# -- overview._lag_percentiles_pg: start minus due time at the dashboard's quantiles, over
+#    one bounded range of scheduled_for; {quantiles}, {join} and {owner} are filled by the
+#    caller (the owner filter joins the job only for a staff user's own view).
+LAG_PERCENTILES = (
+    """
+    SELECT percentile_cont(ARRAY[{quantiles}]) WITHIN GROUP
+             (ORDER BY EXTRACT(EPOCH FROM e.started_at - e.scheduled_for))
+      FROM """
+    + EXECUTION
+    + """ e {join}
+     WHERE e.scheduled_for >= %s AND e.scheduled_for < %s AND e.started_at IS NOT NULL {owner}
+    """
+)
+
 HOT_PREPARE_THRESHOLD = 5
 
 

@@ -502,12 +502,6 @@ def section_of(text: str, title: str) -> str | None:
     return "\n".join(lines[start:end]).rstrip("\n") + "\n"
 
 
-def carry_section(old: str, new: str) -> str:
-    """``new`` with this script's section from ``old`` kept: run_all.py rewrites the rest."""
-    kept = section_of(old, SECTION)
-    return new if kept is None else replace_section(new, SECTION, kept)
-
-
 def section(summary: dict[str, Any], rows: list[list[Any]], markdown_table: str) -> str:
     """The docs section: what was compared, how, on what machine, the table, and its reading."""
     s = summary

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
@@ -22,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import common
-import compare_commits
-import cron_next
 import dispatch_rate
 import lag
 import tick_cost
@@ -374,14 +371,27 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool) -> str
     return "\n".join(lines) + "\n"
 
 
-MARKED = re.compile(r"\n*## [^\n]*\n<!-- section:(\w+) -->.*?<!-- /section:\1 -->\n*", re.S)
+def _sections(text: str) -> list[tuple[str, str]]:
+    """``text`` cut at its ``## `` headings: (heading, section) pairs, the head first."""
+    parts: list[tuple[str, str]] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## ") or not parts:
+            parts.append((line.strip() if line.startswith("## ") else "", ""))
+        heading, body = parts[-1]
+        parts[-1] = (heading, body + line)
+    return parts
 
 
-def kept_sections(text: str) -> str:
-    """Sections other scripts write as a heading, ``<!-- section:NAME -->``, the body and
-    ``<!-- /section:NAME -->`` (bench/dashboard.py's), carried over when the rest of the file
-    is rendered again."""
-    return "".join(f"\n{block.group(0).strip()}\n" for block in MARKED.finditer(text))
+def with_other_sections(old: str, new: str) -> str:
+    """``new``, then every section of ``old`` that ``new`` does not write itself.
+
+    The measurements that run on their own (cron_next.py, dashboard.py, compare_commits.py,
+    the emailer's and the subscriptions' benchmarks) each write one section of the page; a
+    full run rewrites its own sections and carries theirs over unchanged.
+    """
+    ours = {heading for heading, _ in _sections(new) if heading}
+    kept = [body for heading, body in _sections(old) if heading and heading not in ours]
+    return new.rstrip("\n") + "\n" + "".join("\n" + body.strip("\n") + "\n" for body in kept)
 
 
 def main() -> None:
@@ -414,13 +424,8 @@ def main() -> None:
         print(common.render_table(module.HEADERS, module.table_rows(data), markdown=False))
     plotted = bool(results["tick_cost"]) and plot(results["tick_cost"], PLOT)
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    # Measurements that run on their own keep their sections of the page: cron_next.py's,
-    # compare_commits.py's, and those between section markers (bench/dashboard.py's).
-    text = DOC.read_text() if DOC.exists() else ""
-    marked = kept_sections(text)
-    kept = cron_next.saved_section(MARKED.sub("", text))
-    page = render(results, facts, plotted) + ("\n" + kept if kept else "") + marked
-    DOC.write_text(compare_commits.carry_section(text, page))
+    old = DOC.read_text() if DOC.exists() else ""
+    DOC.write_text(with_other_sections(old, render(results, facts, plotted)))
     print("\nTargets")
     print(common.render_table(["target", "measured", "verdict"], verdicts(results), markdown=False))
     print(f"\nwrote {DOC}" + (f" and {PLOT.name}" if plotted else ""))

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count
 
-from scheduling import conf, schedules
+from scheduling import conf, schedules, selectors
 from scheduling.attempts import cancel_execution
 from scheduling.models import (
     EXECUTION_UNFINISHED,
@@ -620,11 +620,8 @@ def remove_jobs_for_row(task_table: str, task_row_id: int) -> int:
 
 def executions(job_id: int, *, limit: int, status: str | None) -> list[ExecutionInfo]:
     rows = Execution.objects.filter(job_id=job_id).annotate(attempt_count=Count("attempts"))
+    selectors.check_execution_status(status)
     if status:
-        if status not in ExecutionStatus.values:
-            raise ValidationError(
-                {"status": f"{status!r} is not one of {', '.join(ExecutionStatus.values)}"}
-            )
         rows = rows.filter(status=status)
     return [
         ExecutionInfo(

@@ -114,13 +114,18 @@ def execution_summary(execution: Execution, *, attempts: bool = False) -> dict[s
     return data
 
 
-def list_executions(
-    *, job: Job | None = None, status: str | None = None, limit: int = 50
-) -> QuerySet[Execution]:
+def check_execution_status(status: str | None) -> None:
+    """Refuse a status filter that names no execution status, listing the ones there are."""
     if status and status not in ExecutionStatus.values:
         raise ValidationError(
             {"status": f"{status!r} is not one of {', '.join(ExecutionStatus.values)}"}
         )
+
+
+def list_executions(
+    *, job: Job | None = None, status: str | None = None, limit: int = 50
+) -> QuerySet[Execution]:
+    check_execution_status(status)
     if limit < 1:
         raise ValidationError({"limit": "must be at least 1"})
     rows = Execution.objects.select_related("job").order_by("-scheduled_for", "-id")

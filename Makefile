@@ -14,7 +14,7 @@ SQLITE ?= 1
 SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.py \
 	tests/scheduling/test_validation.py tests/scheduling/test_api.py \
 	tests/scheduling/test_dashboard.py tests/scheduling/test_retention.py \
-	tests/emailer/test_runs.py
+	tests/emailer/test_runs.py tests/subscriptions/test_renewals.py
 
 .PHONY: run test lint bench install
 

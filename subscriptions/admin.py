@@ -12,12 +12,13 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
 from subscriptions import services
 from subscriptions.models import (
+    DueBatch,
     GatewayCharge,
     GatewayScript,
     JobStatus,
@@ -245,6 +246,7 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
         "retry_count",
         "opt_counter",
         "last_update",
+        "batch",
     )
     list_filter = ("status", "action")
     search_fields = ("subscription__customer",)
@@ -259,6 +261,7 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
         "time_placed",
         "last_update",
         "retry_count",
+        "batch",
     )
     fields = (
         *readonly_fields,
@@ -295,6 +298,32 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
         self.message_user(request, f"{_plural(done, 'job')} retried")
         if refused:
             self.message_user(request, "; ".join(refused), level=messages.WARNING)
+
+
+@admin.register(DueBatch)
+class DueBatchAdmin(admin.ModelAdmin):
+    """Read-only: the batches whose engine jobs run subscription jobs (the engine's Jobs
+    page shows each batch's runs as ``subscriptions.DueBatch:<id>``)."""
+
+    list_display = ("id", "due_at", "block", "job_count", "closed_at")
+    list_filter = (("closed_at", admin.EmptyFieldListFilter),)
+    date_hierarchy = "due_at"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).annotate(job_count=Count("jobs"))
+
+    @admin.display(description="jobs", ordering="job_count")
+    def job_count(self, batch: Any) -> int:
+        return int(batch.job_count)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(GatewayCharge)

@@ -18,6 +18,7 @@ DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_DELAY = 600.0
 DEFAULT_TIMEOUT = 120
 DEFAULT_GATEWAY = "subscriptions.payments.TestGateway"
+DEFAULT_BATCH_SIZE = 200
 
 
 def _per_action(name: str, raw: Any) -> dict[str, str]:
@@ -72,6 +73,22 @@ def timeout() -> int:
         raise ImproperlyConfigured(f"SUBSCRIPTIONS_TIMEOUT: {raw!r} is not an int") from None
     if value <= 0:
         raise ImproperlyConfigured(f"SUBSCRIPTIONS_TIMEOUT: {raw!r} is not positive")
+    return value
+
+
+def batch_size() -> int:
+    """Subscriptions per block: the most subscriptions whose jobs share one due batch.
+
+    Larger batches spend fewer engine executions and statements per renewal; smaller ones
+    spread a flood over more workers sooner and shorten the work one killed attempt redoes.
+    """
+    raw = getattr(settings, "SUBSCRIPTIONS_BATCH_SIZE", DEFAULT_BATCH_SIZE)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(f"SUBSCRIPTIONS_BATCH_SIZE: {raw!r} is not an int") from None
+    if value <= 0:
+        raise ImproperlyConfigured(f"SUBSCRIPTIONS_BATCH_SIZE: {raw!r} is not positive")
     return value
 
 

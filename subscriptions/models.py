@@ -227,6 +227,36 @@ def next_counter(value: int) -> int:
     return 1 if value >= OPT_COUNTER_MAX else value + 1
 
 
+class DueBatch(models.Model):
+    """The subscription jobs of one block of subscriptions that fall due at one instant.
+
+    The engine runs batches, not single subscription jobs: every batch has one one-off engine
+    job at ``due_at`` (``subscriptions.scheduled``), whose execution runs all the batch's
+    jobs with a few set-based statements. A block is ``subscription id // batch size``
+    (``SUBSCRIPTIONS_BATCH_SIZE``), so a batch never holds more than one block's worth of
+    subscriptions, and a thousand subscriptions renewing at one instant make a handful of
+    batches that workers take side by side. A batch is open until its run finds nothing
+    left to do and closes it; a job placed at that instant afterwards opens a new one.
+    """
+
+    due_at = models.DateTimeField()
+    block = models.IntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["due_at", "block"],
+                condition=Q(closed_at__isnull=True),
+                name="duebatch_one_open_per_instant_and_block",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"batch {self.pk} due {self.due_at.isoformat()} (block {self.block})"
+
+
 class SubscriptionJob(models.Model):
     """Seed 002's SUBSCRSCHJOBS: one scheduled action of one subscription.
 
@@ -270,6 +300,14 @@ class SubscriptionJob(models.Model):
     )
     retry_count = models.IntegerField(default=0)
     opt_counter = models.SmallIntegerField("optimistic counter", default=0)
+    batch = models.ForeignKey(
+        DueBatch,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="jobs",
+        help_text="The batch whose engine job runs this job at its action date.",
+    )
 
     class Meta:
         indexes = [

@@ -20,9 +20,11 @@ from typing import Protocol
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from subscriptions import conf
+from subscriptions import conf, sql
 from subscriptions.models import GatewayCharge, GatewayScript
 
 logger = logging.getLogger("subscriptions")
@@ -67,17 +69,38 @@ class TestGateway:
             return self._charge(customer=customer, amount=amount, key=idempotency_key)
 
     def _charge(self, *, customer: str, amount: Decimal, key: str) -> ChargeResult:
+        if not sql.postgres():
+            return self._charge_orm(customer=customer, amount=amount, key=key)
+        outcome = ""
+        with transaction.atomic(durable=True):
+            inserted, seen, seen_customer, seen_amount, errors, declines = sql.test_gateway_charge(
+                key=key,
+                customer=customer,
+                amount=amount,
+                reference=_reference(),
+                now=timezone.now(),
+            )
+            if inserted is not None:
+                return ChargeResult(inserted)
+            if seen is not None:
+                return _replayed(key, seen, seen_customer, Decimal(seen_amount), customer, amount)
+            if errors or declines:
+                outcome = "error" if errors else "declined"
+                field = "errors_left" if errors else "declines_left"
+                GatewayScript.objects.filter(customer=customer).update(
+                    **{field: F(field) - 1}, updated_at=timezone.now()
+                )
+        if not outcome:
+            raise IntegrityError(f"idempotency key {key!r} was inserted meanwhile")
+        raise _failure(outcome, customer)
+
+    def _charge_orm(self, *, customer: str, amount: Decimal, key: str) -> ChargeResult:
+        """The same rules with the ORM, for the embedded SQLite demo."""
         outcome = ""
         with transaction.atomic(durable=True):
             seen = GatewayCharge.objects.filter(idempotency_key=key).first()
             if seen is not None:
-                if seen.amount != amount or seen.customer != customer:
-                    raise GatewayError(
-                        f"idempotency key {key!r} was used for {seen.amount} from "
-                        f"{seen.customer}; refused for {amount} from {customer}"
-                    )
-                logger.info("gateway.replayed key=%s reference=%s", key, seen.reference)
-                return ChargeResult(seen.reference, replayed=True)
+                return _replayed(key, seen.reference, seen.customer, seen.amount, customer, amount)
             script = (
                 GatewayScript.objects.select_for_update(no_key=True)
                 .filter(customer=customer)
@@ -93,17 +116,39 @@ class TestGateway:
                 outcome = "declined"
             else:
                 charge = GatewayCharge.objects.create(
-                    reference=f"ch_{uuid.uuid4().hex[:24]}",
-                    idempotency_key=key,
-                    customer=customer,
-                    amount=amount,
+                    reference=_reference(), idempotency_key=key, customer=customer, amount=amount
                 )
-        # The script's countdown is committed before the failure is reported.
-        if outcome == "error":
-            raise GatewayError(f"test gateway: scripted error for customer {customer}")
-        if outcome == "declined":
-            raise PaymentDeclined(f"test gateway: card of customer {customer} declined")
-        return ChargeResult(charge.reference)
+                return ChargeResult(charge.reference)
+        raise _failure(outcome, customer)  # its countdown is committed first
+
+
+def _reference() -> str:
+    return f"ch_{uuid.uuid4().hex[:24]}"
+
+
+def _replayed(
+    key: str,
+    reference: str,
+    seen_customer: str,
+    seen_amount: Decimal,
+    customer: str,
+    amount: Decimal,
+) -> ChargeResult:
+    """The first charge of ``key`` again, provided it was for the same amount and customer."""
+    if seen_amount != amount or seen_customer != customer:
+        raise GatewayError(
+            f"idempotency key {key!r} was used for {seen_amount} from "
+            f"{seen_customer}; refused for {amount} from {customer}"
+        )
+    logger.info("gateway.replayed key=%s reference=%s", key, reference)
+    return ChargeResult(reference, replayed=True)
+
+
+def _failure(outcome: str, customer: str) -> Exception:
+    """The exception that reports a scripted failure."""
+    if outcome == "error":
+        return GatewayError(f"test gateway: scripted error for customer {customer}")
+    return PaymentDeclined(f"test gateway: card of customer {customer} declined")
 
 
 def script_customer(*, customer: str, declines: int = 0, errors: int = 0) -> GatewayScript:

@@ -1,9 +1,13 @@
-"""The subscriptions app's scheduled work: every SubscriptionJob row is a task-table row.
+"""The subscriptions app's scheduled work: due batches, and (from before them) single jobs.
 
-Each row gets one one-off engine job at its action date (``services.place_job``); the engine
-claims it when due, rings the doorbell, guards against duplicate messages, keeps the attempt
-alive, reaps it if its worker dies and retries it after the action's delay. The runner only
-runs the row's action.
+Every subscription job joins the open batch of its action date (``subscriptions.batches``),
+and each batch has one one-off engine job at that instant. The engine claims it when due,
+rings the doorbell, guards against duplicate messages, keeps the run alive, reaps it if its
+worker dies and retries it; the runner runs the batch (``subscriptions.renewals``).
+
+Jobs placed before due batches existed each have an engine job of their own that points at
+the subscription job's row; ``SubscriptionJob`` stays a task table so those still run, one
+by one, through the same steps.
 """
 
 from __future__ import annotations
@@ -13,10 +17,15 @@ from typing import Any
 from django.utils import timezone
 
 from scheduling.api import RunContext, task_table
-from subscriptions.models import SubscriptionJob
-from subscriptions.services import run_job
+from subscriptions import renewals
+from subscriptions.models import DueBatch, SubscriptionJob
+
+
+@task_table(DueBatch)
+def run_due_batch(row: DueBatch, run: RunContext) -> dict[str, Any]:
+    return renewals.run_batch(row.pk, run=run, clock=timezone.now)
 
 
 @task_table(SubscriptionJob)
 def run_subscription_job(row: SubscriptionJob, run: RunContext) -> dict[str, Any]:
-    return run_job(job=row, run=run, clock=timezone.now)
+    return renewals.run_one(row.pk, run=run, clock=timezone.now)

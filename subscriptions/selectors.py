@@ -44,6 +44,7 @@ def job_summary(job: SubscriptionJob) -> dict[str, Any]:
         "field3": job.custom_text,
         "retry_count": job.retry_count,
         "opt_counter": job.opt_counter,
+        "batch_id": job.batch_id,
     }
 
 

@@ -1,19 +1,9 @@
-"""Subscription writes: create, renew (CreateChildOrder), cancel, expire, retry now.
+"""Subscription writes: create, place jobs, cancel, expire, record a failure, retry now.
 
-The admin, the command line and the engine's runner (``subscriptions.scheduled``) all call
-these functions, so each rule lives once. Subscription jobs are run by the engine: each
-SubscriptionJob row gets one one-off engine job at its action date (``scheduling.api``), and
-the engine's claim, duplicate-message guard, heartbeat, reaper and retry rows drive it.
-
-A renewal runs as four steps, and ``parameter`` holds the last one that succeeded:
-
-1. ``price`` the items and 2. ``create_order`` for the period: one transaction that also moves
-   the job to PROCESSING, after re-reading the subscription under a row lock (a renewal that
-   starts after a cancel committed does nothing);
-3. ``charge`` through the gateway with the idempotency key of (subscription, period), then
-   record the step: a retry after a crash between the two replays the key and takes nothing;
-4. ``confirm`` the order, complete the job and place the next one (or the Expire), in one
-   transaction.
+The admin, the command line and the batch runner (``subscriptions.renewals``) all call these
+functions, so each rule lives once. Subscription jobs reach the engine through due batches
+(``subscriptions.batches``): every job placed here joins the open batch of its action date,
+whose one-off engine job runs it with the rest of the batch.
 
 Every write to a job is conditional on its optimistic counter (``SubscriptionJob.change``).
 """
@@ -21,28 +11,18 @@ Every write to a job is conditional on its optimistic counter (``SubscriptionJob
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
-from django.db.models import F, Max, Subquery, Sum
+from django.db import transaction
+from django.db.models import F, Max, Sum
 
-from scheduling.api import (
-    Once,
-    PermanentError,
-    Policies,
-    RunContext,
-    jobs_for_row,
-    pause,
-    run_now,
-    schedule_row,
-)
-from subscriptions import conf, payments
+from scheduling.api import jobs_for_row, pause
+from subscriptions import batches, conf
 from subscriptions.models import (
     ENDED,
     JOB_PENDING,
@@ -64,9 +44,6 @@ logger = logging.getLogger("subscriptions")
 STEPS = ("price", "create_order", "charge", "confirm")
 #: ``parameter`` of a job stopped by a cancel before it ran.
 CANCELLED = "cancelled"
-#: The engine may retry a few more times than the subscription's own limit, so that the
-#: subscription job's retry count (which raises ``PermanentError`` past its maximum) decides.
-ENGINE_RETRY_MARGIN = 3
 
 
 @dataclass(frozen=True)
@@ -78,21 +55,8 @@ class ItemSpec:
     unit_price: Decimal
 
 
-def _unflushed_commit() -> None:
-    """Let the current transaction commit without waiting for the WAL flush (PostgreSQL).
-
-    Safe for a renewal's own steps: the attempt's completion, which the engine commits
-    synchronously afterwards, flushes the log up to and including them (PostgreSQL writes it
-    in order), so they are durable before the occurrence counts as done. A database crash
-    before that loses only steps the retry redoes anyway: the order by its unique period, the
-    charge by its idempotency key, which the gateway committed durably on its side.
-    """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
-
-
-def _done(parameter: str, step: str) -> bool:
+def done(parameter: str, step: str) -> bool:
+    """Whether a job whose last successful step is ``parameter`` has done ``step``."""
     return parameter in STEPS and STEPS.index(parameter) >= STEPS.index(step)
 
 
@@ -193,18 +157,6 @@ def price(subscription: Subscription) -> Decimal:
     return Decimal(total or 0).quantize(Decimal("0.00001"))
 
 
-def policies(action: str) -> Policies:
-    """The engine policies of a subscription job of ``action``: its retries and their delay."""
-    delay = conf.retry_delay(action)
-    return Policies(
-        max_retries=conf.max_retries(action) + ENGINE_RETRY_MARGIN,
-        retry_backoff=delay,
-        retry_backoff_max=delay,
-        timeout=conf.timeout(),
-        note=f"subscriptions: {action}",
-    )
-
-
 def place_job(
     *,
     subscription: Subscription,
@@ -213,195 +165,72 @@ def place_job(
     now: datetime,
     period_number: int | None = None,
 ) -> SubscriptionJob:
-    """Save a subscription job and its engine one-off at ``action_date`` (caller's transaction)."""
-    job = SubscriptionJob.objects.create(
-        subscription=subscription,
-        action=action,
-        action_date=action_date,
-        time_placed=now,
-        last_update=now,
-        custom_integer=period_number,
-    )
-    schedule_row(
-        job,
-        timing=Once(at=action_date),
-        policies=policies(action),
-        name=f"subscriptions.SubscriptionJob:{job.pk}",
+    """Save one subscription job in the open batch of its action date (caller's transaction)."""
+    (job,) = place_jobs(
+        [
+            SubscriptionJob(
+                subscription=subscription,
+                action=action,
+                action_date=action_date,
+                custom_integer=period_number,
+            )
+        ],
         now=now,
     )
     return job
 
 
-# --- run ------------------------------------------------------------------------------------
+def place_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[SubscriptionJob]:
+    """Save unsaved jobs, each in the open batch of its action date (caller's transaction)."""
+    for job in jobs:
+        job.time_placed = job.last_update = now
+    batches.assign(jobs, now=now)
+    saved = SubscriptionJob.objects.bulk_create(jobs)
+    batches.attach(saved, now=now)
+    return saved
 
 
-def run_job(*, job: SubscriptionJob, run: RunContext, clock: Any) -> dict[str, Any]:
-    """Run one attempt of a subscription job (the engine's runner calls this).
+def place_next(due: Sequence[tuple[Subscription, int]], *, now: datetime) -> list[SubscriptionJob]:
+    """After a confirmed renewal: the CreateChildOrder of each (subscription, next period
+    number), or its Expire when that period starts at or after the end date."""
+    jobs = []
+    for subscription, number in due:
+        start, _ = subscription.period_bounds(number)
+        if subscription.ends_at is not None and start >= subscription.ends_at:
+            jobs.append(
+                SubscriptionJob(
+                    subscription=subscription,
+                    action=JobAction.EXPIRE,
+                    action_date=subscription.ends_at,
+                )
+            )
+        else:
+            jobs.append(
+                SubscriptionJob(
+                    subscription=subscription,
+                    action=JobAction.CREATE_CHILD_ORDER,
+                    action_date=start,
+                    custom_integer=number,
+                )
+            )
+    return place_jobs(jobs, now=now) if jobs else []
 
-    A failure moves the job to RETRY (retry count + 1) and re-raises, so the engine retries
-    the attempt after the action's delay; past the maximum the job is FAILED, the subscription
-    needs attention, and ``PermanentError`` tells the engine to stop.
-    """
-    runner = {
-        JobAction.CREATE_CHILD_ORDER: _create_child_order,
-        JobAction.CANCEL: _end_subscription,
-        JobAction.EXPIRE: _end_subscription,
-    }[JobAction(job.action)]
-    try:
-        return runner(job, run=run, clock=clock)
-    except PermanentError:
-        raise
-    except Exception as exc:
-        _record_failure(job.pk, exc, now=clock())
-        raise
 
-
-def _begin(job: SubscriptionJob, *, attempt: int) -> dict[str, Any] | None:
-    """The values that move a job to PROCESSING, or None when this run must do nothing.
-
-    A job already PROCESSING on a first attempt belongs to another engine execution; on a
-    later attempt it is this execution's own earlier attempt, which died (killed worker):
-    that attempt counts as a failed one.
-    """
-    if job.status == JobStatus.PROCESSING and attempt <= 1:
-        return None
-    if job.status not in (JobStatus.ACTIVE, JobStatus.RETRY, JobStatus.PROCESSING):
-        return None
-    lost = job.status == JobStatus.PROCESSING
-    if lost:
-        logger.warning("renewal.lost_attempt job=%s parameter=%s", job.pk, job.parameter)
-    return {"status": JobStatus.PROCESSING, "retry_count": job.retry_count + int(lost)}
+# --- run: what one job's turn in its batch does, apart from the set-based renewal steps ----
 
 
 def _lock_subscription(subscription_id: int) -> Subscription:
     return Subscription.objects.select_for_update(no_key=True).get(pk=subscription_id)
 
 
-def _create_child_order(job: SubscriptionJob, *, run: RunContext, clock: Any) -> dict[str, Any]:
-    number = int(job.custom_integer or 0)
-    # Steps 1 and 2: price, create the order (and begin) in one transaction.
-    with transaction.atomic(durable=True):
-        _unflushed_commit()
-        subscription = _lock_subscription(job.subscription_id)
-        # Read again under the subscription's lock: a cancel that committed after the engine
-        # read the row is seen here, and nothing is done.
-        job = SubscriptionJob.objects.get(pk=job.pk)
-        begin = _begin(job, attempt=run.attempt)
-        if begin is None:
-            return {"skipped": f"job is {JobStatus(job.status).label}"}
-        now = clock()
-        if subscription.status not in RENEWABLE and not _done(job.parameter, "charge"):
-            _stop_jobs([job], now=now)
-            logger.info(
-                "renewal.skipped job=%s subscription=%s status=%s",
-                job.pk,
-                subscription.pk,
-                subscription.status,
-            )
-            return {"skipped": f"subscription is {subscription.status}"}
-        start, end = subscription.period_bounds(number)
-        if job.parameter:
-            logger.info("renewal.resumed job=%s after=%s", job.pk, job.parameter)
-        if not _done(job.parameter, "create_order"):
-            amount = price(subscription)
-            order = Order.objects.filter(subscription=subscription, period_start=start).first()
-            if order is None:
-                Order.objects.create(
-                    subscription=subscription,
-                    parent_id=Subquery(
-                        Order.objects.filter(
-                            subscription=subscription, parent__isnull=True
-                        ).values_list("pk", flat=True)[:1]
-                    ),
-                    period_number=number,
-                    period_start=start,
-                    period_end=end,
-                    amount=amount,
-                    status=OrderStatus.PENDING,
-                    created_at=now,
-                )
-            elif order.status == OrderStatus.CONFIRMED:
-                # Paid already (by another job for the same period): only finish up.
-                begin.update(parameter="charge", custom_text=order.charge_reference)
-            begin.setdefault("parameter", "create_order")
-            begin["custom_decimal"] = amount
-        job.change(now=now, **begin)
-    _pause_if_asked(job, "create_order")
-
-    # Step 3: the charge, outside any transaction; the key makes a replay free.
-    if not _done(job.parameter, "charge"):
-        result = payments.gateway().charge(
-            customer=subscription.customer,
-            amount=job.custom_decimal or Decimal(0),
-            idempotency_key=idempotency_key(subscription.pk, start),
-        )
-        with transaction.atomic(durable=True):
-            _unflushed_commit()
-            job.change(now=clock(), parameter="charge", custom_text=result.reference)
-        _pause_if_asked(job, "charge")
-
-    # Step 4: confirm, complete, and place what comes next.
-    with transaction.atomic(durable=True):
-        _unflushed_commit()
-        subscription = _lock_subscription(job.subscription_id)
-        now = clock()
-        Order.objects.filter(
-            subscription=subscription, period_start=start, status=OrderStatus.PENDING
-        ).update(status=OrderStatus.CONFIRMED, confirmed_at=now, charge_reference=job.custom_text)
-        job.change(now=now, status=JobStatus.COMPLETED, parameter="confirm")
-        if subscription.status == SubscriptionStatus.NEEDS_ATTENTION:
-            Subscription.objects.filter(pk=subscription.pk).update(
-                status=SubscriptionStatus.ACTIVE, attention_reason=""
-            )
-            subscription.status = SubscriptionStatus.ACTIVE
-        following = None
-        if subscription.status == SubscriptionStatus.ACTIVE:
-            following = _place_next(subscription, number + 1, now=now)
-    logger.info(
-        "renewal.completed job=%s subscription=%s period=%s next=%s",
-        job.pk,
-        subscription.pk,
-        number,
-        following.pk if following else "-",
-    )
-    return {"order_period": number, "charge": job.custom_text}
-
-
-def _place_next(subscription: Subscription, number: int, *, now: datetime) -> SubscriptionJob:
-    start, _ = subscription.period_bounds(number)
-    if subscription.ends_at is not None and start >= subscription.ends_at:
-        return place_job(
-            subscription=subscription,
-            action=JobAction.EXPIRE,
-            action_date=subscription.ends_at,
-            now=now,
-        )
-    return place_job(
-        subscription=subscription,
-        action=JobAction.CREATE_CHILD_ORDER,
-        action_date=start,
-        period_number=number,
-        now=now,
-    )
-
-
-def _pause_if_asked(job: SubscriptionJob, step: str) -> None:
-    """Test-only: stop after ``step`` until the process is killed (``conf.pause_after_step``)."""
-    if conf.pause_after_step() != step:
-        return
-    logger.warning("renewal.paused job=%s after=%s", job.pk, step)
-    while True:
-        time.sleep(1)
-
-
-def _end_subscription(job: SubscriptionJob, *, run: RunContext, clock: Any) -> dict[str, Any]:
-    """Cancel (a pending cancel at its period end) or Expire (at the end date)."""
+def end_subscription(job: SubscriptionJob, *, clock: Callable[[], datetime]) -> str:
+    """Run a Cancel (a pending cancel at its period end) or an Expire (at the end date);
+    returns what happened, in a word."""
     with transaction.atomic(durable=True):
         subscription = _lock_subscription(job.subscription_id)
-        job = SubscriptionJob.objects.get(pk=job.pk)
-        begin = _begin(job, attempt=run.attempt)
-        if begin is None:
-            return {"skipped": f"job is {JobStatus(job.status).label}"}
+        job = SubscriptionJob.objects.get(pk=job.pk)  # again, under the subscription's lock
+        if job.status not in JOB_RUNNABLE:
+            return "skipped"
         now = clock()
         if job.action == JobAction.CANCEL:
             expected: tuple[str, ...] = (SubscriptionStatus.PENDING_CANCEL,)
@@ -410,53 +239,63 @@ def _end_subscription(job: SubscriptionJob, *, run: RunContext, clock: Any) -> d
             expected = (*RENEWABLE, SubscriptionStatus.PENDING_CANCEL)
             new_status = SubscriptionStatus.EXPIRED
         if subscription.status not in expected:
-            _stop_jobs([job], now=now)
-            return {"skipped": f"subscription is {subscription.status}"}
+            stop_jobs([job], now=now)
+            return "skipped"
         others = list(
             SubscriptionJob.objects.filter(
                 subscription=subscription, status__in=JOB_PENDING
             ).exclude(pk=job.pk)
         )
-        stopped = _stop_jobs(others, now=now)
+        stopped = stop_jobs(others, now=now)
         subscription.status = new_status
         subscription.cancelled_at = now if new_status == SubscriptionStatus.CANCELLED else None
         subscription.save(update_fields=["status", "cancelled_at", "updated_at"])
         job.change(now=now, status=JobStatus.COMPLETED, parameter="done")
     _pause_engine_jobs(stopped, reason=f"subscription {subscription.pk} {new_status}")
     logger.info("subscription.%s subscription=%s job=%s", new_status, subscription.pk, job.pk)
-    return {"subscription": new_status}
+    return str(new_status)
 
 
-def _record_failure(job_id: int, exc: BaseException, *, now: datetime) -> None:
-    """RETRY with retry count + 1, or FAILED past the maximum (then raise ``PermanentError``)."""
-    failed = False
+def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
+    """A failed attempt of one job: RETRY with retry count + 1, placed again after the
+    action's delay, or FAILED past the maximum, with its subscription flagged as needing
+    attention. Returns "retry", "failed", or "finished" (done meanwhile: nothing to record)."""
     with transaction.atomic(durable=True):
         job = SubscriptionJob.objects.select_related("subscription").get(pk=job_id)
         if job.status not in JOB_RUNNABLE:
-            return  # finished meanwhile (cancelled, or completed by another run)
-        maximum = conf.max_retries(job.action)
+            return "finished"  # cancelled, or completed by another run, meanwhile
         error = f"{type(exc).__name__}: {exc}"
-        if job.retry_count < maximum:
-            job.change(now=now, status=JobStatus.RETRY, retry_count=job.retry_count + 1)
+        if job.retry_count < conf.max_retries(job.action):
+            later = now + timedelta(seconds=conf.retry_delay(job.action))
+            _move(job, at=later, now=now, status=JobStatus.RETRY, retry_count=job.retry_count + 1)
+            outcome = "retry"
         else:
-            failed = True
             values: dict[str, Any] = {"status": JobStatus.FAILED}
-            if job.action == JobAction.CREATE_CHILD_ORDER and not _done(job.parameter, "charge"):
+            if job.action == JobAction.CREATE_CHILD_ORDER and not done(job.parameter, "charge"):
                 # Nothing was paid: the period has no order, and a retry-now starts over.
                 _delete_unpaid_order(job)
                 if job.parameter:
                     values["parameter"] = "price"
             job.change(now=now, **values)
-            reason = f"{job.action} job {job.pk} failed after {job.retry_count} retries: {error}"[
-                :1000
-            ]
+            reason = f"{job.action} job {job.pk} failed after {job.retry_count} retries: {error}"
             Subscription.objects.filter(pk=job.subscription_id, status__in=RENEWABLE).update(
-                status=SubscriptionStatus.NEEDS_ATTENTION, attention_reason=reason
+                status=SubscriptionStatus.NEEDS_ATTENTION, attention_reason=reason[:1000]
             )
-    if failed:
+            outcome = "failed"
+    if outcome == "failed":
         logger.error("renewal.failed job=%s retries=%s error=%s", job_id, job.retry_count, error)
-        raise PermanentError(error) from exc
-    logger.warning("renewal.retry job=%s retry_count=%s error=%s", job_id, job.retry_count, error)
+    else:
+        logger.warning(
+            "renewal.retry job=%s retry_count=%s error=%s", job_id, job.retry_count, error
+        )
+    return outcome
+
+
+def _move(job: SubscriptionJob, *, at: datetime, now: datetime, **values: Any) -> None:
+    """Change the job (conditionally) and put it in the open batch of ``at``."""
+    batch_id = batches.open_batch(at, batches.block_of(job.subscription_id), now=now)
+    job.change(now=now, action_date=at, batch_id=batch_id, **values)
+    batches.attach([job], now=now)
 
 
 def _delete_unpaid_order(job: SubscriptionJob) -> None:
@@ -468,12 +307,12 @@ def _delete_unpaid_order(job: SubscriptionJob) -> None:
     ).delete()
 
 
-def _stop_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[SubscriptionJob]:
+def stop_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[SubscriptionJob]:
     """Cancel jobs that have not charged: COMPLETED with ``parameter`` "cancelled", and their
     unpaid orders deleted. A job that has charged is left to confirm what was paid."""
     stopped = []
     for job in jobs:
-        if _done(job.parameter, "charge"):
+        if done(job.parameter, "charge"):
             continue
         if job.action == JobAction.CREATE_CHILD_ORDER:
             _delete_unpaid_order(job)
@@ -523,7 +362,7 @@ def cancel_subscription(
         pending = list(
             SubscriptionJob.objects.filter(subscription=subscription, status__in=JOB_PENDING)
         )
-        stopped = _stop_jobs(pending, now=now)
+        stopped = stop_jobs(pending, now=now)
         paid_until = Order.objects.filter(
             subscription=subscription, parent__isnull=False
         ).aggregate(end=Max("period_end"))["end"]
@@ -563,12 +402,7 @@ def retry_job_now(*, job_id: int, now: datetime) -> SubscriptionJob:
             {"job": f"{job.pk} is {JobStatus(job.status).label}; only failed jobs can be retried"}
         )
     with transaction.atomic():
-        job.change(now=now, status=JobStatus.ACTIVE)
-        engine_jobs = jobs_for_row(job)
-        if engine_jobs:
-            transaction.on_commit(lambda: run_now(engine_jobs[-1]))
-        else:
-            schedule_row(job, timing=Once(at=now), policies=policies(job.action), now=now)
+        _move(job, at=now, now=now, status=JobStatus.ACTIVE)
     logger.info("subscription_job.retry_now job=%s", job.pk)
     return job
 

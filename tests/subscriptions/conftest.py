@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from scheduling.api import RunContext
-from subscriptions import services
+from subscriptions import renewals, services
 from subscriptions.models import JobStatus, Subscription, SubscriptionJob
 
 
@@ -40,8 +40,8 @@ def pending_job(subscription: Subscription) -> SubscriptionJob:
 
 
 def run_inline(job: SubscriptionJob, *, at: datetime, attempt: int = 1) -> dict[str, Any]:
-    """Run one attempt of ``job`` in this process, as the engine's runner would."""
-    job = SubscriptionJob.objects.get(pk=job.pk)  # the runner reads the row fresh
+    """Run one attempt of the batch ``job`` is in now, in this process, as the engine would."""
+    job = SubscriptionJob.objects.get(pk=job.pk)  # where the job is now
     run = RunContext(execution_id=0, job_id=None, scheduled_for=job.action_date, attempt=attempt)
     clock = iter(at + timedelta(milliseconds=n) for n in range(1000))
-    return services.run_job(job=job, run=run, clock=lambda: next(clock))
+    return renewals.run_batch(job.batch_id, run=run, clock=lambda: next(clock))

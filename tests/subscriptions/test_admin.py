@@ -127,3 +127,22 @@ def test_the_job_list_shows_status_codes_with_their_names(
     page = admin_client.get(reverse("admin:subscriptions_subscriptionjob_changelist")).content
     assert b"0 active" in page
     assert SubscriptionJob.objects.count() == 1
+
+
+def test_the_batch_list_shows_each_due_batch_with_its_job_count_read_only(
+    admin_client: Any, make_subscription, now
+) -> None:
+    jobs = [pending_job(make_subscription(customer=f"c{n}")) for n in range(3)]
+    run_inline(jobs[0], at=now)
+    url = reverse("admin:subscriptions_duebatch_changelist")
+    page = admin_client.get(url, {"closed_at__isnull": "True"}).content.decode()
+    (open_batch,) = {pending_job(j.subscription).batch_id for j in jobs}
+
+    def link(pk: int) -> str:
+        return reverse("admin:subscriptions_duebatch_change", args=[pk])
+
+    assert link(open_batch) in page and link(jobs[0].batch_id) not in page
+    closed = admin_client.get(url, {"closed_at__isnull": "False"}).content.decode()
+    assert link(jobs[0].batch_id) in closed
+    assert '<td class="field-job_count">3</td>' in closed
+    assert admin_client.get(reverse("admin:subscriptions_duebatch_add")).status_code == 403

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 
@@ -145,7 +146,8 @@ def test_show_has_status_orders_jobs_with_the_seed_fields_and_charges(
 
 
 def test_list_jobs_and_charges_filter(make_subscription, now) -> None:
-    first, second = make_subscription(), make_subscription(customer="bob")
+    first = make_subscription()
+    second = make_subscription(customer="bob", start=now + timedelta(hours=1))
     run_inline(pending_job(first), at=now)
     assert [s["id"] for s in call_json("subscriptions", "list")] == [first.pk, second.pk]
     jobs = call_json("subscriptions", "jobs", "--subscription", str(first.pk))

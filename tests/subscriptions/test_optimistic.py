@@ -144,7 +144,7 @@ def test_a_renewal_waits_for_a_cancel_in_progress_then_does_nothing(make_subscri
     canceller.join(timeout=30)
     renewer.join(timeout=30)
 
-    assert results["renewal"] == {"skipped": "job is completed"}
+    assert results["renewal"] == {"skipped": 1}
     job.refresh_from_db()
     assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
     assert not Order.objects.filter(subscription=subscription, parent__isnull=False).exists()

@@ -6,6 +6,7 @@ the rules can be read one at a time. The same paths on real workers are in ``tes
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
 
@@ -13,9 +14,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import override_settings
 
-from scheduling.api import PermanentError, RunContext, jobs_for_row
-from subscriptions import payments, services
+from scheduling.api import RunContext, jobs_for_row
+from subscriptions import batches, conf, payments, renewals, services
 from subscriptions.models import (
+    DueBatch,
     GatewayCharge,
     JobAction,
     JobStatus,
@@ -24,6 +26,7 @@ from subscriptions.models import (
     SubscriptionJob,
     SubscriptionStatus,
 )
+from subscriptions.scheduled import run_subscription_job
 from tests.subscriptions.conftest import pending_job, run_inline
 
 pytestmark = pytest.mark.django_db
@@ -37,10 +40,52 @@ def test_a_new_subscription_has_a_parent_order_and_its_first_renewal_scheduled(
     assert parent.status == OrderStatus.PLACED and parent.amount == Decimal("19.8")
     job = pending_job(subscription)
     assert (job.action, job.action_date, job.custom_integer) == ("CreateChildOrder", now, 0)
-    (engine_job,) = jobs_for_row(job)
-    assert (
-        engine_job.next_due_at == now and engine_job.task_table == "subscriptions.SubscriptionJob"
+    assert not jobs_for_row(job), "the job runs in its due batch, not in an engine job of its own"
+    (engine_job,) = jobs_for_row(job.batch)
+    assert (engine_job.next_due_at, engine_job.task_table) == (now, "subscriptions.DueBatch")
+    assert (job.batch.due_at, job.batch.closed_at) == (now, None)
+
+
+def test_subscriptions_due_at_one_instant_share_a_batch_per_block(
+    make_subscription, now, settings
+) -> None:
+    settings.SUBSCRIPTIONS_BATCH_SIZE = 3
+    jobs = [pending_job(make_subscription(customer=f"c{n}")) for n in range(7)]
+    blocks = {job.subscription_id // 3 for job in jobs}
+    batches = {job.batch_id for job in jobs}
+    assert len(batches) == len(blocks) >= 3
+    assert all(len(jobs_for_row(DueBatch.objects.get(pk=pk))) == 1 for pk in batches)
+    later = pending_job(make_subscription(customer="late", start=now + timedelta(hours=1)))
+    assert later.batch_id not in batches
+
+
+def test_one_run_renews_every_job_of_the_batch_then_closes_it(make_subscription, now) -> None:
+    subscriptions = [make_subscription(customer=f"c{n}") for n in range(5)]
+    first = pending_job(subscriptions[0])
+    assert run_inline(first, at=now) == {"renewed": 5}
+    assert Order.objects.filter(parent__isnull=False, status=OrderStatus.CONFIRMED).count() == 5
+    assert GatewayCharge.objects.count() == 5
+    first.refresh_from_db()
+    assert first.batch.closed_at is not None
+    following = [pending_job(s) for s in subscriptions]
+    (next_batch,) = {j.batch_id for j in following}
+    assert next_batch != first.batch_id
+    assert {j.custom_integer for j in following} == {1}
+
+
+def test_a_job_placed_in_a_batch_its_run_already_closed_gets_a_new_batch(
+    make_subscription, now
+) -> None:
+    first = pending_job(make_subscription())
+    run_inline(first, at=now)
+    closed = SubscriptionJob.objects.get(pk=first.pk).batch
+    late = SubscriptionJob.objects.create(
+        subscription=first.subscription, action=JobAction.EXPIRE, action_date=now, batch=closed
     )
+    batches.attach([late], now=now)
+    late.refresh_from_db()
+    assert late.batch_id != closed.pk and late.batch.closed_at is None
+    assert late.batch.due_at == now and jobs_for_row(late.batch)
 
 
 def test_a_renewal_creates_one_order_charges_once_and_places_the_next(
@@ -80,11 +125,13 @@ def test_a_declined_charge_is_retried_from_the_charge_step(make_subscription, no
     payments.script_customer(customer="alice", declines=2)
     job = pending_job(subscription)
     for attempt in (1, 2):
-        with pytest.raises(payments.PaymentDeclined):
-            run_inline(job, at=now, attempt=attempt)
+        assert run_inline(job, at=now) == {"retry": 1}
         job.refresh_from_db()
         assert (job.status, job.retry_count, job.parameter) == (4, attempt, "create_order")
-    run_inline(job, at=now, attempt=3)
+        # Placed again after the delay (SUBSCRIPTIONS_RETRY_DELAY, 600 s), in a new batch.
+        assert timedelta(seconds=600) <= job.action_date - now < timedelta(seconds=601)
+        assert job.batch.due_at == job.action_date and jobs_for_row(job.batch)
+    assert run_inline(job, at=now) == {"renewed": 1}
     job.refresh_from_db()
     assert (job.status, job.retry_count) == (JobStatus.COMPLETED, 2)
     assert GatewayCharge.objects.count() == 1
@@ -98,10 +145,8 @@ def test_declines_past_the_maximum_fail_the_job_and_flag_the_subscription(
     subscription = make_subscription()
     payments.script_customer(customer="alice", declines=5)
     job = pending_job(subscription)
-    with pytest.raises(payments.PaymentDeclined):
-        run_inline(job, at=now)
-    with pytest.raises(PermanentError, match="PaymentDeclined"):
-        run_inline(job, at=now, attempt=2)
+    assert run_inline(job, at=now) == {"retry": 1}
+    assert run_inline(job, at=now) == {"failed": 1}
     job.refresh_from_db()
     subscription.refresh_from_db()
     assert (job.status, job.retry_count, job.parameter) == (JobStatus.FAILED, 1, "price")
@@ -159,16 +204,15 @@ def test_a_renewal_that_starts_after_a_cancel_does_nothing(
     read_by_the_engine = SubscriptionJob.objects.get(pk=job.pk)
     with django_capture_on_commit_callbacks(execute=True):
         services.cancel_subscription(subscription_id=subscription.pk, at_period_end=False, now=now)
-    result = services.run_job(
-        job=read_by_the_engine, run=RunContext(0, None, now, 1), clock=lambda: now
-    )
-    assert result == {"skipped": "job is completed"}
+    result = renewals._renew([read_by_the_engine], clock=lambda: now, tally=Counter())
+    assert result is None
     job.refresh_from_db()
     assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
     assert not Order.objects.filter(subscription=subscription, parent__isnull=False).exists()
     assert not GatewayCharge.objects.exists()
-    (engine_job,) = jobs_for_row(job)
-    assert engine_job.status == "paused"
+    assert run_inline(job, at=now) == {}
+    job.batch.refresh_from_db()
+    assert job.batch.closed_at is not None
 
 
 def test_cancel_at_period_end_keeps_the_paid_period_then_cancels(make_subscription, now) -> None:
@@ -208,11 +252,11 @@ def test_an_ended_subscription_cannot_be_cancelled_again(make_subscription, now)
 @override_settings(
     SUBSCRIPTIONS_MAX_RETRIES="CreateChildOrder=5,*=2", SUBSCRIPTIONS_RETRY_DELAY="30"
 )
-def test_retry_settings_per_action_reach_the_engine_job(make_subscription) -> None:
-    from subscriptions import conf
-
+def test_retry_settings_per_action_reach_the_jobs_and_their_batches() -> None:
     assert (conf.max_retries("CreateChildOrder"), conf.max_retries("Expire")) == (5, 2)
-    assert services.policies("Expire").retry_backoff == 30.0
+    assert conf.retry_delay("Expire") == 30.0
+    policies = batches.policies()  # a batch's run that died is retried like a renewal
+    assert (policies.retry_backoff, policies.max_retries) == (30.0, 5 + 3)
 
 
 def test_a_lost_attempt_counts_as_a_retry_and_the_next_resumes(make_subscription, now) -> None:
@@ -221,7 +265,62 @@ def test_a_lost_attempt_counts_as_a_retry_and_the_next_resumes(make_subscription
     job.change(
         now=now, status=JobStatus.PROCESSING, parameter="charge", custom_decimal=Decimal("19.8")
     )
-    assert run_inline(job, at=now, attempt=1) == {"skipped": "job is processing"}
-    run_inline(job, at=now, attempt=2)
+    assert run_inline(job, at=now, attempt=2) == {"renewed": 1}
     job.refresh_from_db()
     assert (job.status, job.retry_count, job.parameter) == (JobStatus.COMPLETED, 1, "confirm")
+
+
+def test_a_declined_card_in_a_batch_waits_alone_while_the_rest_renew(
+    make_subscription, now
+) -> None:
+    paying = [make_subscription(customer=f"c{n}") for n in range(3)]
+    declined = make_subscription(customer="declined")
+    payments.script_customer(customer="declined", declines=1)
+    assert run_inline(pending_job(paying[0]), at=now) == {"renewed": 3, "retry": 1}
+    assert all(pending_job(s).custom_integer == 1 for s in paying)
+    job = pending_job(declined)
+    assert (job.status, job.custom_integer, job.retry_count) == (JobStatus.RETRY, 0, 1)
+    assert run_inline(job, at=job.action_date) == {"renewed": 1}
+    assert GatewayCharge.objects.count() == 4
+
+
+class EditingGateway(payments.TestGateway):
+    """Charges, and meanwhile an operator saves the job in the admin (the counter moves)."""
+
+    def charge(self, **kwargs):
+        (job,) = SubscriptionJob.objects.filter(status=JobStatus.PROCESSING)
+        job.custom_text = "edited by an operator"
+        job.save()
+        return super().charge(**kwargs)
+
+
+@override_settings(SUBSCRIPTIONS_GATEWAY=f"{__name__}.EditingGateway")
+def test_a_job_an_operator_changed_mid_run_is_not_overwritten_and_is_retried(
+    make_subscription, now, caplog
+) -> None:
+    subscription = make_subscription()
+    job = pending_job(subscription)
+    assert run_inline(job, at=now) == {"retry": 1}
+    job.refresh_from_db()
+    assert (job.custom_text, job.parameter, job.status) == (
+        "edited by an operator",
+        "create_order",
+        JobStatus.RETRY,
+    )
+    assert "StaleJob: subscription job" in caplog.text and "was changed" in caplog.text
+    with override_settings(SUBSCRIPTIONS_GATEWAY="subscriptions.payments.TestGateway"):
+        assert run_inline(job, at=job.action_date) == {"renewed": 1}
+    assert GatewayCharge.objects.count() == 1  # the retry replayed the key
+
+
+def test_a_job_placed_before_due_batches_still_runs_through_its_own_engine_job(
+    make_subscription, now
+) -> None:
+    subscription = make_subscription()
+    job = pending_job(subscription)
+    job.change(now=now, batch_id=None)  # as every job was before due batches existed
+    run = RunContext(execution_id=0, job_id=None, scheduled_for=now, attempt=1)
+    assert run_subscription_job(job, run) == {"renewed": 1}
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED
+    assert pending_job(subscription).batch_id is not None

@@ -8,7 +8,7 @@ in the middle), every period has at most one order and at most one charge.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -20,6 +20,7 @@ from scheduling.models import Execution, ExecutionStatus
 from scheduling.registry import EXECUTION_HEADER
 from subscriptions import payments, services
 from subscriptions.models import (
+    DueBatch,
     GatewayCharge,
     JobStatus,
     Order,
@@ -51,9 +52,16 @@ def env(process_env: dict[str, str], settings: Any) -> dict[str, str]:
     return {**process_env, **knobs}
 
 
-def subscribe(customer: str, *, every: str = "PT1S", seconds: int | None = None) -> Subscription:
-    """A subscription starting in a second; with ``seconds``, it ends that long after."""
-    start = timezone.now() + SECOND
+def subscribe(
+    customer: str,
+    *,
+    every: str = "PT1S",
+    seconds: int | None = None,
+    start: datetime | None = None,
+) -> Subscription:
+    """A subscription starting at ``start`` (in a second by default); with ``seconds``, it
+    ends that long after."""
+    start = start or timezone.now() + SECOND
     return services.create_subscription(
         customer=customer,
         items=[services.ItemSpec("COFFEE", 1, Decimal("4.50"))],
@@ -94,8 +102,9 @@ def status_is(subscription: Subscription, status: str) -> Callable[[], bool]:
     return lambda: Subscription.objects.get(pk=subscription.pk).status == status
 
 
-def engine_execution(job: SubscriptionJob) -> Execution:
-    (engine_job,) = jobs_for_row(job)
+def batch_execution(batch: DueBatch) -> Execution:
+    """The one execution of the engine job that runs a due batch."""
+    (engine_job,) = jobs_for_row(batch)
     return Execution.objects.get(job_id=engine_job.id)
 
 
@@ -147,12 +156,23 @@ def test_declines_are_retried_until_paid_or_failed_past_the_maximum(
 
     # Two declines, then the charge goes through: one order, one charge, retry count 2.
     job = first_job(paid_late)
+    first_batch = job.batch
     wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="bob's renewal completes")
     assert job.retry_count == 2
     assert [o.period_number for o in child_orders(paid_late)] == [0]
     assert len(charges(paid_late)) == 1
-    execution = engine_execution(job)
-    assert (execution.status, execution.retry_count) == (ExecutionStatus.COMPLETED, 2)
+    # Each retry ran in a batch of its own, a second after the decline; a decline is the
+    # job's failure, not the batch's: every batch's run completed and closed it.
+    assert job.batch_id != first_batch.pk
+    assert job.action_date >= first_batch.due_at + 2 * SECOND
+    for batch in (first_batch, job.batch):
+        wait_for(
+            lambda b=batch: batch_execution(b).status == ExecutionStatus.COMPLETED,
+            timeout=SLOW,
+            message="the batch's run completes",
+        )
+        batch.refresh_from_db()
+        assert batch.closed_at is not None
 
     # Declined past the maximum (two retries): failed, flagged, and no order for the period.
     job = first_job(never_paid)
@@ -162,19 +182,16 @@ def test_declines_are_retried_until_paid_or_failed_past_the_maximum(
     assert never_paid.status == SubscriptionStatus.NEEDS_ATTENTION
     assert "PaymentDeclined" in never_paid.attention_reason
     assert child_orders(never_paid) == [] and charges(never_paid) == []
-    wait_for(
-        lambda: engine_execution(job).status == ExecutionStatus.FAILED,
-        timeout=SLOW,
-        message="the engine's execution fails too",
-    )
     assert SubscriptionJob.objects.filter(subscription=never_paid).count() == 1
 
 
 def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_charge(
     processes: Any, env: dict[str, str]
 ) -> None:
-    subscription = subscribe("erin", every="P1M")
-    job = first_job(subscription)
+    start = timezone.now() + SECOND
+    batch = [subscribe(name, every="P1M", start=start) for name in ("erin", "ezra", "eve")]
+    jobs = [first_job(s) for s in batch]
+    assert len({j.batch_id for j in jobs}) == 1, "one instant, one block: one batch"
     processes.start(scheduler_command(), env=env, name="scheduler")
     doomed = start_worker(
         processes, {**env, "SUBSCRIPTIONS_PAUSE_AFTER_STEP": "charge"}, "doomed", concurrency=1
@@ -182,24 +199,29 @@ def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_
     wait_for(
         lambda: "renewal.paused" in processes.log_of(doomed),
         timeout=SLOW,
-        message="the renewal charged and stopped before confirming",
+        message="the batch charged and stopped before confirming",
     )
-    job.refresh_from_db()
-    assert (job.status, job.parameter) == (JobStatus.PROCESSING, "charge")
-    assert len(charges(subscription)) == 1
-    assert child_orders(subscription)[0].status == OrderStatus.PENDING
+    for job, subscription in zip(jobs, batch, strict=True):
+        job.refresh_from_db()
+        assert (job.status, job.parameter) == (JobStatus.PROCESSING, "charge")
+        assert len(charges(subscription)) == 1
+        assert child_orders(subscription)[0].status == OrderStatus.PENDING
     processes.kill(doomed)  # SIGKILL to the whole worker
     doomed.wait(timeout=10)
 
     survivor = start_worker(processes, env, "survivor", concurrency=1)
-    wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="the survivor confirms")
+    for job in jobs:
+        wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="the survivor confirms")
     log = processes.log_of(survivor)
-    assert log_lines(log, rf"renewal\.resumed job={job.pk} after=charge")
+    for job, subscription in zip(jobs, batch, strict=True):
+        assert log_lines(log, rf"renewal\.resumed job={job.pk} after=charge")
+        assert (job.parameter, job.retry_count) == ("confirm", 1)  # the lost attempt is counted
+        (order,) = child_orders(subscription)
+        (charge,) = charges(subscription)
+        assert order.status == OrderStatus.CONFIRMED and order.charge_reference == charge.reference
     assert not log_lines(log, r"gateway\.")  # the gateway was not called again
-    assert (job.parameter, job.retry_count) == ("confirm", 1)  # the lost attempt is counted
-    (order,) = child_orders(subscription)
-    (charge,) = charges(subscription)
-    assert order.status == OrderStatus.CONFIRMED and order.charge_reference == charge.reference
+    execution = batch_execution(jobs[0].batch)
+    assert (execution.status, execution.retry_count) == (ExecutionStatus.COMPLETED, 1)
 
 
 def test_the_same_message_delivered_twice_runs_the_steps_once(
@@ -210,7 +232,7 @@ def test_the_same_message_delivered_twice_runs_the_steps_once(
     processes.start(scheduler_command(), env=env, name="scheduler")
     execution = wait_for(
         lambda: Execution.objects.filter(
-            job_id=jobs_for_row(job)[0].id, status=ExecutionStatus.QUEUED
+            job_id=jobs_for_row(job.batch)[0].id, status=ExecutionStatus.QUEUED
         ).first(),
         timeout=SLOW,
         message="the doorbell is published",

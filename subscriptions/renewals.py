@@ -1,0 +1,399 @@
+"""Running a due batch: every job in it, the renewals with set-based statements.
+
+A batch's engine execution calls ``run_batch``. Its CreateChildOrder jobs move through the
+four steps together, and ``parameter`` records, per job, the last step that succeeded:
+
+1. ``price`` and 2. ``create_order``: one transaction that locks the batch's subscriptions
+   (a renewal that starts after a cancel committed sees it and does nothing), prices them
+   with one grouped query, inserts the missing orders in one statement and moves the jobs
+   to PROCESSING;
+3. ``charge``: one gateway call per job, with the idempotency key of (subscription, period),
+   outside any transaction; then one transaction records every charge that went through.
+   A job that fails here (declined, gateway error) is retried alone, in a later batch, after
+   the action's delay, or failed past its maximum; the rest go on;
+4. ``confirm``: one transaction confirms the orders, completes the jobs and places the next
+   ones (or the Expire).
+
+A run that dies at any point leaves every job at its last recorded step; the engine retries
+the batch's execution, and the retry resumes each job after that step (a job found PROCESSING
+counts the lost attempt as a failed one). Cancel and Expire jobs, rare and per subscription,
+run one by one (``services.end_subscription``).
+
+Every write to a job is conditional on the optimistic counter last read: the rows are
+locked, their counters compared with the values this run wrote or read, and a job that
+someone else changed meanwhile (an operator in the admin) is left as they made it, and
+retried later like a failed attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F, Sum
+
+from scheduling.api import RunContext
+from subscriptions import batches, conf, payments, services, sql
+from subscriptions.models import (
+    JOB_RUNNABLE,
+    RENEWABLE,
+    JobAction,
+    JobStatus,
+    Order,
+    OrderStatus,
+    StaleJob,
+    Subscription,
+    SubscriptionItem,
+    SubscriptionJob,
+    SubscriptionStatus,
+    next_counter,
+)
+from subscriptions.services import STEPS, done, idempotency_key
+
+logger = logging.getLogger("subscriptions")
+
+#: Jobs taken per round of the steps; a batch holds about one block, so this is a bound.
+CHUNK = 500
+Clock = Callable[[], datetime]
+
+
+def _unflushed_commit() -> None:
+    """Let the current transaction commit without waiting for the WAL flush (PostgreSQL).
+
+    Safe for a renewal's own steps: the batch's completion, which the engine commits
+    synchronously afterwards, flushes the log up to and including them (PostgreSQL writes it
+    in order), so they are durable before the occurrence counts as done. A database crash
+    before that loses only steps the retry redoes anyway: the order by its unique period, the
+    charge by its idempotency key, which the gateway committed durably on its side.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+
+
+@dataclass
+class Renewal:
+    """One CreateChildOrder job of the run, with its subscription and period."""
+
+    job: SubscriptionJob
+    subscription: Subscription
+    start: datetime
+    end: datetime
+
+
+def run_batch(batch_id: int, *, run: RunContext, clock: Clock) -> dict[str, Any]:
+    """Run every runnable job of the batch, then close it (see the module docstring)."""
+    return _run(lambda: SubscriptionJob.objects.filter(batch_id=batch_id), batch_id, run, clock)
+
+
+def run_one(job_id: int, *, run: RunContext, clock: Clock) -> dict[str, Any]:
+    """Run one job that has an engine job of its own (placed before due batches existed)."""
+    return _run(lambda: SubscriptionJob.objects.filter(pk=job_id), None, run, clock)
+
+
+def _run(
+    jobs: Callable[[], Any], batch_id: int | None, run: RunContext, clock: Clock
+) -> dict[str, Any]:
+    tally: Counter[str] = Counter()
+    skipped: set[int] = set()
+    while True:
+        chunk = list(
+            jobs()
+            .filter(status__in=JOB_RUNNABLE)
+            .exclude(pk__in=skipped)
+            .select_related("subscription")
+            .order_by("pk")[:CHUNK]
+        )
+        if chunk:
+            _run_chunk(chunk, run=run, clock=clock, tally=tally, skipped=skipped)
+            run.progress()
+            continue
+        if batch_id is None or batches.close_if_done(batch_id, skipped=skipped, now=clock()):
+            return {word: count for word, count in sorted(tally.items()) if count}
+
+
+def _run_chunk(
+    chunk: Sequence[SubscriptionJob],
+    *,
+    run: RunContext,
+    clock: Clock,
+    tally: Counter[str],
+    skipped: set[int],
+) -> None:
+    renewals = [j for j in chunk if j.action == JobAction.CREATE_CHILD_ORDER]
+    for job in chunk:
+        if job.action != JobAction.CREATE_CHILD_ORDER:
+            _guarded(job, lambda j: services.end_subscription(j, clock=clock), clock, tally)
+    if renewals:
+        _renew(renewals, clock=clock, tally=tally)
+    # A job still runnable after its turn (only a job someone else keeps changing) waits
+    # for the next run rather than looping this one.
+    still = SubscriptionJob.objects.filter(
+        pk__in=[j.pk for j in chunk], status__in=JOB_RUNNABLE, batch_id=chunk[0].batch_id
+    ).values_list("pk", flat=True)
+    skipped.update(still)
+
+
+def _guarded(
+    job: SubscriptionJob, work: Callable[[SubscriptionJob], str], clock: Clock, tally: Counter[str]
+) -> None:
+    try:
+        tally[work(job)] += 1
+    except Exception as exc:
+        tally[services.record_failure(job.pk, exc, now=clock())] += 1
+
+
+# --- the renewal steps ----------------------------------------------------------------------
+
+
+def _renew(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str]) -> None:
+    renewals = _begin(chunk, clock=clock, tally=tally)
+    _pause_if_asked(renewals, "create_order")
+    failed: list[tuple[SubscriptionJob, BaseException]] = []
+    renewals = _charge(renewals, clock=clock, failed=failed)
+    _pause_if_asked(renewals, "charge")
+    renewals = _confirm(renewals, clock=clock, failed=failed, tally=tally)
+    for job, exc in failed:
+        tally[services.record_failure(job.pk, exc, now=clock())] += 1
+
+
+def _begin(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str]) -> list[Renewal]:
+    """Steps 1 and 2 for the chunk, in one transaction (see the module docstring)."""
+    with transaction.atomic(durable=True):
+        _unflushed_commit()
+        subscriptions = _lock_subscriptions(j.subscription_id for j in chunk)
+        # Read again under the subscriptions' locks: a cancel that committed after the chunk
+        # was read is seen here.
+        fresh = list(
+            SubscriptionJob.objects.select_for_update(no_key=True)
+            .filter(pk__in=[j.pk for j in chunk], status__in=JOB_RUNNABLE)
+            .order_by("pk")
+        )
+        tally["skipped"] += len(chunk) - len(fresh)  # finished meanwhile (a cancel)
+        now = clock()
+        renewals, stop = [], []
+        for job in fresh:
+            subscription = subscriptions[job.subscription_id]
+            if subscription.status not in RENEWABLE and not done(job.parameter, "charge"):
+                stop.append(job)
+                continue
+            start, end = subscription.period_bounds(int(job.custom_integer or 0))
+            renewals.append(Renewal(job, subscription, start, end))
+        if stop:
+            services.stop_jobs(stop, now=now)
+            tally["skipped"] += len(stop)
+            logger.info("renewal.skipped jobs=%s", ",".join(str(j.pk) for j in stop))
+        if not renewals:
+            return []
+        _create_orders(renewals, now=now)
+        _write([r.job for r in renewals], now=now)
+    return renewals
+
+
+def _lock_subscriptions(ids: Iterable[int]) -> dict[int, Subscription]:
+    rows = Subscription.objects.select_for_update(no_key=True).filter(pk__in=set(ids))
+    return {s.pk: s for s in rows.order_by("pk")}
+
+
+def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
+    """Price the items and insert the missing orders; move each job to PROCESSING."""
+    ids = {r.subscription.pk for r in renewals}
+    prices = dict(
+        SubscriptionItem.objects.filter(subscription_id__in=ids)
+        .values("subscription_id")
+        .annotate(total=Sum(F("quantity") * F("unit_price")))
+        .values_list("subscription_id", "total")
+    )
+    existing = {
+        (o.subscription_id, o.period_start): o
+        for o in Order.objects.filter(
+            subscription_id__in=ids, period_start__in={r.start for r in renewals}
+        )
+    }
+    parents = dict(
+        Order.objects.filter(subscription_id__in=ids, parent__isnull=True).values_list(
+            "subscription_id", "pk"
+        )
+    )
+    new_orders = []
+    for r in renewals:
+        job = r.job
+        if job.parameter:
+            logger.info("renewal.resumed job=%s after=%s", job.pk, job.parameter)
+        if job.status == JobStatus.PROCESSING:
+            logger.warning("renewal.lost_attempt job=%s parameter=%s", job.pk, job.parameter)
+            job.retry_count += 1
+        job.status = JobStatus.PROCESSING
+        if done(job.parameter, "create_order"):
+            continue
+        amount = Decimal(prices.get(r.subscription.pk) or 0).quantize(Decimal("0.00001"))
+        order = existing.get((r.subscription.pk, r.start))
+        if order is None:
+            new_orders.append(
+                Order(
+                    subscription_id=r.subscription.pk,
+                    parent_id=parents.get(r.subscription.pk),
+                    period_number=job.custom_integer,
+                    period_start=r.start,
+                    period_end=r.end,
+                    amount=amount,
+                    status=OrderStatus.PENDING,
+                    created_at=now,
+                )
+            )
+            job.parameter = "create_order"
+        elif order.status == OrderStatus.CONFIRMED:
+            # Paid already (by another job for the same period): only finish up.
+            job.parameter, job.custom_text = "charge", order.charge_reference
+        else:
+            job.parameter = "create_order"
+        job.custom_decimal = amount
+    Order.objects.bulk_create(new_orders)
+
+
+def _charge(
+    renewals: Sequence[Renewal],
+    *,
+    clock: Clock,
+    failed: list[tuple[SubscriptionJob, BaseException]],
+) -> list[Renewal]:
+    """Step 3: one gateway call per job not yet charged, then one transaction records them."""
+    gateway = payments.gateway()
+    charged, paid = [], []
+    for r in renewals:
+        if done(r.job.parameter, "charge"):
+            paid.append(r)
+            continue
+        try:
+            result = gateway.charge(
+                customer=r.subscription.customer,
+                amount=r.job.custom_decimal or Decimal(0),
+                idempotency_key=idempotency_key(r.subscription.pk, r.start),
+            )
+        except Exception as exc:
+            failed.append((r.job, exc))
+            continue
+        r.job.parameter, r.job.custom_text = "charge", result.reference
+        charged.append(r)
+    if charged:
+        with transaction.atomic(durable=True):
+            _unflushed_commit()
+            charged = _unchanged(charged, failed)
+            _write([r.job for r in charged], now=clock())
+    return paid + charged
+
+
+def _confirm(
+    renewals: Sequence[Renewal],
+    *,
+    clock: Clock,
+    failed: list[tuple[SubscriptionJob, BaseException]],
+    tally: Counter[str],
+) -> list[Renewal]:
+    """Step 4: confirm the orders, complete the jobs, place what comes next."""
+    if not renewals:
+        return []
+    with transaction.atomic(durable=True):
+        _unflushed_commit()
+        subscriptions = _lock_subscriptions(r.subscription.pk for r in renewals)
+        renewals = _unchanged(renewals, failed)
+        now = clock()
+        sql.confirm_orders(
+            [(r.subscription.pk, r.start, r.job.custom_text) for r in renewals],
+            confirmed=OrderStatus.CONFIRMED,
+            pending=OrderStatus.PENDING,
+            now=now,
+        )
+        for r in renewals:
+            r.job.status, r.job.parameter = JobStatus.COMPLETED, "confirm"
+        _write([r.job for r in renewals], now=now)
+        flagged = [
+            pk
+            for pk in subscriptions
+            if subscriptions[pk].status == SubscriptionStatus.NEEDS_ATTENTION
+        ]
+        if flagged:
+            Subscription.objects.filter(pk__in=flagged).update(
+                status=SubscriptionStatus.ACTIVE, attention_reason=""
+            )
+            for pk in flagged:
+                subscriptions[pk].status = SubscriptionStatus.ACTIVE
+        following = services.place_next(
+            [
+                (subscriptions[r.subscription.pk], int(r.job.custom_integer or 0) + 1)
+                for r in renewals
+                if subscriptions[r.subscription.pk].status == SubscriptionStatus.ACTIVE
+            ],
+            now=now,
+        )
+    tally["renewed"] += len(renewals)
+    placed = {j.subscription_id: j.pk for j in following}
+    for r in renewals:
+        logger.info(
+            "renewal.completed job=%s subscription=%s period=%s next=%s",
+            r.job.pk,
+            r.subscription.pk,
+            r.job.custom_integer,
+            placed.get(r.subscription.pk, "-"),
+        )
+    return renewals
+
+
+# --- conditional writes ---------------------------------------------------------------------
+
+
+def _unchanged(
+    renewals: Sequence[Renewal], failed: list[tuple[SubscriptionJob, BaseException]]
+) -> list[Renewal]:
+    """Lock the jobs and keep those whose counter is still the one this run holds; the rest
+    were changed by someone else, and go to ``failed`` with the reason."""
+    current = dict(
+        SubscriptionJob.objects.select_for_update(no_key=True)
+        .filter(pk__in=[r.job.pk for r in renewals])
+        .values_list("pk", "opt_counter")
+    )
+    kept = []
+    for r in renewals:
+        seen = current.get(r.job.pk)
+        if seen == r.job.opt_counter:
+            kept.append(r)
+            continue
+        failed.append(
+            (
+                r.job,
+                StaleJob(
+                    f"subscription job {r.job.pk} was changed since it was read (optimistic "
+                    f"counter {r.job.opt_counter}, now {seen}); it is retried as it is now"
+                ),
+            )
+        )
+    return kept
+
+
+def _write(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
+    """One UPDATE for the jobs' step columns, moving each counter on (rows locked by caller)."""
+    for job in jobs:
+        job.opt_counter = next_counter(job.opt_counter)
+        job.last_update = now
+    sql.write_steps(jobs, now=now)
+
+
+def _pause_if_asked(renewals: Sequence[Renewal], step: str) -> None:
+    """Test-only: stop after ``step`` until the process is killed (``conf.pause_after_step``)."""
+    if not renewals or conf.pause_after_step() != step:
+        return
+    logger.warning(
+        "renewal.paused jobs=%s after=%s", ",".join(str(r.job.pk) for r in renewals), step
+    )
+    while True:
+        time.sleep(1)
+
+
+__all__ = ["STEPS", "run_batch", "run_one"]

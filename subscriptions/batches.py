@@ -18,7 +18,7 @@ moves to a new one.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -110,20 +110,20 @@ def attach(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
         jobs = moved
 
 
-def close_if_done(batch_id: int, *, skipped: Collection[int], now: datetime) -> bool:
-    """Close the batch unless a job in it (other than ``skipped``) is still runnable.
+def close_if_done(batch_id: int, *, now: datetime) -> list[int]:
+    """Close the batch if no job in it is runnable; otherwise return those jobs' ids.
 
     The row lock waits for any transaction that is placing a job into the batch, and the
-    check after it sees that job; False means "run again", True that the batch is closed.
+    check after it sees that job, so a job placed while the batch's run ends is never left
+    behind in a closed batch.
     """
     with transaction.atomic(durable=True):
         list(DueBatch.objects.select_for_update().filter(pk=batch_id).values_list("pk"))
-        pending = (
-            SubscriptionJob.objects.filter(batch_id=batch_id, status__in=JOB_RUNNABLE)
-            .exclude(pk__in=skipped)
-            .exists()
+        pending = list(
+            SubscriptionJob.objects.filter(batch_id=batch_id, status__in=JOB_RUNNABLE).values_list(
+                "pk", flat=True
+            )
         )
-        if pending:
-            return False
-        DueBatch.objects.filter(pk=batch_id).update(closed_at=now)
-    return True
+        if not pending:
+            DueBatch.objects.filter(pk=batch_id).update(closed_at=now)
+    return pending

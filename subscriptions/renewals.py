@@ -78,6 +78,10 @@ def _unflushed_commit() -> None:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
+class StuckJobs(Exception):
+    """Jobs that stayed runnable after their turn in the run (someone keeps changing them)."""
+
+
 @dataclass
 class Renewal:
     """One CreateChildOrder job of the run, with its subscription and period."""
@@ -102,21 +106,28 @@ def _run(
     jobs: Callable[[], Any], batch_id: int | None, run: RunContext, clock: Clock
 ) -> dict[str, Any]:
     tally: Counter[str] = Counter()
-    skipped: set[int] = set()
+    stuck: set[int] = set()
     while True:
         chunk = list(
             jobs()
             .filter(status__in=JOB_RUNNABLE)
-            .exclude(pk__in=skipped)
+            .exclude(pk__in=stuck)
             .select_related("subscription")
             .order_by("pk")[:CHUNK]
         )
         if chunk:
-            _run_chunk(chunk, run=run, clock=clock, tally=tally, skipped=skipped)
+            _run_chunk(chunk, run=run, clock=clock, tally=tally, stuck=stuck)
             run.progress()
             continue
-        if batch_id is None or batches.close_if_done(batch_id, skipped=skipped, now=clock()):
+        pending = [] if batch_id is None else batches.close_if_done(batch_id, now=clock())
+        if not pending:
             return {word: count for word, count in sorted(tally.items()) if count}
+        if stuck.issuperset(pending):
+            # Closing now would strand them; the engine retries the batch after its delay.
+            raise StuckJobs(
+                f"subscription jobs {', '.join(map(str, sorted(pending)))} of batch {batch_id}"
+                " are still runnable after their turn; the batch is retried"
+            )
 
 
 def _run_chunk(
@@ -125,7 +136,7 @@ def _run_chunk(
     run: RunContext,
     clock: Clock,
     tally: Counter[str],
-    skipped: set[int],
+    stuck: set[int],
 ) -> None:
     renewals = [j for j in chunk if j.action == JobAction.CREATE_CHILD_ORDER]
     for job in chunk:
@@ -133,12 +144,11 @@ def _run_chunk(
             _guarded(job, lambda j: services.end_subscription(j, clock=clock), clock, tally)
     if renewals:
         _renew(renewals, clock=clock, tally=tally)
-    # A job still runnable after its turn (only a job someone else keeps changing) waits
-    # for the next run rather than looping this one.
+    # A job still runnable after its turn is not taken again by this run (see ``_run``).
     still = SubscriptionJob.objects.filter(
         pk__in=[j.pk for j in chunk], status__in=JOB_RUNNABLE, batch_id=chunk[0].batch_id
     ).values_list("pk", flat=True)
-    skipped.update(still)
+    stuck.update(still)
 
 
 def _guarded(

@@ -125,13 +125,14 @@ def test_a_declined_charge_is_retried_from_the_charge_step(make_subscription, no
     payments.script_customer(customer="alice", declines=2)
     job = pending_job(subscription)
     for attempt in (1, 2):
-        assert run_inline(job, at=now) == {"retry": 1}
+        due = job.action_date
+        assert run_inline(job, at=due) == {"retry": 1}
         job.refresh_from_db()
         assert (job.status, job.retry_count, job.parameter) == (4, attempt, "create_order")
         # Placed again after the delay (SUBSCRIPTIONS_RETRY_DELAY, 600 s), in a new batch.
-        assert timedelta(seconds=600) <= job.action_date - now < timedelta(seconds=601)
+        assert timedelta(seconds=600) <= job.action_date - due < timedelta(seconds=601)
         assert job.batch.due_at == job.action_date and jobs_for_row(job.batch)
-    assert run_inline(job, at=now) == {"renewed": 1}
+    assert run_inline(job, at=job.action_date) == {"renewed": 1}
     job.refresh_from_db()
     assert (job.status, job.retry_count) == (JobStatus.COMPLETED, 2)
     assert GatewayCharge.objects.count() == 1
@@ -324,3 +325,18 @@ def test_a_job_placed_before_due_batches_still_runs_through_its_own_engine_job(
     job.refresh_from_db()
     assert job.status == JobStatus.COMPLETED
     assert pending_job(subscription).batch_id is not None
+
+
+@override_settings(SUBSCRIPTIONS_RETRY_DELAY="0")
+def test_a_job_back_in_its_own_batch_mid_run_is_not_stranded_the_batch_is_retried(
+    make_subscription, now
+) -> None:
+    job = pending_job(make_subscription())
+    payments.script_customer(customer="alice", declines=1)
+    run = RunContext(execution_id=0, job_id=None, scheduled_for=now, attempt=1)
+    # The clock stands still: the retry "after 0 s" falls due at the batch's own instant.
+    with pytest.raises(renewals.StuckJobs, match=f"jobs {job.pk} of batch {job.batch_id}"):
+        renewals.run_batch(job.batch_id, run=run, clock=lambda: now)
+    job.refresh_from_db()
+    assert (job.status, job.batch.closed_at) == (JobStatus.RETRY, None)
+    assert renewals.run_batch(job.batch_id, run=run, clock=lambda: now) == {"renewed": 1}

@@ -88,8 +88,10 @@ class Renewal:
 
     job: SubscriptionJob
     subscription: Subscription
+    number: int
     start: datetime
     end: datetime
+    next_start: datetime
 
 
 def run_batch(batch_id: int, *, run: RunContext, clock: Clock) -> dict[str, Any]:
@@ -109,14 +111,10 @@ def _run(
     stuck: set[int] = set()
     while True:
         chunk = list(
-            jobs()
-            .filter(status__in=JOB_RUNNABLE)
-            .exclude(pk__in=stuck)
-            .select_related("subscription")
-            .order_by("pk")[:CHUNK]
+            jobs().filter(status__in=JOB_RUNNABLE).exclude(pk__in=stuck).order_by("pk")[:CHUNK]
         )
         if chunk:
-            _run_chunk(chunk, run=run, clock=clock, tally=tally, stuck=stuck)
+            _run_chunk(chunk, clock=clock, tally=tally, stuck=stuck)
             run.progress()
             continue
         pending = [] if batch_id is None else batches.close_if_done(batch_id, now=clock())
@@ -133,7 +131,6 @@ def _run(
 def _run_chunk(
     chunk: Sequence[SubscriptionJob],
     *,
-    run: RunContext,
     clock: Clock,
     tally: Counter[str],
     stuck: set[int],
@@ -164,9 +161,9 @@ def _guarded(
 
 
 def _renew(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str]) -> None:
-    renewals = _begin(chunk, clock=clock, tally=tally)
-    _pause_if_asked(renewals, "create_order")
     failed: list[tuple[SubscriptionJob, BaseException]] = []
+    renewals = _begin(chunk, clock=clock, failed=failed, tally=tally)
+    _pause_if_asked(renewals, "create_order")
     renewals = _charge(renewals, clock=clock, failed=failed)
     _pause_if_asked(renewals, "charge")
     renewals = _confirm(renewals, clock=clock, failed=failed, tally=tally)
@@ -174,7 +171,13 @@ def _renew(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str
         tally[services.record_failure(job.pk, exc, now=clock())] += 1
 
 
-def _begin(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str]) -> list[Renewal]:
+def _begin(
+    chunk: Sequence[SubscriptionJob],
+    *,
+    clock: Clock,
+    failed: list[tuple[SubscriptionJob, BaseException]],
+    tally: Counter[str],
+) -> list[Renewal]:
     """Steps 1 and 2 for the chunk, in one transaction (see the module docstring)."""
     with transaction.atomic(durable=True):
         _unflushed_commit()
@@ -194,8 +197,14 @@ def _begin(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str
             if subscription.status not in RENEWABLE and not done(job.parameter, "charge"):
                 stop.append(job)
                 continue
-            start, end = subscription.period_bounds(int(job.custom_integer or 0))
-            renewals.append(Renewal(job, subscription, start, end))
+            number = int(job.custom_integer or 0)
+            try:
+                start, end = subscription.period_bounds(number)
+                following, _ = subscription.period_bounds(number + 1)
+            except Exception as exc:  # a row no renewal can plan fails alone
+                failed.append((job, exc))
+                continue
+            renewals.append(Renewal(job, subscription, number, start, end, following))
         if stop:
             services.stop_jobs(stop, now=now)
             tally["skipped"] += len(stop)
@@ -250,7 +259,7 @@ def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
                 Order(
                     subscription_id=r.subscription.pk,
                     parent_id=parents.get(r.subscription.pk),
-                    period_number=job.custom_integer,
+                    period_number=r.number,
                     period_start=r.start,
                     period_end=r.end,
                     amount=amount,
@@ -337,7 +346,7 @@ def _confirm(
                 subscriptions[pk].status = SubscriptionStatus.ACTIVE
         following = services.place_next(
             [
-                (subscriptions[r.subscription.pk], int(r.job.custom_integer or 0) + 1)
+                (subscriptions[r.subscription.pk], r.number + 1, r.next_start)
                 for r in renewals
                 if subscriptions[r.subscription.pk].status == SubscriptionStatus.ACTIVE
             ],

@@ -190,12 +190,13 @@ def place_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[Subscr
     return saved
 
 
-def place_next(due: Sequence[tuple[Subscription, int]], *, now: datetime) -> list[SubscriptionJob]:
-    """After a confirmed renewal: the CreateChildOrder of each (subscription, next period
-    number), or its Expire when that period starts at or after the end date."""
+def place_next(
+    due: Sequence[tuple[Subscription, int, datetime]], *, now: datetime
+) -> list[SubscriptionJob]:
+    """After confirmed renewals: for each (subscription, next period number, its start), the
+    CreateChildOrder of that period, or the Expire when it starts at or after the end date."""
     jobs = []
-    for subscription, number in due:
-        start, _ = subscription.period_bounds(number)
+    for subscription, number, start in due:
         if subscription.ends_at is not None and start >= subscription.ends_at:
             jobs.append(
                 SubscriptionJob(
@@ -301,9 +302,11 @@ def _move(job: SubscriptionJob, *, at: datetime, now: datetime, **values: Any) -
 def _delete_unpaid_order(job: SubscriptionJob) -> None:
     if job.custom_integer is None:
         return
-    start, _ = job.subscription.period_bounds(job.custom_integer)
     Order.objects.filter(
-        subscription_id=job.subscription_id, period_start=start, status=OrderStatus.PENDING
+        subscription_id=job.subscription_id,
+        parent__isnull=False,
+        period_number=job.custom_integer,
+        status=OrderStatus.PENDING,
     ).delete()
 
 

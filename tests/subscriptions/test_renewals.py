@@ -23,6 +23,7 @@ from subscriptions.models import (
     JobStatus,
     Order,
     OrderStatus,
+    Subscription,
     SubscriptionJob,
     SubscriptionStatus,
 )
@@ -340,3 +341,18 @@ def test_a_job_back_in_its_own_batch_mid_run_is_not_stranded_the_batch_is_retrie
     job.refresh_from_db()
     assert (job.status, job.batch.closed_at) == (JobStatus.RETRY, None)
     assert renewals.run_batch(job.batch_id, run=run, clock=lambda: now) == {"renewed": 1}
+
+
+@override_settings(SUBSCRIPTIONS_MAX_RETRIES="0")
+def test_a_subscription_no_renewal_can_plan_fails_alone_and_the_batch_renews_the_rest(
+    make_subscription, now
+) -> None:
+    good = [make_subscription(customer=f"c{n}") for n in range(2)]
+    bad = make_subscription(customer="corrupt")
+    Subscription.objects.filter(pk=bad.pk).update(interval="P1Q")  # written around the model
+    assert run_inline(pending_job(good[0]), at=now) == {"failed": 1, "renewed": 2}
+    job = SubscriptionJob.objects.get(subscription=bad)
+    bad.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+    assert bad.status == SubscriptionStatus.NEEDS_ATTENTION and "interval" in bad.attention_reason
+    assert all(pending_job(s).custom_integer == 1 for s in good)

@@ -22,7 +22,10 @@ the spread between rounds.
   - ``lag``: ``lag.py --peers ours`` with a shorter duration;
   - ``worker``: ``worker_throughput.py --repeat 1 --no-floor`` (history against bare);
   - ``calls``: ``profile_tick.py`` idle, flood and worker: Python function calls per tick,
-    occurrence and task, which the machine's load hardly moves.
+    occurrence and task, which the machine's load hardly moves;
+  - ``subscriptions`` (only when named in ``--only``; commits from before the subscriptions
+    app lack the script): ``subscriptions_renewal.py --repeat 1 --sides renewal`` (N
+    subscriptions renewing at one moment, one worker).
 
 - Every run has its own ``BENCH_RUN_ID`` (``cmp<pid><side initial>``), so the two sides'
   databases (``bench_tick_cmp123b`` against ``bench_tick_cmp123a``) and Redis keys never
@@ -57,6 +60,8 @@ AFTER_ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 SECTION = "Before and after the engine restructure"
 MEASUREMENTS = ["tick", "flood", "lag", "worker", "calls"]
+#: Measurements run only when ``--only`` names them.
+OPTIONAL = ["subscriptions"]
 SIDES = ["before", "after"]
 # A change of the medians smaller than this (in %) is not called a change, even when the
 # rounds agree closely (peak RSS, say, moves by a fraction of a megabyte between versions).
@@ -159,6 +164,16 @@ def script_argv(measurement: str, sizes: argparse.Namespace) -> tuple[str, list[
             "--repeat",
             "1",
             "--no-floor",
+        ]
+    if measurement == "subscriptions":
+        return "subscriptions_renewal", [
+            "--subscriptions",
+            str(sizes.subscriptions),
+            "--repeat",
+            "1",
+            "--sides",
+            "renewal",
+            "--no-doc",
         ]
     raise ValueError(measurement)
 
@@ -368,6 +383,21 @@ METRICS: list[Metric] = [
     ("bare worker, same run (tasks/s)", WORKER, _worker("bare"), True),
     ("history / bare", WORKER, _worker("ratio"), True),
 ]
+
+
+def _renewals(data: dict[str, Any]) -> float | None:
+    ok = [r for r in data["rounds"].get("renewal", []) if r.get("exactly_once")]
+    return ok[0]["rate"] if ok else None
+
+
+METRICS.append(
+    (
+        "subscription renewals, {subs} at once (child orders/s)",
+        "subscriptions_renewal",
+        _renewals,
+        True,
+    )
+)
 
 
 def _calls(name: str, key: str) -> Callable[[dict[str, Any]], float | None]:
@@ -606,7 +636,14 @@ def measure(args: argparse.Namespace, results: Path) -> dict[str, Any]:
         "tick_load": args.tick_load,
         "sizes": {
             k: getattr(args, k)
-            for k in ("tick_jobs", "flood_jobs", "lag_rate", "lag_duration", "worker_tasks")
+            for k in (
+                "tick_jobs",
+                "flood_jobs",
+                "lag_rate",
+                "lag_duration",
+                "worker_tasks",
+                "subscriptions",
+            )
         },
         "load_start": os.getloadavg(),
         "nproc": os.cpu_count(),
@@ -697,6 +734,7 @@ def report(results: Path, summary: dict[str, Any], write_docs: bool) -> None:
         "flood": f"{sizes['flood_jobs']:,}",
         "lag": f"{sizes['lag_rate']:g}/s",
         "worker": f"{sizes['worker_tasks']:,}",
+        "subs": f"{sizes.get('subscriptions', 0):,}",
     }
     rows = table(values, labels)
     sys.path.insert(0, str(AFTER_ROOT / "bench"))
@@ -760,6 +798,7 @@ def main() -> None:
     parser.add_argument("--lag-rate", type=float, default=500.0)
     parser.add_argument("--lag-duration", type=float, default=20.0)
     parser.add_argument("--worker-tasks", type=int, default=3_000)
+    parser.add_argument("--subscriptions", type=int, default=10_000)
     parser.add_argument("--timeout", type=float, default=900.0, help="s for one script run")
     parser.add_argument(
         "--redis-db", default=os.environ.get("BENCH_REDIS_DB", "6"), help="Redis db (≥ 4)"

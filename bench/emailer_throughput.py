@@ -453,8 +453,10 @@ def main() -> None:
                 raise SystemExit(prof.error)
             print(prof.data["profile"])
             rate = prof.data["sent"] / prof.data["seconds"]
-            print(f"{args.profile}: {prof.data['sent']} in {prof.data['seconds']:.1f} s "
-                  f"under cProfile ({rate:.0f}/s)")
+            print(
+                f"{args.profile}: {prof.data['sent']} in {prof.data['seconds']:.1f} s "
+                f"under cProfile ({rate:.0f}/s)"
+            )
             return
         with common.bench_db(DB, keep=args.keep):
             result = common.run_child(

@@ -8,11 +8,11 @@ cost the engine fifty executions, not ten thousand, while a subscription alone a
 instant still gets an engine job of its own.
 
 A batch's run closes it once nothing runnable is left in it, under ``SELECT … FOR UPDATE``.
-A job placed into a batch takes the foreign key's share lock on the batch row when it is
-written, so the close waits for the placing transaction and then sees the job. The one
-window left, a close that committed between the placer finding the batch open and writing
-the job, is closed by ``attach``'s check after the write: a job that landed in a closed batch
-moves to a new one.
+A placer, after writing its jobs, takes ``FOR KEY SHARE`` on their batch rows and reads
+``closed_at`` under that lock (``attach``; the foreign key's own check would come too late:
+Django makes it deferred to the commit). Either the placer locks first, and the close waits
+for its commit and then sees the jobs, or the close committed first, and the placer sees the
+batch closed and moves its jobs to a new one. No job is left runnable in a closed batch.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 
 from scheduling.api import Once, Policies, schedule_row
-from subscriptions import conf
+from subscriptions import conf, sql
 from subscriptions.models import JOB_RUNNABLE, DueBatch, JobAction, SubscriptionJob
 
 #: The engine may retry a batch a few more times than a job's own limit: the batch is
@@ -77,12 +77,11 @@ def open_batch(due_at: datetime, block: int, *, now: datetime) -> int:
 
 def assign(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
     """Set ``batch_id`` on unsaved (or about to be changed) jobs from their action dates."""
-    opened: dict[tuple[datetime, int], int] = {}
+    keys = {(job.action_date, block_of(job.subscription_id)) for job in jobs}
+    # In one order everywhere, so two placers opening the same batches cannot deadlock.
+    opened = {key: open_batch(*key, now=now) for key in sorted(keys)}
     for job in jobs:
-        key = (job.action_date, block_of(job.subscription_id))
-        if key not in opened:
-            opened[key] = open_batch(*key, now=now)
-        job.batch_id = opened[key]
+        job.batch_id = opened[(job.action_date, block_of(job.subscription_id))]
 
 
 def attach(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
@@ -92,11 +91,7 @@ def attach(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
         by_batch: dict[int, list[SubscriptionJob]] = defaultdict(list)
         for job in jobs:
             by_batch[int(job.batch_id)].append(job)
-        closed = set(
-            DueBatch.objects.filter(pk__in=by_batch, closed_at__isnull=False).values_list(
-                "pk", flat=True
-            )
-        )
+        closed = sql.share_batches(sorted(by_batch))
         if not closed:
             return
         moved = [job for pk in closed for job in by_batch[pk]]

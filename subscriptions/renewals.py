@@ -36,12 +36,14 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
 from django.db.models import F, Sum
 
 from scheduling.api import RunContext
 from subscriptions import batches, conf, payments, services, sql
 from subscriptions.models import (
+    ENDED,
     JOB_RUNNABLE,
     RENEWABLE,
     JobAction,
@@ -61,6 +63,8 @@ logger = logging.getLogger("subscriptions")
 
 #: Jobs taken per round of the steps; a batch holds about one block, so this is a bound.
 CHUNK = 500
+#: Charges made before they are recorded: the most gateway calls a stopped run redoes.
+CHARGE_GROUP = 50
 Clock = Callable[[], datetime]
 
 
@@ -78,6 +82,10 @@ def _unflushed_commit() -> None:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
+class LostRun(Exception):
+    """A job whose runs died in the middle more often than its retries allow."""
+
+
 class StuckJobs(Exception):
     """Jobs that stayed runnable after their turn in the run (someone keeps changing them)."""
 
@@ -92,6 +100,7 @@ class Renewal:
     start: datetime
     end: datetime
     next_start: datetime
+    already_paid: bool = False  # another job paid this period: finish up, place nothing
 
 
 def run_batch(batch_id: int, *, run: RunContext, clock: Clock) -> dict[str, Any]:
@@ -101,7 +110,10 @@ def run_batch(batch_id: int, *, run: RunContext, clock: Clock) -> dict[str, Any]
 
 def run_one(job_id: int, *, run: RunContext, clock: Clock) -> dict[str, Any]:
     """Run one job that has an engine job of its own (placed before due batches existed)."""
-    return _run(lambda: SubscriptionJob.objects.filter(pk=job_id), None, run, clock)
+    # Only while it has no batch: once a retry placed it in one, the batch runs it.
+    return _run(
+        lambda: SubscriptionJob.objects.filter(pk=job_id, batch__isnull=True), None, run, clock
+    )
 
 
 def _run(
@@ -164,7 +176,7 @@ def _renew(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str
     failed: list[tuple[SubscriptionJob, BaseException]] = []
     renewals = _begin(chunk, clock=clock, failed=failed, tally=tally)
     _pause_if_asked(renewals, "create_order")
-    renewals = _charge(renewals, clock=clock, failed=failed)
+    renewals = _charge(renewals, clock=clock, failed=failed, tally=tally)
     _pause_if_asked(renewals, "charge")
     renewals = _confirm(renewals, clock=clock, failed=failed, tally=tally)
     for job, exc in failed:
@@ -191,19 +203,35 @@ def _begin(
         )
         tally["skipped"] += len(chunk) - len(fresh)  # finished meanwhile (a cancel)
         now = clock()
-        renewals, stop = [], []
+        renewals: list[Renewal] = []
+        stop: list[SubscriptionJob] = []
+        periods: set[tuple[int, int]] = set()
         for job in fresh:
             subscription = subscriptions[job.subscription_id]
-            if subscription.status not in RENEWABLE and not done(job.parameter, "charge"):
+            charged = done(job.parameter, "charge")
+            if subscription.status not in RENEWABLE and not charged:
                 stop.append(job)
                 continue
             number = int(job.custom_integer or 0)
+            if (subscription.pk, number) in periods:
+                # Two jobs for one period: the second waits for a later run, which finds the
+                # period paid and only finishes up.
+                continue
+            if job.status == JobStatus.PROCESSING:
+                # Its last run died in the middle. That counts as a failed attempt; one past
+                # the maximum fails the job, unless money moved (then it must confirm).
+                logger.warning("renewal.lost_attempt job=%s parameter=%s", job.pk, job.parameter)
+                if not charged and job.retry_count >= conf.max_retries(job.action):
+                    failed.append((job, LostRun(f"its run died {job.retry_count + 1} times")))
+                    continue
+                job.retry_count += 1
             try:
                 start, end = subscription.period_bounds(number)
                 following, _ = subscription.period_bounds(number + 1)
             except Exception as exc:  # a row no renewal can plan fails alone
                 failed.append((job, exc))
                 continue
+            periods.add((subscription.pk, number))
             renewals.append(Renewal(job, subscription, number, start, end, following))
         if stop:
             services.stop_jobs(stop, now=now)
@@ -246,9 +274,6 @@ def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
         job = r.job
         if job.parameter:
             logger.info("renewal.resumed job=%s after=%s", job.pk, job.parameter)
-        if job.status == JobStatus.PROCESSING:
-            logger.warning("renewal.lost_attempt job=%s parameter=%s", job.pk, job.parameter)
-            job.retry_count += 1
         job.status = JobStatus.PROCESSING
         if done(job.parameter, "create_order"):
             continue
@@ -271,6 +296,7 @@ def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
         elif order.status == OrderStatus.CONFIRMED:
             # Paid already (by another job for the same period): only finish up.
             job.parameter, job.custom_text = "charge", order.charge_reference
+            r.already_paid = True
         else:
             job.parameter = "create_order"
         job.custom_decimal = amount
@@ -282,31 +308,63 @@ def _charge(
     *,
     clock: Clock,
     failed: list[tuple[SubscriptionJob, BaseException]],
+    tally: Counter[str],
 ) -> list[Renewal]:
-    """Step 3: one gateway call per job not yet charged, then one transaction records them."""
+    """Step 3: one gateway call per job not yet charged, recorded a group at a time.
+
+    Before each group the subscriptions are read again: one cancelled since the first step is
+    not charged. A group's charges are recorded as soon as they are made, so a run stopped by
+    its time limit redoes at most one group's calls (which the keys make free).
+    """
     gateway = payments.gateway()
-    charged, paid = [], []
-    for r in renewals:
-        if done(r.job.parameter, "charge"):
-            paid.append(r)
-            continue
-        try:
-            result = gateway.charge(
-                customer=r.subscription.customer,
-                amount=r.job.custom_decimal or Decimal(0),
-                idempotency_key=idempotency_key(r.subscription.pk, r.start),
-            )
-        except Exception as exc:
-            failed.append((r.job, exc))
-            continue
-        r.job.parameter, r.job.custom_text = "charge", result.reference
-        charged.append(r)
-    if charged:
-        with transaction.atomic(durable=True):
-            _unflushed_commit()
-            charged = _unchanged(charged, failed)
-            _write([r.job for r in charged], now=clock())
-    return paid + charged
+    paid = [r for r in renewals if done(r.job.parameter, "charge")]
+    due = [r for r in renewals if not done(r.job.parameter, "charge")]
+    for first in range(0, len(due), CHARGE_GROUP):
+        group = _not_ended(due[first : first + CHARGE_GROUP], clock=clock, tally=tally)
+        charged = []
+        for r in group:
+            try:
+                result = gateway.charge(
+                    customer=r.subscription.customer,
+                    amount=r.job.custom_decimal or Decimal(0),
+                    idempotency_key=idempotency_key(r.subscription.pk, r.start),
+                )
+            except SoftTimeLimitExceeded:
+                raise  # the run's time is up: this job did nothing wrong
+            except Exception as exc:
+                failed.append((r.job, exc))
+                continue
+            r.job.parameter, r.job.custom_text = "charge", result.reference
+            charged.append(r)
+        if charged:
+            with transaction.atomic(durable=True):
+                _unflushed_commit()
+                charged = _unchanged(charged, failed)
+                _write([r.job for r in charged], now=clock())
+            paid.extend(charged)
+    return paid
+
+
+def _not_ended(group: Sequence[Renewal], *, clock: Clock, tally: Counter[str]) -> list[Renewal]:
+    """The renewals whose subscription has not ended since they began; the others stop."""
+    statuses = dict(
+        Subscription.objects.filter(pk__in={r.subscription.pk for r in group}).values_list(
+            "pk", "status"
+        )
+    )
+    ended = [r for r in group if statuses.get(r.subscription.pk) in ENDED]
+    if not ended:
+        return list(group)
+    with transaction.atomic(durable=True):
+        _lock_subscriptions(r.subscription.pk for r in ended)
+        fresh = SubscriptionJob.objects.select_for_update(no_key=True).filter(
+            pk__in=[r.job.pk for r in ended]
+        )
+        stopped = services.stop_jobs(list(fresh.order_by("pk")), now=clock())
+    tally["skipped"] += len(stopped)
+    logger.info("renewal.skipped jobs=%s after=cancel", ",".join(str(j.pk) for j in stopped))
+    gone = {r.job.pk for r in ended}
+    return [r for r in group if r.job.pk not in gone]
 
 
 def _confirm(
@@ -324,20 +382,23 @@ def _confirm(
         subscriptions = _lock_subscriptions(r.subscription.pk for r in renewals)
         renewals = _unchanged(renewals, failed)
         now = clock()
-        sql.confirm_orders(
+        confirmed = sql.confirm_orders(
             [(r.subscription.pk, r.start, r.job.custom_text) for r in renewals],
             confirmed=OrderStatus.CONFIRMED,
             pending=OrderStatus.PENDING,
             now=now,
         )
+        _restore_orders(
+            [r for r in renewals if (r.subscription.pk, r.start) not in confirmed], now=now
+        )
         for r in renewals:
             r.job.status, r.job.parameter = JobStatus.COMPLETED, "confirm"
         _write([r.job for r in renewals], now=now)
-        flagged = [
-            pk
-            for pk in subscriptions
-            if subscriptions[pk].status == SubscriptionStatus.NEEDS_ATTENTION
-        ]
+        flagged = {
+            r.subscription.pk
+            for r in renewals
+            if subscriptions[r.subscription.pk].status == SubscriptionStatus.NEEDS_ATTENTION
+        }
         if flagged:
             Subscription.objects.filter(pk__in=flagged).update(
                 status=SubscriptionStatus.ACTIVE, attention_reason=""
@@ -349,6 +410,7 @@ def _confirm(
                 (subscriptions[r.subscription.pk], r.number + 1, r.next_start)
                 for r in renewals
                 if subscriptions[r.subscription.pk].status == SubscriptionStatus.ACTIVE
+                and not r.already_paid
             ],
             now=now,
         )
@@ -363,6 +425,37 @@ def _confirm(
             placed.get(r.subscription.pk, "-"),
         )
     return renewals
+
+
+def _restore_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
+    """Charged periods whose pending order is gone (deleted by hand, say) get it back,
+    confirmed: money taken always has its order. Periods with a confirmed order are kept."""
+    if not renewals:
+        return
+    parents = dict(
+        Order.objects.filter(
+            subscription_id__in={r.subscription.pk for r in renewals}, parent__isnull=True
+        ).values_list("subscription_id", "pk")
+    )
+    logger.warning("renewal.order_restored jobs=%s", ",".join(str(r.job.pk) for r in renewals))
+    Order.objects.bulk_create(
+        [
+            Order(
+                subscription_id=r.subscription.pk,
+                parent_id=parents.get(r.subscription.pk),
+                period_number=r.number,
+                period_start=r.start,
+                period_end=r.end,
+                amount=r.job.custom_decimal or Decimal(0),
+                status=OrderStatus.CONFIRMED,
+                charge_reference=r.job.custom_text,
+                created_at=now,
+                confirmed_at=now,
+            )
+            for r in renewals
+        ],
+        ignore_conflicts=True,
+    )
 
 
 # --- conditional writes ---------------------------------------------------------------------

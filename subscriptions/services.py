@@ -261,8 +261,13 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
     """A failed attempt of one job: RETRY with retry count + 1, placed again after the
     action's delay, or FAILED past the maximum, with its subscription flagged as needing
     attention. Returns "retry", "failed", or "finished" (done meanwhile: nothing to record)."""
+    subscription_id = SubscriptionJob.objects.values_list("subscription_id", flat=True).get(
+        pk=job_id
+    )
     with transaction.atomic(durable=True):
-        job = SubscriptionJob.objects.select_related("subscription").get(pk=job_id)
+        # The subscription's lock first, as cancel and every run take them.
+        _lock_subscription(subscription_id)
+        job = SubscriptionJob.objects.select_for_update(no_key=True).get(pk=job_id)
         if job.status not in JOB_RUNNABLE:
             return "finished"  # cancelled, or completed by another run, meanwhile
         error = f"{type(exc).__name__}: {exc}"

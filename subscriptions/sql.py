@@ -17,15 +17,22 @@ from typing import Any
 
 from django.db import connection
 
-from subscriptions.models import GatewayCharge, GatewayScript, Order, SubscriptionJob
+from subscriptions.models import DueBatch, GatewayCharge, GatewayScript, Order, SubscriptionJob
 
 JOB = SubscriptionJob._meta.db_table
 ORDER = Order._meta.db_table
+BATCH = DueBatch._meta.db_table
 CHARGE = GatewayCharge._meta.db_table
 SCRIPT = GatewayScript._meta.db_table
 
 #: The job columns a renewal step writes, besides the counter and ``last_update``.
 STEP_COLUMNS = ("status", "retry_count", "parameter", "custom_decimal", "custom_text")
+
+# -- share_batches: hold the batches a placer just wrote jobs into, and say which are closed.
+SHARE_BATCHES = f"""
+    SELECT id, closed_at IS NOT NULL FROM {BATCH}
+     WHERE id = ANY(%(ids)s) ORDER BY id FOR KEY SHARE
+"""
 
 # -- write_steps: each job's step columns and its next counter (rows locked by the caller).
 WRITE_STEPS = f"""
@@ -47,6 +54,7 @@ CONFIRM_ORDERS = f"""
            subscription_id bigint, period_start timestamptz, reference varchar)
      WHERE o.subscription_id = v.subscription_id AND o.period_start = v.period_start
        AND o.status = %(pending)s
+    RETURNING o.subscription_id, o.period_start
 """
 
 
@@ -99,6 +107,20 @@ def postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+def share_batches(ids: Sequence[int]) -> set[int]:
+    """Lock the batches ``ids`` against closing until the caller commits (``FOR KEY SHARE``);
+    the ids of those a run closed before the lock was granted."""
+    if not postgres():  # SQLite: the caller's write already holds the database's write lock
+        return set(
+            DueBatch.objects.filter(pk__in=ids, closed_at__isnull=False).values_list(
+                "pk", flat=True
+            )
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(SHARE_BATCHES, {"ids": list(ids)})
+        return {int(pk) for pk, closed in cursor.fetchall() if closed}
+
+
 def write_steps(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
     """Write each job's step columns and counter as they are on the objects."""
     if not jobs:
@@ -129,16 +151,19 @@ def write_steps(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
 
 def confirm_orders(
     paid: Sequence[tuple[int, datetime, str]], *, confirmed: str, pending: str, now: datetime
-) -> None:
-    """Confirm the pending order of each (subscription id, period start), with its charge."""
+) -> set[tuple[int, datetime]]:
+    """Confirm the pending order of each (subscription id, period start), with its charge;
+    the (subscription id, period start) of the orders confirmed."""
     if not paid:
-        return
+        return set()
     if not postgres():
+        done = set()
         for subscription_id, start, reference in paid:
-            Order.objects.filter(
+            if Order.objects.filter(
                 subscription_id=subscription_id, period_start=start, status=pending
-            ).update(status=confirmed, confirmed_at=now, charge_reference=reference)
-        return
+            ).update(status=confirmed, confirmed_at=now, charge_reference=reference):
+                done.add((subscription_id, start))
+        return done
     rows = [
         {"subscription_id": s, "period_start": start.isoformat(), "reference": reference}
         for s, start, reference in paid
@@ -148,3 +173,4 @@ def confirm_orders(
             CONFIRM_ORDERS,
             {"rows": json.dumps(rows), "now": now, "confirmed": confirmed, "pending": pending},
         )
+        return {(int(s), start) for s, start in cursor.fetchall()}

@@ -14,6 +14,13 @@ from subscriptions import renewals, services
 from subscriptions.models import JobStatus, Subscription, SubscriptionJob
 
 
+@pytest.fixture(autouse=True)
+def one_block(settings: Any) -> None:
+    """Every subscription of a test in one block, whatever ids the database hands out (its
+    sequences are not rolled back between tests); a test about blocks sets its own size."""
+    settings.SUBSCRIPTIONS_BATCH_SIZE = 1_000_000
+
+
 @pytest.fixture
 def make_subscription(now: datetime) -> Callable[..., Subscription]:
     def make(**overrides: Any) -> Subscription:

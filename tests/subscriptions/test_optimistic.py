@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from subscriptions import services
+from subscriptions import batches, services
 from subscriptions.models import (
     OPT_COUNTER_MAX,
+    DueBatch,
     GatewayCharge,
     JobStatus,
     Order,
@@ -158,3 +159,49 @@ def lock_waiters() -> int:
             " WHERE datname = current_database() AND wait_event_type = 'Lock'"
         )
         return int(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_does_not_close_over_a_job_being_placed_into_it(make_subscription, now) -> None:
+    """The placer holds ``FOR KEY SHARE`` on the batch until it commits; the batch's close
+    (``FOR UPDATE``) waits for it, then sees the job and stays open."""
+    subscription = make_subscription()
+    first = pending_job(subscription)
+    batch_id = first.batch_id
+    first.change(now=now, status=JobStatus.COMPLETED, parameter="confirm")
+    holding, release = threading.Event(), threading.Event()
+    closed: dict[str, Any] = {}
+
+    def place() -> None:
+        try:
+            with transaction.atomic():
+                services.place_job(
+                    subscription=subscription,
+                    action="Expire",
+                    action_date=first.action_date,
+                    now=now,
+                )
+                holding.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    def close() -> None:
+        try:
+            closed["pending"] = batches.close_if_done(batch_id, now=now)
+        finally:
+            connection.close()
+
+    placer = threading.Thread(target=place)
+    placer.start()
+    assert holding.wait(timeout=30)
+    closer = threading.Thread(target=close)
+    closer.start()
+    wait_for(lock_waiters, timeout=30, message="the close waits for the placer's commit")
+    release.set()
+    placer.join(timeout=30)
+    closer.join(timeout=30)
+
+    (placed,) = SubscriptionJob.objects.filter(subscription=subscription, action="Expire")
+    assert closed["pending"] == [placed.pk] and placed.batch_id == batch_id
+    assert DueBatch.objects.get(pk=batch_id).closed_at is None

@@ -206,8 +206,9 @@ def test_a_renewal_that_starts_after_a_cancel_does_nothing(
     read_by_the_engine = SubscriptionJob.objects.get(pk=job.pk)
     with django_capture_on_commit_callbacks(execute=True):
         services.cancel_subscription(subscription_id=subscription.pk, at_period_end=False, now=now)
-    result = renewals._renew([read_by_the_engine], clock=lambda: now, tally=Counter())
-    assert result is None
+    tally: Counter[str] = Counter()
+    renewals._renew([read_by_the_engine], clock=lambda: now, tally=tally)
+    assert tally == {"skipped": 1}
     job.refresh_from_db()
     assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
     assert not Order.objects.filter(subscription=subscription, parent__isnull=False).exists()
@@ -267,7 +268,7 @@ def test_a_lost_attempt_counts_as_a_retry_and_the_next_resumes(make_subscription
     job.change(
         now=now, status=JobStatus.PROCESSING, parameter="charge", custom_decimal=Decimal("19.8")
     )
-    assert run_inline(job, at=now, attempt=2) == {"renewed": 1}
+    assert run_inline(job, at=now) == {"renewed": 1}
     job.refresh_from_db()
     assert (job.status, job.retry_count, job.parameter) == (JobStatus.COMPLETED, 1, "confirm")
 
@@ -356,3 +357,94 @@ def test_a_subscription_no_renewal_can_plan_fails_alone_and_the_batch_renews_the
     assert job.status == JobStatus.FAILED
     assert bad.status == SubscriptionStatus.NEEDS_ATTENTION and "interval" in bad.attention_reason
     assert all(pending_job(s).custom_integer == 1 for s in good)
+
+
+@override_settings(SUBSCRIPTIONS_MAX_RETRIES="1")
+def test_a_job_whose_runs_keep_dying_fails_past_the_maximum_unless_it_charged(
+    make_subscription, now
+) -> None:
+    unpaid, paid = make_subscription(customer="u"), make_subscription(customer="p")
+    for subscription, parameter in ((unpaid, "create_order"), (paid, "charge")):
+        pending_job(subscription).change(
+            now=now, status=JobStatus.PROCESSING, parameter=parameter, retry_count=1
+        )
+    assert run_inline(pending_job(paid), at=now) == {"failed": 1, "renewed": 1}
+    unpaid.refresh_from_db()
+    assert unpaid.status == SubscriptionStatus.NEEDS_ATTENTION
+    assert "LostRun: its run died 2 times" in unpaid.attention_reason
+    assert SubscriptionJob.objects.get(subscription=paid, custom_integer=0).status == 3
+
+
+def test_a_subscription_cancelled_while_its_batch_charges_is_not_charged(
+    make_subscription, now, monkeypatch
+) -> None:
+    first, second = make_subscription(customer="first"), make_subscription(customer="second")
+    monkeypatch.setattr(renewals, "CHARGE_GROUP", 1)  # re-read before every charge
+    real = payments.TestGateway.charge
+
+    def charge_then_cancel(self, **kwargs):
+        result = real(self, **kwargs)
+        if kwargs["customer"] == "first":
+            Subscription.objects.filter(pk=second.pk).update(status=SubscriptionStatus.CANCELLED)
+        return result
+
+    monkeypatch.setattr(payments.TestGateway, "charge", charge_then_cancel)
+    assert run_inline(pending_job(first), at=now) == {"renewed": 1, "skipped": 1}
+    (charge,) = GatewayCharge.objects.all()
+    assert charge.customer == "first"
+    job = SubscriptionJob.objects.get(subscription=second)
+    assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
+    assert not Order.objects.filter(subscription=second, parent__isnull=False).exists()
+
+
+def test_a_charged_period_whose_order_was_deleted_gets_it_back_confirmed(
+    make_subscription, now, monkeypatch
+) -> None:
+    subscription = make_subscription()
+    real = payments.TestGateway.charge
+
+    def charge_and_delete_the_order(self, **kwargs):
+        Order.objects.filter(subscription=subscription, parent__isnull=False).delete()
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(payments.TestGateway, "charge", charge_and_delete_the_order)
+    assert run_inline(pending_job(subscription), at=now) == {"renewed": 1}
+    (order,) = Order.objects.filter(subscription=subscription, parent__isnull=False)
+    (charge,) = GatewayCharge.objects.all()
+    assert (order.status, order.charge_reference) == (OrderStatus.CONFIRMED, charge.reference)
+
+
+def test_two_jobs_for_one_period_make_one_order_one_charge_and_one_next_job(
+    make_subscription, now
+) -> None:
+    subscription = make_subscription()
+    first = pending_job(subscription)
+    services.place_job(
+        subscription=subscription,
+        action=JobAction.CREATE_CHILD_ORDER,
+        action_date=first.action_date,
+        period_number=0,
+        now=now,
+    )
+    run = RunContext(execution_id=0, job_id=None, scheduled_for=now, attempt=1)
+    with pytest.raises(renewals.StuckJobs):  # the second waits for the batch's retry
+        renewals.run_batch(first.batch_id, run=run, clock=lambda: now)
+    assert renewals.run_batch(first.batch_id, run=run, clock=lambda: now) == {"renewed": 1}
+    assert Order.objects.filter(subscription=subscription, period_number=0).count() == 1
+    assert GatewayCharge.objects.count() == 1
+    assert SubscriptionJob.objects.filter(subscription=subscription, custom_integer=1).count() == 1
+
+
+@override_settings(SUBSCRIPTIONS_RETRY_DELAY="60")
+def test_a_declined_job_from_before_due_batches_is_retried_in_a_batch_after_the_delay(
+    make_subscription, now
+) -> None:
+    job = pending_job(make_subscription())
+    job.change(now=now, batch_id=None)
+    payments.script_customer(customer="alice", declines=1)
+    run = RunContext(execution_id=0, job_id=None, scheduled_for=now, attempt=1)
+    assert run_subscription_job(job, run) == {"retry": 1}
+    job.refresh_from_db()
+    assert (job.status, job.retry_count) == (JobStatus.RETRY, 1)
+    assert job.batch.due_at == job.action_date
+    assert job.action_date - job.last_update == timedelta(seconds=60)

@@ -46,6 +46,7 @@ def env(process_env: dict[str, str], settings: Any) -> dict[str, str]:
         "SUBSCRIPTIONS_MAX_RETRIES": "2",
         "SUBSCRIPTIONS_RETRY_DELAY": "1",
         "SUBSCRIPTIONS_TIMEOUT": "30",
+        "SUBSCRIPTIONS_BATCH_SIZE": "1000000",  # one block, whatever the ids
     }
     for name, value in knobs.items():
         setattr(settings, name, value)

@@ -464,19 +464,20 @@ def render_section(data: dict[str, Any], command: str) -> str:
         " every committed transaction of the worker, the scheduler and this script's progress"
         " query, read-only ones included.",
         "",
-        "Commits per renewal: about **1** on the worker, and it is the payment provider's."
-        " Renewals run in due batches of up to 200 (one block of subscriptions due at one"
-        " instant, `SUBSCRIPTIONS_BATCH_SIZE`), so 10,000 at once are 50 engine executions. A"
-        " batch of 200 commits about 207 times besides the engine's two: (1) lock the"
-        " subscriptions, price them, insert the orders and begin, one transaction; (2) one"
-        " gateway commit per charge (flushed: it is the provider's record, and cannot share a"
-        " transaction with ours); (3) one statement per group of 50 charges records their"
-        " steps; (4) confirm the orders, complete the jobs and place the next ones, one"
-        " transaction; (5) close the batch. (1), (3) and (4) do not wait for the flush: the"
-        " engine's completion of the batch, committed after them, flushes the log up to it,"
-        " and a crash before that loses only steps the retry redoes (the order by its unique"
-        " period, the charge by its idempotency key). The scheduler's claim and publish are"
-        " shared by the 50 batches.",
+        "Commits per renewal: about **2** on the worker, of which **1** waits for the disk's"
+        " flush, and that one is the payment provider's. Renewals run in due batches of up to"
+        " 200 (one block of subscriptions due at one instant, `SUBSCRIPTIONS_BATCH_SIZE`), so"
+        " 10,000 at once are 50 engine executions. A batch of 200 commits about 403 times"
+        " besides the engine's two: (1) lock the subscriptions, price them, insert the orders"
+        " and begin, one transaction; (2) one gateway commit per charge (flushed: it is the"
+        " provider's record, and cannot share a transaction with ours); (3) right after each"
+        " charge, one conditional UPDATE records its step, so a dead worker leaves at most one"
+        " charge unrecorded (the retry's replay of the key covers it); (4) confirm the orders,"
+        " complete the jobs and place the next ones, one transaction; (5) close the batch. (1)"
+        " and (4) do not wait for the flush: the engine's completion of the batch, committed"
+        " after them, flushes the log up to it, and a crash before that loses only steps the"
+        " retry redoes (the order by its unique period, the charge by its idempotency key)."
+        " The scheduler's claim and publish are shared by the 50 batches.",
         "",
         "Reading the number: the *floor* side is the test gateway's charges alone from two"
         " processes, in the same run, with no engine and no renewal around them; the renewal's"

@@ -63,7 +63,7 @@ logger = logging.getLogger("subscriptions")
 
 #: Jobs taken per round of the steps; a batch holds about one block, so this is a bound.
 CHUNK = 500
-#: Charges made before they are recorded: the most gateway calls a stopped run redoes.
+#: Charges made between two reads of the subscriptions' statuses (a cancel's reach).
 CHARGE_GROUP = 50
 Clock = Callable[[], datetime]
 
@@ -80,10 +80,6 @@ def _unflushed_commit() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
-
-
-class LostRun(Exception):
-    """A job whose runs died in the middle more often than its retries allow."""
 
 
 class StuckJobs(Exception):
@@ -165,6 +161,8 @@ def _guarded(
 ) -> None:
     try:
         tally[work(job)] += 1
+    except SoftTimeLimitExceeded:
+        raise  # the run's time is up: the job did nothing wrong
     except Exception as exc:
         tally[services.record_failure(job.pk, exc, now=clock())] += 1
 
@@ -174,13 +172,17 @@ def _guarded(
 
 def _renew(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str]) -> None:
     failed: list[tuple[SubscriptionJob, BaseException]] = []
-    renewals = _begin(chunk, clock=clock, failed=failed, tally=tally)
-    _pause_if_asked(renewals, "create_order")
-    renewals = _charge(renewals, clock=clock, failed=failed, tally=tally)
-    _pause_if_asked(renewals, "charge")
-    renewals = _confirm(renewals, clock=clock, failed=failed, tally=tally)
-    for job, exc in failed:
-        tally[services.record_failure(job.pk, exc, now=clock())] += 1
+    try:
+        renewals = _begin(chunk, clock=clock, failed=failed, tally=tally)
+        _pause_if_asked(renewals, "create_order")
+        renewals = _charge(renewals, clock=clock, failed=failed, tally=tally)
+        _pause_if_asked(renewals, "charge")
+        _confirm(renewals, clock=clock, failed=failed, tally=tally)
+    finally:
+        # Also when the run is being stopped (its time limit): what failed is written down,
+        # so a retry waits its delay instead of counting a lost run on top.
+        for job, exc in failed:
+            tally[services.record_failure(job.pk, exc, now=clock())] += 1
 
 
 def _begin(
@@ -218,16 +220,16 @@ def _begin(
                 # period paid and only finishes up.
                 continue
             if job.status == JobStatus.PROCESSING:
-                # Its last run died in the middle. That counts as a failed attempt; one past
-                # the maximum fails the job, unless money moved (then it must confirm).
+                # Its last run died in the middle: that counts as a failed attempt. It is not
+                # failed here even past the maximum: the gateway may have taken the money
+                # just before the run died, and only the charge's replay can tell.
                 logger.warning("renewal.lost_attempt job=%s parameter=%s", job.pk, job.parameter)
-                if not charged and job.retry_count >= conf.max_retries(job.action):
-                    failed.append((job, LostRun(f"its run died {job.retry_count + 1} times")))
-                    continue
                 job.retry_count += 1
             try:
                 start, end = subscription.period_bounds(number)
                 following, _ = subscription.period_bounds(number + 1)
+            except SoftTimeLimitExceeded:
+                raise
             except Exception as exc:  # a row no renewal can plan fails alone
                 failed.append((job, exc))
                 continue
@@ -310,38 +312,35 @@ def _charge(
     failed: list[tuple[SubscriptionJob, BaseException]],
     tally: Counter[str],
 ) -> list[Renewal]:
-    """Step 3: one gateway call per job not yet charged, recorded a group at a time.
+    """Step 3: one gateway call per job not yet charged, each recorded as soon as it is made.
 
-    Before each group the subscriptions are read again: one cancelled since the first step is
-    not charged. A group's charges are recorded as soon as they are made, so a run stopped by
-    its time limit redoes at most one group's calls (which the keys make free).
+    The record is one conditional UPDATE committed on its own (``sql.record_charge``), so the
+    window in which a dead worker leaves a charge unrecorded is one call wide, and the
+    retry's replay of the key covers it. Every ``CHARGE_GROUP`` charges the subscriptions are
+    read again: one cancelled since the first step is not charged.
     """
     gateway = payments.gateway()
     paid = [r for r in renewals if done(r.job.parameter, "charge")]
     due = [r for r in renewals if not done(r.job.parameter, "charge")]
     for first in range(0, len(due), CHARGE_GROUP):
-        group = _not_ended(due[first : first + CHARGE_GROUP], clock=clock, tally=tally)
-        charged = []
-        for r in group:
+        for r in _not_ended(due[first : first + CHARGE_GROUP], clock=clock, tally=tally):
             try:
                 result = gateway.charge(
                     customer=r.subscription.customer,
                     amount=r.job.custom_decimal or Decimal(0),
                     idempotency_key=idempotency_key(r.subscription.pk, r.start),
                 )
+                if not sql.record_charge(r.job, reference=result.reference, now=clock()):
+                    raise StaleJob(
+                        f"subscription job {r.job.pk} was changed since it was read "
+                        f"(optimistic counter {r.job.opt_counter}); it is retried as it is now"
+                    )
             except SoftTimeLimitExceeded:
                 raise  # the run's time is up: this job did nothing wrong
-            except Exception as exc:
+            except Exception as exc:  # declined, gateway error, or changed by someone else
                 failed.append((r.job, exc))
                 continue
-            r.job.parameter, r.job.custom_text = "charge", result.reference
-            charged.append(r)
-        if charged:
-            with transaction.atomic(durable=True):
-                _unflushed_commit()
-                charged = _unchanged(charged, failed)
-                _write([r.job for r in charged], now=clock())
-            paid.extend(charged)
+            paid.append(r)
     return paid
 
 
@@ -428,16 +427,33 @@ def _confirm(
 
 
 def _restore_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
-    """Charged periods whose pending order is gone (deleted by hand, say) get it back,
-    confirmed: money taken always has its order. Periods with a confirmed order are kept."""
+    """Charged periods whose pending order is gone get it back, confirmed: money taken always
+    has its order. A period confirmed meanwhile by another job for it is left as it is, and
+    its renewal only finishes up (``already_paid``)."""
     if not renewals:
         return
-    parents = dict(
+    ids = {r.subscription.pk for r in renewals}
+    confirmed = set(
         Order.objects.filter(
-            subscription_id__in={r.subscription.pk for r in renewals}, parent__isnull=True
-        ).values_list("subscription_id", "pk")
+            subscription_id__in=ids,
+            period_start__in={r.start for r in renewals},
+            status=OrderStatus.CONFIRMED,
+        ).values_list("subscription_id", "period_start")
     )
-    logger.warning("renewal.order_restored jobs=%s", ",".join(str(r.job.pk) for r in renewals))
+    missing = []
+    for r in renewals:
+        if (r.subscription.pk, r.start) in confirmed:
+            r.already_paid = True
+        else:
+            missing.append(r)
+    if not missing:
+        return
+    parents = dict(
+        Order.objects.filter(subscription_id__in=ids, parent__isnull=True).values_list(
+            "subscription_id", "pk"
+        )
+    )
+    logger.warning("renewal.order_restored jobs=%s", ",".join(str(r.job.pk) for r in missing))
     Order.objects.bulk_create(
         [
             Order(
@@ -452,9 +468,8 @@ def _restore_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
                 created_at=now,
                 confirmed_at=now,
             )
-            for r in renewals
-        ],
-        ignore_conflicts=True,
+            for r in missing
+        ]
     )
 
 

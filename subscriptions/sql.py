@@ -17,7 +17,14 @@ from typing import Any
 
 from django.db import connection
 
-from subscriptions.models import DueBatch, GatewayCharge, GatewayScript, Order, SubscriptionJob
+from subscriptions.models import (
+    DueBatch,
+    GatewayCharge,
+    GatewayScript,
+    Order,
+    SubscriptionJob,
+    next_counter,
+)
 
 JOB = SubscriptionJob._meta.db_table
 ORDER = Order._meta.db_table
@@ -32,6 +39,14 @@ STEP_COLUMNS = ("status", "retry_count", "parameter", "custom_decimal", "custom_
 SHARE_BATCHES = f"""
     SELECT id, closed_at IS NOT NULL FROM {BATCH}
      WHERE id = ANY(%(ids)s) ORDER BY id FOR KEY SHARE
+"""
+
+# -- record_charge: one job's charge step, conditional on its counter (autocommit).
+RECORD_CHARGE = f"""
+    UPDATE {JOB}
+       SET parameter = %(parameter)s, custom_text = %(reference)s, opt_counter = %(next)s,
+           last_update = %(now)s
+     WHERE scheduled_id = %(id)s AND opt_counter = %(read)s
 """
 
 # -- write_steps: each job's step columns and its next counter (rows locked by the caller).
@@ -119,6 +134,34 @@ def share_batches(ids: Sequence[int]) -> set[int]:
     with connection.cursor() as cursor:
         cursor.execute(SHARE_BATCHES, {"ids": list(ids)})
         return {int(pk) for pk, closed in cursor.fetchall() if closed}
+
+
+def record_charge(job: SubscriptionJob, *, reference: str, now: datetime) -> bool:
+    """Write ``job``'s charge step in one statement, committed on its own; False (nothing
+    written) when its counter moved since it was read. Moves the object's counter on."""
+    counter = next_counter(job.opt_counter)
+    if not postgres():
+        written = SubscriptionJob.objects.filter(pk=job.pk, opt_counter=job.opt_counter).update(
+            parameter="charge", custom_text=reference, opt_counter=counter, last_update=now
+        )
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                RECORD_CHARGE,
+                {
+                    "parameter": "charge",
+                    "reference": reference,
+                    "next": counter,
+                    "now": now,
+                    "id": job.pk,
+                    "read": job.opt_counter,
+                },
+            )
+            written = cursor.rowcount
+    if written:
+        job.parameter, job.custom_text = "charge", reference
+        job.opt_counter, job.last_update = counter, now
+    return bool(written)
 
 
 def write_steps(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:

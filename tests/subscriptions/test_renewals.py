@@ -360,19 +360,37 @@ def test_a_subscription_no_renewal_can_plan_fails_alone_and_the_batch_renews_the
 
 
 @override_settings(SUBSCRIPTIONS_MAX_RETRIES="1")
-def test_a_job_whose_runs_keep_dying_fails_past_the_maximum_unless_it_charged(
+def test_a_job_whose_runs_died_past_its_maximum_still_replays_its_charge_and_confirms(
     make_subscription, now
 ) -> None:
-    unpaid, paid = make_subscription(customer="u"), make_subscription(customer="p")
-    for subscription, parameter in ((unpaid, "create_order"), (paid, "charge")):
-        pending_job(subscription).change(
-            now=now, status=JobStatus.PROCESSING, parameter=parameter, retry_count=1
-        )
-    assert run_inline(pending_job(paid), at=now) == {"failed": 1, "renewed": 1}
-    unpaid.refresh_from_db()
-    assert unpaid.status == SubscriptionStatus.NEEDS_ATTENTION
-    assert "LostRun: its run died 2 times" in unpaid.attention_reason
-    assert SubscriptionJob.objects.get(subscription=paid, custom_integer=0).status == 3
+    """A run that died may have been charged before it could record it, so a lost run never
+    fails the job by itself: the charge's replay decides (here it had been charged)."""
+    subscription = make_subscription()
+    job = pending_job(subscription)
+    job.change(
+        now=now,
+        status=JobStatus.PROCESSING,
+        parameter="create_order",
+        retry_count=1,
+        custom_decimal=Decimal("19.8"),
+    )
+    Order.objects.create(
+        subscription=subscription,
+        parent=Order.objects.get(subscription=subscription, parent=None),
+        period_number=0,
+        period_start=now,
+        period_end=subscription.period_bounds(0)[1],
+        amount=Decimal("19.8"),
+        status=OrderStatus.PENDING,
+    )
+    key = services.idempotency_key(subscription.pk, now)
+    taken = payments.TestGateway().charge(
+        customer="alice", amount=Decimal("19.8"), idempotency_key=key
+    )
+    assert run_inline(job, at=now) == {"renewed": 1}
+    job.refresh_from_db()
+    assert (job.status, job.retry_count, job.custom_text) == (3, 2, taken.reference)
+    assert GatewayCharge.objects.count() == 1
 
 
 def test_a_subscription_cancelled_while_its_batch_charges_is_not_charged(
@@ -448,3 +466,29 @@ def test_a_declined_job_from_before_due_batches_is_retried_in_a_batch_after_the_
     assert (job.status, job.retry_count) == (JobStatus.RETRY, 1)
     assert job.batch.due_at == job.action_date
     assert job.action_date - job.last_update == timedelta(seconds=60)
+
+
+def test_a_resumed_job_whose_period_another_job_confirmed_places_nothing_more(
+    make_subscription, now
+) -> None:
+    subscription = make_subscription()
+    first = pending_job(subscription)
+    run_inline(first, at=now)  # confirms period 0 and places period 1
+    (charge,) = GatewayCharge.objects.all()
+    late = services.place_job(  # a second job for period 0 whose run died after charging
+        subscription=subscription,
+        action=JobAction.CREATE_CHILD_ORDER,
+        action_date=now,
+        period_number=0,
+        now=now,
+    )
+    late.change(
+        now=now,
+        status=JobStatus.PROCESSING,
+        parameter="charge",
+        custom_decimal=Decimal("19.8"),
+        custom_text=charge.reference,
+    )
+    assert run_inline(late, at=now) == {"renewed": 1}
+    assert Order.objects.filter(subscription=subscription, period_number=0).count() == 1
+    assert SubscriptionJob.objects.filter(subscription=subscription, custom_integer=1).count() == 1

@@ -473,8 +473,8 @@ def render_section(data: dict[str, Any], command: str) -> str:
         " provider's record, and cannot share a transaction with ours); (3) right after each"
         " charge, one conditional UPDATE records its step, so a dead worker leaves at most one"
         " charge unrecorded (the retry's replay of the key covers it); (4) confirm the orders,"
-        " complete the jobs and place the next ones, one transaction; (5) close the batch. (1)"
-        " and (4) do not wait for the flush: the engine's completion of the batch, committed"
+        " complete the jobs and place the next ones, one transaction; (5) close the batch. (1),"
+        " (3) and (4) do not wait for the flush: the engine's completion of the batch, committed"
         " after them, flushes the log up to it, and a crash before that loses only steps the"
         " retry redoes (the order by its unique period, the charge by its idempotency key)."
         " The scheduler's claim and publish are shared by the 50 batches.",

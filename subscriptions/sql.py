@@ -41,12 +41,16 @@ SHARE_BATCHES = f"""
      WHERE id = ANY(%(ids)s) ORDER BY id FOR KEY SHARE
 """
 
-# -- record_charge: one job's charge step, conditional on its counter (autocommit).
+# -- record_charge: one job's charge step, conditional on its counter, committed on its own
+#    (autocommit) without waiting for the WAL flush: ``set_config(…, true)`` is SET LOCAL in
+#    the statement itself, so it costs no round trip and ends with the statement's own
+#    transaction. Safe for the reason in ``renewals._unflushed_commit``.
 RECORD_CHARGE = f"""
     UPDATE {JOB}
        SET parameter = %(parameter)s, custom_text = %(reference)s, opt_counter = %(next)s,
            last_update = %(now)s
      WHERE scheduled_id = %(id)s AND opt_counter = %(read)s
+       AND set_config('synchronous_commit', 'off', true) IS NOT NULL
 """
 
 # -- write_steps: each job's step columns and its next counter (rows locked by the caller).

@@ -168,29 +168,28 @@ class SubscriptionAdmin(admin.ModelAdmin):
         if refused:
             self.message_user(request, "; ".join(refused), level=messages.WARNING)
 
-    @admin.action(description="Cancel now")
-    def cancel_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+    def _cancel(
+        self, request: HttpRequest, queryset: QuerySet[Any], *, at_period_end: bool, verb: str
+    ) -> None:
         now = timezone.now()
         self._each(
             request,
             queryset,
-            "cancelled",
+            verb,
             lambda s: bool(
-                services.cancel_subscription(subscription_id=s.pk, at_period_end=False, now=now)
+                services.cancel_subscription(
+                    subscription_id=s.pk, at_period_end=at_period_end, now=now
+                )
             ),
         )
 
+    @admin.action(description="Cancel now")
+    def cancel_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._cancel(request, queryset, at_period_end=False, verb="cancelled")
+
     @admin.action(description="Cancel at the end of the current period")
     def cancel_at_period_end(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        now = timezone.now()
-        self._each(
-            request,
-            queryset,
-            "set to cancel at period end",
-            lambda s: bool(
-                services.cancel_subscription(subscription_id=s.pk, at_period_end=True, now=now)
-            ),
-        )
+        self._cancel(request, queryset, at_period_end=True, verb="set to cancel at period end")
 
     @admin.action(description="Retry failed jobs now")
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:

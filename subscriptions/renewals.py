@@ -38,7 +38,6 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
-from django.db.models import F, Sum
 
 from scheduling.api import RunContext
 from subscriptions import batches, conf, payments, services, sql
@@ -52,12 +51,11 @@ from subscriptions.models import (
     OrderStatus,
     StaleJob,
     Subscription,
-    SubscriptionItem,
     SubscriptionJob,
     SubscriptionStatus,
     next_counter,
 )
-from subscriptions.services import STEPS, done, idempotency_key
+from subscriptions.services import done, idempotency_key
 
 logger = logging.getLogger("subscriptions")
 
@@ -66,6 +64,8 @@ CHUNK = 500
 #: Charges made between two reads of the subscriptions' statuses (a cancel's reach).
 CHARGE_GROUP = 50
 Clock = Callable[[], datetime]
+#: Jobs that failed in a run, with why; each is recorded (retry or fail) when the run ends.
+Failures = list[tuple[SubscriptionJob, BaseException]]
 
 
 def _unflushed_commit() -> None:
@@ -171,7 +171,7 @@ def _guarded(
 
 
 def _renew(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str]) -> None:
-    failed: list[tuple[SubscriptionJob, BaseException]] = []
+    failed: Failures = []
     try:
         renewals = _begin(chunk, clock=clock, failed=failed, tally=tally)
         _pause_if_asked(renewals, "create_order")
@@ -189,7 +189,7 @@ def _begin(
     chunk: Sequence[SubscriptionJob],
     *,
     clock: Clock,
-    failed: list[tuple[SubscriptionJob, BaseException]],
+    failed: Failures,
     tally: Counter[str],
 ) -> list[Renewal]:
     """Steps 1 and 2 for the chunk, in one transaction (see the module docstring)."""
@@ -235,15 +235,21 @@ def _begin(
                 continue
             periods.add((subscription.pk, number))
             renewals.append(Renewal(job, subscription, number, start, end, following))
-        if stop:
-            services.stop_jobs(stop, now=now)
-            tally["skipped"] += len(stop)
-            logger.info("renewal.skipped jobs=%s", ",".join(str(j.pk) for j in stop))
+        _stop(stop, now=now, tally=tally)
         if not renewals:
             return []
         _create_orders(renewals, now=now)
         _write([r.job for r in renewals], now=now)
     return renewals
+
+
+def _stop(jobs: Sequence[SubscriptionJob], *, now: datetime, tally: Counter[str]) -> None:
+    """Stop jobs whose subscription ended before they charged, as a cancel would have."""
+    if not jobs:
+        return
+    stopped = services.stop_jobs(jobs, now=now)
+    tally["skipped"] += len(stopped)
+    logger.info("renewal.skipped jobs=%s", ",".join(str(j.pk) for j in stopped))
 
 
 def _lock_subscriptions(ids: Iterable[int]) -> dict[int, Subscription]:
@@ -254,12 +260,7 @@ def _lock_subscriptions(ids: Iterable[int]) -> dict[int, Subscription]:
 def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
     """Price the items and insert the missing orders; move each job to PROCESSING."""
     ids = {r.subscription.pk for r in renewals}
-    prices = dict(
-        SubscriptionItem.objects.filter(subscription_id__in=ids)
-        .values("subscription_id")
-        .annotate(total=Sum(F("quantity") * F("unit_price")))
-        .values_list("subscription_id", "total")
-    )
+    prices = services.prices(ids)
     existing = {
         (o.subscription_id, o.period_start): o
         for o in Order.objects.filter(
@@ -279,7 +280,7 @@ def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
         job.status = JobStatus.PROCESSING
         if done(job.parameter, "create_order"):
             continue
-        amount = Decimal(prices.get(r.subscription.pk) or 0).quantize(Decimal("0.00001"))
+        amount = prices.get(r.subscription.pk, Decimal("0.00000"))
         order = existing.get((r.subscription.pk, r.start))
         if order is None:
             new_orders.append(
@@ -309,7 +310,7 @@ def _charge(
     renewals: Sequence[Renewal],
     *,
     clock: Clock,
-    failed: list[tuple[SubscriptionJob, BaseException]],
+    failed: Failures,
     tally: Counter[str],
 ) -> list[Renewal]:
     """Step 3: one gateway call per job not yet charged, each recorded as soon as it is made.
@@ -331,10 +332,7 @@ def _charge(
                     idempotency_key=idempotency_key(r.subscription.pk, r.start),
                 )
                 if not sql.record_charge(r.job, reference=result.reference, now=clock()):
-                    raise StaleJob(
-                        f"subscription job {r.job.pk} was changed since it was read "
-                        f"(optimistic counter {r.job.opt_counter}); it is retried as it is now"
-                    )
+                    raise _stale(r.job)
             except SoftTimeLimitExceeded:
                 raise  # the run's time is up: this job did nothing wrong
             except Exception as exc:  # declined, gateway error, or changed by someone else
@@ -359,9 +357,7 @@ def _not_ended(group: Sequence[Renewal], *, clock: Clock, tally: Counter[str]) -
         fresh = SubscriptionJob.objects.select_for_update(no_key=True).filter(
             pk__in=[r.job.pk for r in ended]
         )
-        stopped = services.stop_jobs(list(fresh.order_by("pk")), now=clock())
-    tally["skipped"] += len(stopped)
-    logger.info("renewal.skipped jobs=%s after=cancel", ",".join(str(j.pk) for j in stopped))
+        _stop(list(fresh.order_by("pk")), now=clock(), tally=tally)
     gone = {r.job.pk for r in ended}
     return [r for r in group if r.job.pk not in gone]
 
@@ -370,7 +366,7 @@ def _confirm(
     renewals: Sequence[Renewal],
     *,
     clock: Clock,
-    failed: list[tuple[SubscriptionJob, BaseException]],
+    failed: Failures,
     tally: Counter[str],
 ) -> list[Renewal]:
     """Step 4: confirm the orders, complete the jobs, place what comes next."""
@@ -382,10 +378,7 @@ def _confirm(
         renewals = _unchanged(renewals, failed)
         now = clock()
         confirmed = sql.confirm_orders(
-            [(r.subscription.pk, r.start, r.job.custom_text) for r in renewals],
-            confirmed=OrderStatus.CONFIRMED,
-            pending=OrderStatus.PENDING,
-            now=now,
+            [(r.subscription.pk, r.start, r.job.custom_text) for r in renewals], now=now
         )
         _restore_orders(
             [r for r in renewals if (r.subscription.pk, r.start) not in confirmed], now=now
@@ -476,9 +469,7 @@ def _restore_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
 # --- conditional writes ---------------------------------------------------------------------
 
 
-def _unchanged(
-    renewals: Sequence[Renewal], failed: list[tuple[SubscriptionJob, BaseException]]
-) -> list[Renewal]:
+def _unchanged(renewals: Sequence[Renewal], failed: Failures) -> list[Renewal]:
     """Lock the jobs and keep those whose counter is still the one this run holds; the rest
     were changed by someone else, and go to ``failed`` with the reason."""
     current = dict(
@@ -492,16 +483,17 @@ def _unchanged(
         if seen == r.job.opt_counter:
             kept.append(r)
             continue
-        failed.append(
-            (
-                r.job,
-                StaleJob(
-                    f"subscription job {r.job.pk} was changed since it was read (optimistic "
-                    f"counter {r.job.opt_counter}, now {seen}); it is retried as it is now"
-                ),
-            )
-        )
+        failed.append((r.job, _stale(r.job, now=seen)))
     return kept
+
+
+def _stale(job: SubscriptionJob, *, now: int | None = None) -> StaleJob:
+    """Why a write of this run to ``job`` was refused: someone changed the job meanwhile."""
+    counter = f"optimistic counter {job.opt_counter}" + ("" if now is None else f", now {now}")
+    return StaleJob(
+        f"subscription job {job.pk} was changed since it was read ({counter}); it is retried"
+        " as it is now"
+    )
 
 
 def _write(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
@@ -521,6 +513,3 @@ def _pause_if_asked(renewals: Sequence[Renewal], step: str) -> None:
     )
     while True:
         time.sleep(1)
-
-
-__all__ = ["STEPS", "run_batch", "run_one"]

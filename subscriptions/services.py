@@ -11,7 +11,7 @@ Every write to a job is conditional on its optimistic counter (``SubscriptionJob
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -149,12 +149,21 @@ def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJ
     )
 
 
+def prices(subscription_ids: Iterable[int]) -> dict[int, Decimal]:
+    """What one period of each subscription costs: the sum of quantity x unit price over its
+    items, in one grouped query."""
+    totals = dict(
+        SubscriptionItem.objects.filter(subscription_id__in=set(subscription_ids))
+        .values("subscription_id")
+        .annotate(total=Sum(F("quantity") * F("unit_price")))
+        .values_list("subscription_id", "total")
+    )
+    return {pk: Decimal(total or 0).quantize(Decimal("0.00001")) for pk, total in totals.items()}
+
+
 def price(subscription: Subscription) -> Decimal:
-    """What one period costs: the sum of quantity x unit price over the items."""
-    total = SubscriptionItem.objects.filter(subscription=subscription).aggregate(
-        total=Sum(F("quantity") * F("unit_price"))
-    )["total"]
-    return Decimal(total or 0).quantize(Decimal("0.00001"))
+    """What one period of ``subscription`` costs (``prices``)."""
+    return prices([subscription.pk]).get(subscription.pk, Decimal("0.00000"))
 
 
 def place_job(

@@ -22,6 +22,7 @@ from subscriptions.models import (
     GatewayCharge,
     GatewayScript,
     Order,
+    OrderStatus,
     SubscriptionJob,
     next_counter,
 )
@@ -197,12 +198,13 @@ def write_steps(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
 
 
 def confirm_orders(
-    paid: Sequence[tuple[int, datetime, str]], *, confirmed: str, pending: str, now: datetime
+    paid: Sequence[tuple[int, datetime, str]], *, now: datetime
 ) -> set[tuple[int, datetime]]:
     """Confirm the pending order of each (subscription id, period start), with its charge;
     the (subscription id, period start) of the orders confirmed."""
     if not paid:
         return set()
+    confirmed, pending = OrderStatus.CONFIRMED, OrderStatus.PENDING
     if not postgres():
         done = set()
         for subscription_id, start, reference in paid:

@@ -115,41 +115,53 @@ def test_a_renewal_waits_for_a_cancel_in_progress_then_does_nothing(make_subscri
     a cancel that holds the lock makes it wait, and once the cancel commits it stops."""
     subscription = make_subscription()
     job = pending_job(subscription)
+
+    renewal = while_held(
+        lambda: services.cancel_subscription(
+            subscription_id=subscription.pk, at_period_end=False, now=now
+        ),
+        lambda: run_inline(job, at=now),
+        waits_for="the renewal waits for the subscription's lock",
+    )
+
+    assert renewal == {"skipped": 1}
+    job.refresh_from_db()
+    assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
+    assert not Order.objects.filter(subscription=subscription, parent__isnull=False).exists()
+    assert not GatewayCharge.objects.exists()
+
+
+def while_held(hold: Callable[[], Any], then: Callable[[], Any], *, waits_for: str) -> Any:
+    """Run ``hold`` in a transaction on one connection and keep it open; run ``then`` on
+    another, see it wait for a lock, commit ``hold``, and return what ``then`` returned."""
     holding, release = threading.Event(), threading.Event()
     results: dict[str, Any] = {}
 
-    def cancel() -> None:
+    def held() -> None:
         try:
             with transaction.atomic():
-                services.cancel_subscription(
-                    subscription_id=subscription.pk, at_period_end=False, now=now
-                )
+                hold()
                 holding.set()
                 release.wait(timeout=30)
         finally:
             connection.close()
 
-    def renew() -> None:
+    def waiting() -> None:
         try:
-            results["renewal"] = run_inline(job, at=now)
+            results["then"] = then()
         finally:
             connection.close()
 
-    canceller = threading.Thread(target=cancel)
-    canceller.start()
+    holder = threading.Thread(target=held)
+    holder.start()
     assert holding.wait(timeout=30)
-    renewer = threading.Thread(target=renew)
-    renewer.start()
-    wait_for(lock_waiters, timeout=30, message="the renewal waits for the subscription's lock")
+    waiter = threading.Thread(target=waiting)
+    waiter.start()
+    wait_for(lock_waiters, timeout=30, message=waits_for)
     release.set()
-    canceller.join(timeout=30)
-    renewer.join(timeout=30)
-
-    assert results["renewal"] == {"skipped": 1}
-    job.refresh_from_db()
-    assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
-    assert not Order.objects.filter(subscription=subscription, parent__isnull=False).exists()
-    assert not GatewayCharge.objects.exists()
+    holder.join(timeout=30)
+    waiter.join(timeout=30)
+    return results["then"]
 
 
 def lock_waiters() -> int:
@@ -169,39 +181,14 @@ def test_a_batch_does_not_close_over_a_job_being_placed_into_it(make_subscriptio
     first = pending_job(subscription)
     batch_id = first.batch_id
     first.change(now=now, status=JobStatus.COMPLETED, parameter="confirm")
-    holding, release = threading.Event(), threading.Event()
-    closed: dict[str, Any] = {}
-
-    def place() -> None:
-        try:
-            with transaction.atomic():
-                services.place_job(
-                    subscription=subscription,
-                    action="Expire",
-                    action_date=first.action_date,
-                    now=now,
-                )
-                holding.set()
-                release.wait(timeout=30)
-        finally:
-            connection.close()
-
-    def close() -> None:
-        try:
-            closed["pending"] = batches.close_if_done(batch_id, now=now)
-        finally:
-            connection.close()
-
-    placer = threading.Thread(target=place)
-    placer.start()
-    assert holding.wait(timeout=30)
-    closer = threading.Thread(target=close)
-    closer.start()
-    wait_for(lock_waiters, timeout=30, message="the close waits for the placer's commit")
-    release.set()
-    placer.join(timeout=30)
-    closer.join(timeout=30)
+    pending = while_held(
+        lambda: services.place_job(
+            subscription=subscription, action="Expire", action_date=first.action_date, now=now
+        ),
+        lambda: batches.close_if_done(batch_id, now=now),
+        waits_for="the close waits for the placer's commit",
+    )
 
     (placed,) = SubscriptionJob.objects.filter(subscription=subscription, action="Expire")
-    assert closed["pending"] == [placed.pk] and placed.batch_id == batch_id
+    assert pending == [placed.pk] and placed.batch_id == batch_id
     assert DueBatch.objects.get(pk=batch_id).closed_at is None

@@ -14,7 +14,8 @@ SQLITE ?= 1
 SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.py \
 	tests/scheduling/test_validation.py tests/scheduling/test_api.py \
 	tests/scheduling/test_dashboard.py tests/scheduling/test_retention.py \
-	tests/emailer/test_runs.py tests/subscriptions/test_renewals.py
+	tests/emailer/test_runs.py tests/subscriptions/test_renewals.py \
+	tests/scheduling/test_checks.py
 
 .PHONY: run test lint bench install
 
@@ -28,7 +29,7 @@ install: $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(PY) manage.py migrate --noinput -v0
-	$(PY) manage.py loaddemo
+	$(PY) manage.py loaddemo --if-allowed
 	$(PY) manage.py runstack
 
 test: $(VENV)/.installed

@@ -1,11 +1,10 @@
-"""URL routes: the Django admin is the product's web interface; probes and the links in mail
-sit beside it."""
+"""This repository's own URL routes: the Django admin, the engine's pages (dashboard, health
+probe, metrics) and the emailer's unsubscribe link, mounted the way a host project mounts them."""
 
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from django_celery_beat import models as beat
-
-from scheduling import dashboard, health, metrics
 
 # django-celery-beat is installed only so that `manage.py import_beat` can read its tables; its
 # admin pages would offer a second, competing scheduler beside the jobs.
@@ -20,10 +19,9 @@ for _model in (
         admin.site.unregister(_model)
 
 urlpatterns = [
-    *dashboard.urls(),
+    # The dashboard's address in earlier releases of this project.
+    path("admin/dashboard/", RedirectView.as_view(pattern_name="scheduling:dashboard")),
     path("admin/", admin.site.urls),
-    path("health/", health.health_view, name="health"),
-    path("health/live/", health.live_view, name="health-live"),
-    path("metrics", metrics.metrics_view, name="metrics"),
+    path("", include("scheduling.urls")),
     path("emailer/", include("emailer.urls")),
 ]

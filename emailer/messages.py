@@ -12,16 +12,16 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core.mail import EmailMultiAlternatives
 
+from emailer import conf
 from emailer.rendering import CompiledTask
 from emailer.tokens import unsubscribe_url
 
 
 def message_id(*, task_id: int, occurrence: datetime, participant_id: int) -> str:
     stamp = occurrence.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-    domain = urlsplit(settings.SITE_URL).hostname or "localhost"
+    domain = urlsplit(conf.site_url()).hostname or "localhost"
     return f"<emailer.{task_id}.{stamp}.{participant_id}@{domain}>"
 
 

@@ -38,7 +38,7 @@ from django.db import transaction
 from django.template import TemplateSyntaxError
 from django.utils import timezone
 
-from emailer import deliveries
+from emailer import conf, deliveries
 from emailer.deliveries import Claimed, Outcome, Selection
 from emailer.messages import build_message
 from emailer.models import (
@@ -72,11 +72,11 @@ class Tuning:
     @classmethod
     def from_settings(cls) -> Tuning:
         return cls(
-            chunk_size=max(1, int(getattr(settings, "EMAILER_CHUNK_SIZE", 50))),
-            progress_interval=float(getattr(settings, "EMAILER_PROGRESS_INTERVAL", 2.0)),
-            backoff_base=float(getattr(settings, "EMAILER_BACKOFF_BASE", 1.0)),
-            backoff_max=float(getattr(settings, "EMAILER_BACKOFF_MAX", 60.0)),
-            tries=max(1, int(getattr(settings, "EMAILER_TRIES", 5))),
+            chunk_size=max(1, int(conf.get("CHUNK_SIZE"))),
+            progress_interval=float(conf.get("PROGRESS_INTERVAL")),
+            backoff_base=float(conf.get("BACKOFF_BASE")),
+            backoff_max=float(conf.get("BACKOFF_MAX")),
+            tries=max(1, int(conf.get("TRIES"))),
         )
 
 

@@ -7,9 +7,10 @@ other signed value of the project can be replayed as one.
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core import signing
 from django.urls import reverse
+
+from emailer import conf
 
 _SALT = "emailer.unsubscribe"
 
@@ -28,6 +29,6 @@ def read_token(token: str) -> int | None:
 
 
 def unsubscribe_url(participant_id: int) -> str:
-    """The absolute one-click link, built from ``SITE_URL`` (https in production)."""
+    """The absolute one-click link, built from ``EMAILER_SITE_URL`` (https in production)."""
     path = reverse("emailer:unsubscribe", args=[make_token(participant_id)])
-    return settings.SITE_URL.rstrip("/") + path
+    return conf.site_url() + path

@@ -24,6 +24,7 @@ class SchedulingConfig(AppConfig):
         docs/extending.md); importing them here makes the allowlist complete in every process,
         web, worker or scheduler, before a job is validated or run.
         """
+        from scheduling import checks  # noqa: F401  (system checks register on import)
         from scheduling.worker import receivers  # noqa: F401  (receivers connect at ready)
 
         autodiscover_modules("scheduled")

@@ -1,8 +1,10 @@
-"""The scheduler's knobs, read lazily from ``settings.SCHEDULING`` with documented defaults.
+"""The scheduler's knobs: Django settings named ``SCHEDULING_<NAME>``, each with a default here.
 
-Every value may also come from the environment as ``SCHEDULING_<NAME>`` (see
-``config/settings.py``). Values are read on each access, never at import time, so tests and
-management commands can override settings.
+A host project sets only what it wants to change (``SCHEDULING_STALE_AFTER = 30`` in its
+settings); ``KNOBS`` is the one list of names, defaults and meanings, and docs/install.md's
+settings table is written from it. Values are read on each access, never at import time, so tests
+and management commands can override settings. The older form, a ``SCHEDULING = {"NAME": …}``
+dict, is still read for a name that has no ``SCHEDULING_<NAME>`` setting.
 """
 
 from __future__ import annotations
@@ -70,6 +72,18 @@ KNOBS: dict[str, Knob] = {
         "Prepare the statements a worker sends for every task on the PostgreSQL server (turn "
         "off behind a connection pooler in transaction mode that cannot keep them).",
     ),
+    "CELERY_APP": Knob(
+        "",
+        str,
+        "The -A argument of the project's Celery app, for the worker that manage.py runstack "
+        "starts (default: found among the imported modules).",
+    ),
+    "DEMO": Knob(
+        False,
+        bool,
+        "Allow manage.py loaddemo and runstack's generated demo-admin login on this database "
+        "(a project turns it on for a throwaway local database only).",
+    ),
     "SCHEDULER_NAME": Knob(
         "",
         str,
@@ -86,6 +100,7 @@ KNOBS: dict[str, Knob] = {
     ),
 }
 
+_UNSET = object()
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -117,7 +132,10 @@ def _coerce(name: str, raw: Any, kind: type) -> Any:
 def get(name: str) -> Any:
     """Return the current value of knob ``name`` (such as ``"STALE_AFTER"``)."""
     knob = KNOBS[name]
-    overrides: dict[str, Any] = getattr(settings, "SCHEDULING", {}) or {}
-    if name not in overrides:
+    raw = getattr(settings, f"SCHEDULING_{name}", _UNSET)
+    if raw is _UNSET:
+        legacy: dict[str, Any] = getattr(settings, "SCHEDULING", {}) or {}
+        raw = legacy.get(name, _UNSET)
+    if raw is _UNSET:
         return knob.default
-    return _coerce(name, overrides[name], knob.kind)
+    return _coerce(name, raw, knob.kind)

@@ -14,7 +14,6 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import path
 from django.utils import timezone
 
 from scheduling import conf, overview, ticks
@@ -113,8 +112,6 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
     return TemplateResponse(request, "scheduling/dashboard.html", context)
 
 
-def urls() -> list[Any]:
-    """Routes to mount before ``admin.site.urls``; ``admin_view`` makes them staff only."""
-    return [
-        path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="dashboard"),
-    ]
+def staff_dashboard_view() -> Any:
+    """The dashboard behind the admin's login: staff only, as every admin page."""
+    return admin.site.admin_view(dashboard_view)

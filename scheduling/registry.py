@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from config.celery import app
+from scheduling.celeryapp import celery_app
 
 EXECUTION_HEADER = "duecourse_execution"
 
@@ -25,12 +25,13 @@ class UnknownTask(LookupError):
 
 @functools.cache
 def _load_tasks() -> Any:
-    """The Celery app with every task module imported, done once per process.
+    """The host's Celery app with every task module imported, done once per process.
 
     Once, because ``import_default_modules`` makes Celery's Django fix-up run the whole system
     check framework (tens of milliseconds); a claim asks for a task per due job. The app's task
     registry stays live, so tasks registered later are still found.
     """
+    app = celery_app()
     app.loader.import_default_modules()
     return app
 

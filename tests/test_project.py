@@ -65,3 +65,73 @@ def test_secret_key_is_generated_once_and_kept(tmp_path: os.PathLike[str]) -> No
     assert len(first) > 40
     assert env.persistent_secret_key(path) == first
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_every_setting_is_in_the_install_guides_table() -> None:
+    from emailer import conf as emailer_conf
+    from scheduling import conf as scheduling_conf
+
+    guide = (ROOT / "docs" / "install.md").read_text()
+    names = [f"SCHEDULING_{name}" for name in scheduling_conf.KNOBS]
+    names += [f"EMAILER_{name}" for name in emailer_conf.DEFAULTS]
+    names += [
+        "SUBSCRIPTIONS_MAX_RETRIES",
+        "SUBSCRIPTIONS_RETRY_DELAY",
+        "SUBSCRIPTIONS_TIMEOUT",
+        "SUBSCRIPTIONS_BATCH_SIZE",
+        "SUBSCRIPTIONS_GATEWAY",
+    ]
+    missing = [name for name in names if f"| `{name}` |" not in guide]
+    assert missing == []
+
+
+def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _without_ours(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DJANGO_SETTINGS_MODULE")}
+    return {**env, **extra}
+
+
+def test_a_missing_secret_key_stops_a_process_outside_the_embedded_default() -> None:
+    result = _manage(
+        "check", env=_without_ours(DATABASE_URL="postgres://postgres@127.0.0.1:5432/x")
+    )
+    assert result.returncode != 0
+    assert "SECRET_KEY: not set" in result.stderr
+    assert "Traceback" not in result.stderr.splitlines()[-1]
+
+
+PRODUCTION = {
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/duecourse",
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+    "SECRET_KEY": "a-production-key-" + "x7Qz9" * 10,
+    "ALLOWED_HOSTS": "duecourse.example.org",
+    "CSRF_TRUSTED_ORIGINS": "https://duecourse.example.org",
+    "HTTPS": "true",
+    "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO",
+}
+
+
+def test_check_deploy_is_clean_with_the_documented_production_environment() -> None:
+    result = _manage(
+        "check", "--deploy", "--fail-level", "WARNING", env=_without_ours(**PRODUCTION)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_check_deploy_names_what_is_missing_without_https() -> None:
+    env = _without_ours(**{**PRODUCTION, "HTTPS": "false"})
+    result = _manage("check", "--deploy", env=env)
+    assert "security.W004" in result.stdout + result.stderr  # no HSTS
+    assert "security.W008" in result.stdout + result.stderr  # no SSL redirect

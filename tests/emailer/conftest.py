@@ -29,7 +29,7 @@ def smtp_settings(settings: Any, smtp: SMTPServer) -> SMTPServer:
     settings.EMAILER_CHUNK_SIZE = 10
     settings.EMAILER_BACKOFF_BASE = 0.01
     settings.EMAILER_BACKOFF_MAX = 0.05
-    settings.SITE_URL = "https://mail.example.org"
+    settings.EMAILER_SITE_URL = "https://mail.example.org"
     return smtp
 
 

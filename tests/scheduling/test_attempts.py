@@ -168,7 +168,7 @@ def test_a_workers_per_task_statements_are_prepared_once_and_planned_once(
 def test_without_prepared_statements_the_same_history_is_written(
     make_job: Any, now: datetime, settings: Any
 ) -> None:
-    settings.SCHEDULING = {"PREPARE_STATEMENTS": False}
+    settings.SCHEDULING_PREPARE_STATEMENTS = False
     before = _prepared_statements()
     _run_jobs(make_job, now, 6)
     assert _prepared_statements() == before  # nothing prepared, no prepared plan used

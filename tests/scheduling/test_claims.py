@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection, transaction
 
 from scheduling import attempts, claims, jobs, liveness, publishing, schedules, selectors
@@ -39,7 +40,8 @@ MakeJob = Callable[..., Job]
 @pytest.fixture(autouse=True)
 def default_knobs(settings: Any) -> None:
     """The documented defaults, whatever the environment says."""
-    settings.SCHEDULING = {}
+    for name in [n for n in dir(django_settings) if n.startswith("SCHEDULING")]:
+        delattr(settings, name)
 
 
 def claim(at: datetime, limit: int = 1000) -> list[Doorbell]:
@@ -168,7 +170,7 @@ def test_catch_up_with_overlap_allowed_creates_the_missed_occurrences_at_once(
 def test_catch_up_with_overlap_allowed_is_capped_per_claim(
     make_job: MakeJob, now: datetime, settings: Any
 ) -> None:
-    settings.SCHEDULING = {"CATCH_UP_LIMIT": 4}
+    settings.SCHEDULING_CATCH_UP_LIMIT = 4
     job = make_job(every="PT1M", misfire="catch_up", overlap="allow")
     back = now + 10 * MINUTE + 30 * SECOND
     assert [len(claim(back)) for _ in range(4)] == [4, 4, 3, 0]

@@ -165,10 +165,10 @@ def staff(django_user_model: Any) -> Any:
 
 @db
 def test_dashboard_is_for_staff_only(client: Any, django_user_model: Any) -> None:
-    assert client.get("/admin/dashboard/").status_code == 302  # to the login page
+    assert client.get("/dashboard/").status_code == 302  # to the login page
     django_user_model.objects.create_user("plain", password="pw")
     client.login(username="plain", password="pw")
-    response = client.get("/admin/dashboard/")
+    response = client.get("/dashboard/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
 
 
@@ -182,7 +182,7 @@ def test_dashboard_shows_every_panel_to_a_superuser(
     now = timezone.now()
     execution(job, due=now - MINUTE, status="failed", finished_at=now, last_error="boom")
     client.force_login(admin_user)
-    page = client.get("/admin/dashboard/").content.decode()
+    page = client.get("/dashboard/").content.decode()
     for panel in ("panel-due", "panel-running", "panel-late", "panel-stale", "panel-failures"):
         assert f'id="{panel}"' in page
     assert "nightly-report" in page and "boom" in page
@@ -202,7 +202,7 @@ def test_dashboard_shows_a_staff_user_only_their_own_jobs(
     execution(mine, due=now - MINUTE, status="failed", finished_at=now)
     execution(other, due=now - MINUTE, status="failed", finished_at=now)
     client.force_login(staff)
-    page = client.get("/admin/dashboard/").content.decode()
+    page = client.get("/dashboard/").content.decode()
     assert "mine" in page and "someone-elses" not in page
     assert "your jobs only" in page
 
@@ -210,7 +210,7 @@ def test_dashboard_shows_a_staff_user_only_their_own_jobs(
 @db
 def test_admin_index_links_the_dashboard(client: Any, admin_user: Any) -> None:
     client.force_login(admin_user)
-    assert 'href="/admin/dashboard/"' in client.get("/admin/").content.decode()
+    assert 'href="/dashboard/"' in client.get("/admin/").content.decode()
 
 
 # --- every read is served by an index ----------------------------------------------------------

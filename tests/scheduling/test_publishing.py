@@ -89,10 +89,10 @@ def test_fast_path_messages_equal_send_task_messages(
     publisher = Publisher(app)
     bell = _bell(7, priority=priority, args=args, kwargs=kwargs)
     try:
-        settings.SCHEDULING = {"FAST_PUBLISH": False}
+        settings.SCHEDULING_FAST_PUBLISH = False
         assert publisher.publish([bell]) == [7]
         portable = _drain(client, redis_prefix)
-        settings.SCHEDULING = {"FAST_PUBLISH": True}
+        settings.SCHEDULING_FAST_PUBLISH = True
         assert publisher.publish([bell]) == [7]
         fast = _drain(client, redis_prefix)
     finally:
@@ -157,7 +157,7 @@ def test_a_flood_is_claimed_by_lanes_each_occurrence_once(
             for i in range(FLOOD)
         ]
     )
-    settings.SCHEDULING = {"FLOOD_LANES": 3}
+    settings.SCHEDULING_FLOOD_LANES = 3
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     dispatcher = Dispatcher(app, batch_size=100)
     lanes_seen: set[str] = set()
@@ -247,7 +247,7 @@ def test_a_lane_that_fails_mid_flood_loses_and_doubles_nothing(
         ]
     )
     fail_once_on_insert_of(jobs[FLOOD * 2 // 3].pk)
-    settings.SCHEDULING = {"FLOOD_LANES": 3}
+    settings.SCHEDULING_FLOOD_LANES = 3
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     dispatcher = Dispatcher(app, batch_size=100, max_sleep=1.0)
     sleeps = []

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import DatabaseError, connection
 
 from config.celery import app
@@ -34,7 +35,9 @@ MakeJob = Callable[..., Job]
 
 @pytest.fixture(autouse=True)
 def default_knobs(settings: Any) -> None:
-    settings.SCHEDULING = {}
+    """The documented defaults, whatever the environment says."""
+    for name in [n for n in dir(django_settings) if n.startswith("SCHEDULING")]:
+        delattr(settings, name)
 
 
 def queued(make_job: MakeJob, now: datetime, count: int, *, at: datetime) -> list[int]:
@@ -111,7 +114,35 @@ def test_a_row_whose_arguments_have_the_wrong_type_is_failed_instead_of_sent(
     assert reclaim(now + REQUEUE_AFTER + SECOND) == []
     row = Execution.objects.get(pk=execution_id)
     assert row.status == ExecutionStatus.FAILED
-    assert row.last_error.startswith("cannot be sent: args: must be a JSON list")
+    assert row.last_error.startswith("args: must be a JSON list")
+
+
+@pytest.mark.parametrize(
+    ("task", "reason"),
+    [
+        ("celery.backend_cleanup", "is registered but not schedulable"),
+        ("nowhere.gone", "is not a registered Celery task"),
+    ],
+)
+def test_a_row_whose_task_is_not_schedulable_is_failed_as_the_claim_fails_a_job(
+    make_job: MakeJob, now: datetime, task: str, reason: str
+) -> None:
+    """The same refusal, word for word, whether the job row or the execution row names it."""
+    bad, good = queued(make_job, now, 2, at=now)
+    refused_job = make_job(every="PT1H")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE scheduling_execution SET task = %s WHERE id = %s", [task, bad])
+        cursor.execute("UPDATE scheduling_job SET task = %s WHERE id = %s", [task, refused_job.pk])
+    claims.claim_due_jobs(now=now + REQUEUE_AFTER, limit=100)
+    claimed = Execution.objects.get(job=refused_job)
+
+    # Nothing on the queue has started since: both rows count as lost; only the good one goes.
+    assert reclaim(now + REQUEUE_AFTER + SECOND) == [good]
+    row = Execution.objects.get(pk=bad)
+    assert row.status == claimed.status == ExecutionStatus.FAILED
+    assert row.last_error == claimed.last_error == f"task: {task!r} {reason}" + (
+        " (declare it with @schedulable_task)" if "registered but" in reason else ""
+    )
 
 
 @pytest.mark.parametrize(

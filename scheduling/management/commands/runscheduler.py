@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from config.celery import app
+from scheduling.celeryapp import celery_app
 from scheduling.management.base import DuecourseCommand, positive_int, positive_seconds
 from scheduling.scheduler.loop import Dispatcher
 
@@ -25,7 +25,7 @@ class Command(DuecourseCommand):
         )
 
     def handle(self, *args: Any, **o: Any) -> None:
-        dispatcher = Dispatcher(app, batch_size=o["batch_size"], max_sleep=o["max_sleep"])
+        dispatcher = Dispatcher(celery_app(), batch_size=o["batch_size"], max_sleep=o["max_sleep"])
         stop = threading.Event()
         if not o["once"]:
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,0 +1,198 @@
+"""Django system checks: what a host project got wrong, said by ``manage.py check``.
+
+Each message has an id (``scheduling.E001`` …) and a hint that says what to change. The first
+checks read only code and settings. The last ones read the ledger, because what they guard
+against lives there (a job's timeout, the schedulers that ticked, the task tables jobs point at);
+they say nothing while the database does not answer or the tables are not migrated yet, so a
+build step that runs ``check`` without a database stays quiet.
+
+| id | level | what |
+| --- | --- | --- |
+| scheduling.E001 | error | no Celery app of the project's is current |
+| scheduling.W002 | warning | a schedulable task has ``acks_late`` switched off |
+| scheduling.W003 | warning | the broker's visibility timeout is shorter than a job's time limit |
+| scheduling.W004 | warning | SQLite with more than one scheduler ticking |
+| scheduling.W005 | warning | a job points at a task table that is no longer registered |
+| scheduling.W006 | warning | a job runs a task that is no longer schedulable |
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.db import DatabaseError, connection
+from django.db.models import Max
+from django.utils import timezone
+from django.utils.module_loading import autodiscover_modules
+
+from scheduling import conf, tasktables
+from scheduling.celeryapp import celery_app, is_fallback
+from scheduling.models import Job, SchedulerState
+from scheduling.validation import visibility_timeout
+
+INSTALL_DOC = "see docs/install.md"
+#: How recently a scheduler must have ticked to count as running, for W004.
+SCHEDULER_RECENT = timedelta(minutes=5)
+
+
+@register("scheduling")
+def check_celery_app(**_: Any) -> list[CheckMessage]:
+    if not is_fallback(celery_app()):
+        return []
+    return [
+        Error(
+            "No Celery app of this project is current, so Duecourse would publish to Celery's "
+            "unconfigured default app.",
+            hint=(
+                "Create the project's Celery app configured from Django settings "
+                "(app.config_from_object('django.conf:settings', namespace='CELERY')) and "
+                "import it in the settings package's __init__.py, as Celery's Django guide "
+                f"does; {INSTALL_DOC}."
+            ),
+            id="scheduling.E001",
+        )
+    ]
+
+
+@register("scheduling")
+def check_acks_late(**_: Any) -> list[CheckMessage]:
+    app = celery_app()
+    if is_fallback(app):
+        return []
+    # Django's own module discovery, not Celery's: Celery's runs the system checks again.
+    autodiscover_modules("tasks")
+    messages: list[CheckMessage] = []
+    for name, task in sorted(app.tasks.items()):
+        if not getattr(task, "schedulable", False):
+            continue
+        acks_late = task.acks_late if task.acks_late is not None else app.conf.task_acks_late
+        if not acks_late:
+            messages.append(
+                Warning(
+                    f"Schedulable task {name!r} has acks_late switched off: a worker killed "
+                    "mid-run loses its message, and the execution waits for the reaper.",
+                    hint="Remove acks_late=False from its @schedulable_task declaration.",
+                    obj=name,
+                    id="scheduling.W002",
+                )
+            )
+    return messages
+
+
+def _visibility_warning(limit: int, longest: int, what: str) -> Warning:
+    return Warning(
+        f"The broker's visibility timeout ({limit} s) is shorter than {what} ({longest} s): "
+        "the broker would hand a running task's message to a second worker.",
+        hint=(
+            "Raise CELERY_BROKER_TRANSPORT_OPTIONS['visibility_timeout'] above the longest "
+            "job timeout plus SCHEDULING_HARD_TIMEOUT_GRACE, or lower that timeout."
+        ),
+        id="scheduling.W003",
+    )
+
+
+def _ledger_ready() -> bool:
+    """Whether the ledger's tables can be read now; a check never fails for want of them."""
+    try:
+        return Job._meta.db_table in connection.introspection.table_names()
+    except Exception:  # no server, no migration, or a caller that may not touch the database
+        return False
+
+
+@register("scheduling")
+def check_visibility_timeout(**_: Any) -> list[CheckMessage]:
+    if is_fallback(celery_app()):
+        return []
+    limit = visibility_timeout()
+    if limit is None:
+        return []
+    grace = int(conf.get("HARD_TIMEOUT_GRACE"))
+    default = int(conf.get("DEFAULT_TIMEOUT")) + grace
+    if default > limit:
+        return [_visibility_warning(limit, default, "SCHEDULING_DEFAULT_TIMEOUT plus its grace")]
+    if not _ledger_ready():
+        return []
+    try:
+        longest = Job.objects.aggregate(longest=Max("timeout"))["longest"]
+    except DatabaseError:
+        return []
+    if longest is not None and longest + grace > limit:
+        return [_visibility_warning(limit, longest + grace, "the longest job timeout plus grace")]
+    return []
+
+
+@register("scheduling")
+def check_sqlite_schedulers(**_: Any) -> list[CheckMessage]:
+    if connection.vendor != "sqlite" or not _ledger_ready():
+        return []
+    try:
+        since = timezone.now() - SCHEDULER_RECENT
+        running = list(
+            SchedulerState.objects.filter(last_tick_at__gte=since).values_list("name", flat=True)
+        )
+    except DatabaseError:
+        return []
+    if len(running) <= 1:
+        return []
+    return [
+        Warning(
+            f"{len(running)} schedulers ticked on SQLite in the last five minutes "
+            f"({', '.join(sorted(running))}): SQLite serialises every claim, so they only "
+            "wait for each other, and it is meant for one host.",
+            hint="Run one scheduler on SQLite, or move the ledger to PostgreSQL for several.",
+            id="scheduling.W004",
+        )
+    ]
+
+
+@register("scheduling")
+def check_job_targets(**_: Any) -> list[CheckMessage]:
+    if not _ledger_ready():
+        return []
+    try:
+        tables = set(
+            Job.objects.exclude(task_table="").values_list("task_table", flat=True).distinct()
+        )
+        tasks = set(Job.objects.filter(task_table="").values_list("task", flat=True).distinct())
+    except DatabaseError:
+        return []
+    messages: list[CheckMessage] = []
+    for label in sorted(tables):
+        try:
+            tasktables.get(label)
+        except LookupError as exc:
+            count = Job.objects.filter(task_table=label).count()
+            messages.append(
+                Warning(
+                    f"{count} job(s) point at task table {label!r}, which is gone: {exc}.",
+                    hint=(
+                        "Add its app back to INSTALLED_APPS, or delete or pause those jobs "
+                        "(manage.py jobs list shows them); their runs fail until then."
+                    ),
+                    obj=label,
+                    id="scheduling.W005",
+                )
+            )
+    if not tasks or is_fallback(celery_app()):
+        return messages
+    autodiscover_modules("tasks")
+    registered = celery_app().tasks
+    for name in sorted(tasks):
+        task = registered.get(name)
+        if task is None or not getattr(task, "schedulable", False):
+            messages.append(
+                Warning(
+                    f"Jobs run task {name!r}, which is "
+                    + ("not registered" if task is None else "not schedulable")
+                    + " in this project.",
+                    hint=(
+                        "Install the app that declares it with @schedulable_task, or delete "
+                        "or pause those jobs; their runs fail until then."
+                    ),
+                    obj=name,
+                    id="scheduling.W006",
+                )
+            )
+    return messages

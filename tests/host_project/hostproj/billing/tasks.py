@@ -1,0 +1,15 @@
+"""The host's own schedulable task: each run appends its execution to a file, so the test can
+count bodies, not just ledger rows."""
+
+import os
+
+from scheduling.api import schedulable_task
+
+
+@schedulable_task(bind=True, name="billing.close_books")
+def close_books(self, ledger: str) -> str:
+    run = self.run_context
+    line = f"{run.execution_id} {run.scheduled_for.isoformat()} {ledger}\n"
+    with open(os.environ["HOST_RUN_LOG"], "a") as handle:
+        handle.write(line)
+    return "closed"

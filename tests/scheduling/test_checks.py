@@ -1,0 +1,132 @@
+"""``manage.py check`` tells a host project what it got wrong, with an id and a hint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery._state import _set_current_app
+from django.core.checks import CheckMessage
+from django.core.management import call_command
+from django.utils import timezone
+
+from scheduling import checks
+from scheduling.api import schedulable_task
+from scheduling.celeryapp import celery_app
+from scheduling.models import Job, SchedulerState
+
+
+def ids(messages: list[CheckMessage]) -> list[str]:
+    return [m.id or "" for m in messages]
+
+
+@pytest.fixture
+def fallback_app() -> Iterator[Celery]:
+    """Celery's bare default app as the current one: a host that never imported its own."""
+    project = celery_app()
+    bare = Celery("default", fixups=[], set_as_current=False)
+    _set_current_app(bare)
+    yield bare
+    _set_current_app(project)
+
+
+def test_a_project_app_that_is_current_passes() -> None:
+    assert checks.check_celery_app() == []
+
+
+def test_no_project_celery_app_is_an_error_with_a_hint(fallback_app: Celery) -> None:
+    [message] = checks.check_celery_app()
+    assert message.id == "scheduling.E001"
+    assert message.is_serious()
+    assert "config_from_object" in (message.hint or "")
+
+
+def test_a_schedulable_task_without_acks_late_is_named() -> None:
+    def no_acks_late() -> None:
+        """Declared the way a host might, with acks_late switched off."""
+
+    task = schedulable_task(name="tests.checks.no_acks_late", acks_late=False)(no_acks_late)
+    try:
+        messages = checks.check_acks_late()
+    finally:
+        celery_app().tasks.pop(task.name, None)
+    assert ids(messages) == ["scheduling.W002"]
+    assert messages[0].obj == "tests.checks.no_acks_late"
+
+
+def test_every_declared_schedulable_task_acks_late_by_default() -> None:
+    assert checks.check_acks_late() == []
+
+
+@pytest.fixture
+def redis_visibility() -> Callable[[int], None]:
+    conf = celery_app().conf
+    saved = (conf.broker_url, conf.broker_transport_options)
+
+    def set_limit(seconds: int) -> None:
+        conf.broker_url = "redis://127.0.0.1:6379/0"
+        conf.broker_transport_options = {"visibility_timeout": seconds}
+
+    yield set_limit  # type: ignore[misc]
+    conf.broker_url, conf.broker_transport_options = saved
+
+
+def test_a_visibility_timeout_under_the_default_time_limit_is_warned(
+    redis_visibility: Callable[[int], None], settings: Any
+) -> None:
+    settings.SCHEDULING_DEFAULT_TIMEOUT = 300
+    redis_visibility(200)
+    [message] = checks.check_visibility_timeout()
+    assert message.id == "scheduling.W003"
+    assert "200 s" in message.msg and "visibility_timeout" in (message.hint or "")
+
+
+@pytest.mark.django_db
+def test_a_job_whose_time_limit_outlasts_the_visibility_timeout_is_warned(
+    redis_visibility: Callable[[int], None], make_job: Callable[..., Job]
+) -> None:
+    redis_visibility(1000)
+    job = make_job()
+    assert checks.check_visibility_timeout() == []
+    Job.objects.filter(pk=job.pk).update(timeout=5000)  # written behind the validation's back
+    assert ids(checks.check_visibility_timeout()) == ["scheduling.W003"]
+
+
+@pytest.mark.django_db
+def test_jobs_whose_task_table_or_task_is_gone_are_named(make_job: Callable[..., Job]) -> None:
+    table_job, task_job = make_job(), make_job()
+    assert checks.check_job_targets() == []
+    Job.objects.filter(pk=table_job.pk).update(task_table="retired.Invoice", task_row_id=7)
+    Job.objects.filter(pk=task_job.pk).update(task="retired.send_invoices")
+    messages = checks.check_job_targets()
+    assert ids(messages) == ["scheduling.W005", "scheduling.W006"]
+    assert messages[0].obj == "retired.Invoice"
+    assert messages[1].obj == "retired.send_invoices"
+
+
+@pytest.mark.django_db
+def test_several_schedulers_are_warned_on_sqlite_only() -> None:
+    now = timezone.now()
+    for name in ("host-a:1", "host-b:2"):
+        SchedulerState.objects.create(name=name, last_tick_at=now, started_at=now)
+    SchedulerState.objects.create(
+        name="long-gone:3", last_tick_at=now - timedelta(hours=1), started_at=now
+    )
+    messages = checks.check_sqlite_schedulers()
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        assert ids(messages) == ["scheduling.W004"]
+        assert "host-a:1, host-b:2" in messages[0].msg
+    else:
+        assert messages == []
+
+
+def test_manage_py_check_runs_them_and_stays_quiet_without_a_database() -> None:
+    out = StringIO()
+    call_command("check", stdout=out)  # the test database is not open to this test
+    assert "no issues" in out.getvalue()

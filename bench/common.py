@@ -38,6 +38,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+# Benchmarks run on a DATABASE_URL, where the project requires one shared SECRET_KEY; every
+# process a benchmark starts inherits this one.
+os.environ.setdefault("SECRET_KEY", "bench-only-" + "k" * 50)
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "var" / "bench"))

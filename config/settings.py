@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from config.env import (
     env_bool,
     env_float,
@@ -21,10 +23,36 @@ from config.env import (
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("DUECOURSE_VAR_DIR", str(BASE_DIR / "var")))
+# The embedded default: no DATABASE_URL, so SQLite under var/ on this one host.
+EMBEDDED = "DATABASE_URL" not in os.environ
 
-SECRET_KEY = env_str("SECRET_KEY", "") or persistent_secret_key(VAR_DIR / "secret_key")
+# One key for every host of a deployment: unsubscribe links signed on a worker are checked on
+# the web host. Only the embedded default, a single host by definition, may make its own.
+SECRET_KEY = env_str("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not EMBEDDED:
+        raise ImproperlyConfigured(
+            "SECRET_KEY: not set. Outside the embedded default (DATABASE_URL is set) every "
+            "host must share one key; set SECRET_KEY in the environment of each process."
+        )
+    SECRET_KEY = persistent_secret_key(VAR_DIR / "secret_key")
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+# --- HTTPS (production: HTTPS=true; `manage.py check --deploy` is then clean) ----------------
+# Behind a TLS-terminating proxy, also set SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO (the
+# header the proxy sets to "https"); set it only when the proxy strips that header from clients.
+HTTPS = env_bool("HTTPS", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", HTTPS)
+_proxy_header = env_str("SECURE_PROXY_SSL_HEADER", "")
+if _proxy_header:
+    SECURE_PROXY_SSL_HEADER = (_proxy_header, "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -119,7 +147,7 @@ EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
 EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 30.0)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "duecourse@localhost")
 # The public address of this site, for links in mail (unsubscribe); https in production.
-SITE_URL = env_str("SITE_URL", "http://localhost:8000")
+EMAILER_SITE_URL = env_str("EMAILER_SITE_URL", "") or env_str("SITE_URL", "http://localhost:8000")
 # The emailer's run: participants claimed and recorded per chunk (also the most that a crash
 # can leave uncertain), how often live counts are written, and "try later" (4xx) handling.
 EMAILER_CHUNK_SIZE = env_int("EMAILER_CHUNK_SIZE", 50)
@@ -176,16 +204,19 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_MAX_LOOP_INTERVAL = env_float("SCHEDULING_MAX_SLEEP", 1.0)
 
 # --- Duecourse ------------------------------------------------------------------------------
-# App knobs are read lazily through scheduling.conf; the defaults are documented there.
-SCHEDULING: dict[str, object] = {
-    name.removeprefix("SCHEDULING_"): value
-    for name, value in os.environ.items()
-    if name.startswith("SCHEDULING_") and name != "SCHEDULING_LOG_LEVEL"
-}
+# The engine's knobs are settings named SCHEDULING_<NAME>, read lazily through scheduling.conf
+# where every default is documented; this project takes each from the environment variable of
+# the same name.
+# The demo (manage.py loaddemo, runstack's generated login) only ever touches the embedded
+# default's own database, never one that DATABASE_URL names.
+SCHEDULING_DEMO = EMBEDDED
+for _name, _value in os.environ.items():
+    if _name.startswith("SCHEDULING_") and _name != "SCHEDULING_LOG_LEVEL":
+        globals()[_name] = _value
 
 if DATABASES["default"].get("DISABLE_SERVER_SIDE_CURSORS"):
     # DATABASE_TRANSACTION_POOLING: the workers' prepared statements would not survive either.
-    SCHEDULING.setdefault("PREPARE_STATEMENTS", False)
+    globals().setdefault("SCHEDULING_PREPARE_STATEMENTS", False)
 
 # --- Subscriptions --------------------------------------------------------------------------
 # Read lazily through subscriptions.conf, where the per-action forms are documented.

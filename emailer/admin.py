@@ -11,10 +11,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.contrib.admin.utils import unquote
+from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -117,9 +118,12 @@ class ProjectAdmin(admin.ModelAdmin):
 
     def import_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Upload participants: rows added or updated by email, refused rows by line number."""
-        project = get_object_or_404(Project, pk=object_id)
+        # Like the change page, a malformed id is "no such project" (404), never a 500.
+        project = self.get_object(request, unquote(object_id))
+        if project is None:
+            raise Http404(f"no project with id {object_id!r}")
         if not self.has_change_permission(request, project):
-            return HttpResponseRedirect(reverse("admin:index"))
+            raise PermissionDenied  # a view-only user is refused the form and the upload alike
         form = ImportForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
             try:
@@ -130,12 +134,12 @@ class ProjectAdmin(admin.ModelAdmin):
                 form.add_error("file", exc.message_dict.get("file", exc.messages))
             else:
                 level = messages.WARNING if report.refused else messages.SUCCESS
-                self.message_user(
-                    request,
+                said = (
                     f"{report.added} added, {report.updated} updated, "
-                    f"{report.unchanged} unchanged, {len(report.refused)} refused",
-                    level,
+                    f"{report.unchanged} unchanged, {len(report.refused)} refused"
                 )
+                self.message_user(request, said, level)
+                self.log_change(request, project, f"Imported participants: {said}.")
                 for line, reason in report.refused[:SHOWN_REFUSALS]:
                     self.message_user(request, f"line {line}: {reason}", messages.ERROR)
                 if len(report.refused) > SHOWN_REFUSALS:
@@ -166,10 +170,14 @@ class ParticipantAdmin(admin.ModelAdmin):
     readonly_fields = ("unsubscribed_at", "created_at")
     actions = ["unsubscribe"]
 
-    @admin.action(description="Unsubscribe the selected participants")
+    @admin.action(description="Unsubscribe the selected participants", permissions=["change"])
     def unsubscribe(self, request: HttpRequest, queryset: QuerySet[Participant]) -> None:
         now = timezone.now()
-        changed = sum(services.unsubscribe_participant(participant=p, now=now) for p in queryset)
+        changed = 0
+        for participant in queryset:
+            if services.unsubscribe_participant(participant=participant, now=now):
+                self.log_change(request, participant, "Unsubscribed.")
+                changed += 1
         self.message_user(request, f"{changed} participants unsubscribed")
 
 
@@ -246,16 +254,23 @@ class SendEmailTaskAdmin(admin.ModelAdmin):
             html += format_html(
                 '<p><strong>HTML:</strong></p><iframe sandbox srcdoc="{}" '
                 'style="width:100%;height:12em;border:1px solid #ccc"></iframe>',
-                # Rendered templates come back marked safe; the attribute needs them escaped.
+                # Escaped always, whatever marks the string carries: the attribute is the sandbox.
                 escape(rendered.html_body),
             )
         return html
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        task = super().get_object(request, object_id, from_field)
+        if task is not None:
+            task.viewer = request.user  # whose jobs "jobs that run this task" lists
+        return task
 
     @admin.display(description="jobs that run this task")
     def schedules(self, obj: SendEmailTask) -> str:
         if obj.pk is None:
             return "-"
-        found = jobs_for_row(obj)
+        # Only the jobs the viewer may see (``get_object`` says who is looking).
+        found = jobs_for_row(obj, visible_to=getattr(obj, "viewer", None) or AnonymousUser())
         if not found:
             return "none yet: `manage.py emailer task schedule NAME --cron ...`"
         return format_html_join(

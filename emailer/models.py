@@ -9,10 +9,12 @@ nobody is silently left out.
 
 from __future__ import annotations
 
+import math
+from email.utils import parseaddr
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, validate_email
 from django.db import models
 from django.db.models import Q
 
@@ -191,6 +193,14 @@ class SendEmailTask(models.Model):
         errors: dict[str, Any] = template_errors(
             subject=self.subject, body=self.body, html_body=self.html_body
         )
+        self.from_email = (self.from_email or "").strip()
+        sender = sender_error(self.from_email)
+        if sender:
+            errors["from_email"] = sender
+        if isinstance(self.rate, float) and not math.isfinite(self.rate):
+            errors["rate"] = (
+                f"{self.rate!r} is not a number of messages per second; 0 means no limit"
+            )
         if not isinstance(self.statuses, list) or any(
             s not in ParticipantStatus.values for s in self.statuses
         ):
@@ -200,6 +210,25 @@ class SendEmailTask(models.Model):
             )
         if errors:
             raise ValidationError(errors)
+
+
+def sender_error(value: str) -> str:
+    """Why ``value`` cannot be a From header, or "": one address, bare or ``Name <address>``."""
+    if not value:
+        return ""
+    if "\n" in value or "\r" in value:
+        return "must be one line"
+    _, address = parseaddr(value)
+    try:
+        validate_email(address)
+    except ValidationError:
+        address = ""
+    if not address or not (value == address or value.endswith(f"<{address}>")):
+        return (
+            f"{value!r} is not an email address; give one such as survey@example.org "
+            "or Survey Team <survey@example.org>"
+        )
+    return ""
 
 
 class SendEmailHistory(models.Model):

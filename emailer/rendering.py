@@ -3,6 +3,11 @@
 Compiling is the check made when a task is saved (so a broken template is refused beside its
 field) and the first step of a run (so a run renders thousands of messages from one compiled
 template). The text parts render without HTML escaping; the HTML part escapes as usual.
+
+A ``Context`` carries its own ``autoescape`` (on by default, whatever the engine says), so each
+part is rendered with a context that says which it is. What comes back is plain ``str``, never
+Django's "already safe" ``SafeString``: a text body is not HTML, and a page that shows it must
+escape it (the admin's preview hands it to ``format_html`` as an argument).
 """
 
 from __future__ import annotations
@@ -39,13 +44,22 @@ class CompiledTask:
     html_body: Template | None
 
     def render(self, context: dict[str, Any]) -> Rendered:
-        ctx = Context(context)
-        subject = " ".join(self.subject.render(ctx).split())
+        text = Context(context, autoescape=False)
+        subject = " ".join(_plain(self.subject.render(text)).split())
         return Rendered(
             subject=subject,
-            body=self.body.render(ctx),
-            html_body=self.html_body.render(ctx) if self.html_body is not None else "",
+            body=_plain(self.body.render(text)),
+            html_body=(
+                _plain(self.html_body.render(Context(context, autoescape=True)))
+                if self.html_body is not None
+                else ""
+            ),
         )
+
+
+def _plain(rendered: str) -> str:
+    """The text of a rendered template without its ``SafeString`` mark."""
+    return str.__str__(rendered)
 
 
 def compile_task(*, subject: str, body: str, html_body: str) -> CompiledTask:
@@ -68,7 +82,9 @@ def template_errors(*, subject: str, body: str, html_body: str) -> dict[str, str
         if not (source or "").strip():
             continue
         try:
-            engine.from_string(source).render(Context(SAMPLE_CONTEXT))
+            engine.from_string(source).render(
+                Context(SAMPLE_CONTEXT, autoescape=engine.autoescape)
+            )
         except TemplateSyntaxError as exc:
             errors[field] = f"template error: {exc}"
         except Exception as exc:  # a filter that raises on real data fails here, not at 3 a.m.

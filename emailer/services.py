@@ -73,20 +73,54 @@ def remove_project(*, project: Project) -> dict[str, int]:
 # --- participants ----------------------------------------------------------------------------
 
 
+#: The columns a participants CSV may have, in the order a file without a header gives them.
+COLUMNS = ("email", "name", "status")
+_EXPECTED = "expected the columns email,name[,status]"
+
+
 @dataclass
 class ImportReport:
-    """What an import did; ``refused`` holds (line number, reason) pairs."""
+    """What an import did with every row of the file.
+
+    Each data row is exactly one of: added, updated, unchanged (already there as it is), or
+    refused, with its line number and why: ``duplicates`` of the refused rows repeat an
+    address an earlier line gave (compared in lower case); the others cannot be read.
+    """
 
     added: int = 0
     updated: int = 0
     unchanged: int = 0
     refused: list[tuple[int, str]] = field(default_factory=list)
+    duplicates: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.added + self.updated + self.unchanged + len(self.refused)
+
+    @property
+    def invalid(self) -> int:
+        return len(self.refused) - self.duplicates
+
+    @property
+    def complete(self) -> bool:
+        """Every row was taken (added, updated or already there)."""
+        return not self.refused
+
+    def summary(self) -> str:
+        return (
+            f"{self.added} added, {self.updated} updated, {self.unchanged} already there, "
+            f"{self.duplicates} duplicate in file, {self.invalid} invalid "
+            f"({self.rows} row{'' if self.rows == 1 else 's'})"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "rows": self.rows,
             "added": self.added,
             "updated": self.updated,
             "unchanged": self.unchanged,
+            "duplicates": self.duplicates,
+            "invalid": self.invalid,
             "refused": [{"line": line, "reason": reason} for line, reason in self.refused],
         }
 
@@ -97,23 +131,53 @@ def _rows(text: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
         yield reader.line_num, row
 
 
-def _parse_row(row: list[str]) -> tuple[str, str, str | None]:
+def _header(line: int, row: list[str]) -> tuple[str, ...] | None:
+    """The columns a first row names, or None when it is data (a cell holds an address).
+
+    A first row without an address is a header; one without an ``email`` column, or with a
+    column we do not know, refuses the whole file before anything is saved.
+    """
+    cells = tuple(c.strip().lower() for c in row)
+    if any("@" in c for c in cells):
+        return None
+    if "email" not in cells:
+        raise ValidationError(
+            {"file": f"line {line} has no email column ({','.join(cells)}); {_EXPECTED}"}
+        )
+    unknown = [c for c in cells if c not in COLUMNS]
+    repeated = sorted({c for c in cells if cells.count(c) > 1})
+    if unknown or repeated:
+        what = f"unknown column {unknown[0]!r}" if unknown else f"column {repeated[0]!r} twice"
+        raise ValidationError({"file": f"line {line} names {what}; {_EXPECTED}"})
+    return cells
+
+
+def _parse_row(row: list[str], columns: tuple[str, ...] | None) -> tuple[str, str, str | None]:
     """(email, name, status or None); raises ValueError with the reason."""
     cells = [c.strip() for c in row]
-    if len(cells) < 2 or len(cells) > 3:
-        raise ValueError(f"expected the columns email,name[,status]; got {len(cells)} columns")
-    email = cells[0].lower()
+    if columns is None:
+        if len(cells) < 2 or len(cells) > 3:
+            raise ValueError(f"{_EXPECTED}; got {len(cells)} columns")
+        columns = COLUMNS[: len(cells)]
+    elif len(cells) > len(columns) or columns.index("email") >= len(cells):
+        # Trailing columns after the address may be left out, as without a header.
+        raise ValueError(
+            f"expected the columns {','.join(columns)}, as the header says; got {len(cells)}"
+        )
+    values = dict(zip(columns, cells, strict=False))
+    raw_email = values["email"]
+    email = raw_email.lower()
     try:
         validate_email(email)
     except ValidationError:
-        raise ValueError(f"email: {cells[0]!r} is not an email address") from None
-    name = cells[1]
+        raise ValueError(f"email: {raw_email!r} is not an email address") from None
+    name = values.get("name", "")
     if len(name) > 200:
         raise ValueError("name: longer than 200 characters")
-    status = cells[2].lower() if len(cells) == 3 and cells[2] else None
+    status = values["status"].lower() if values.get("status") else None
     if status is not None and status not in ParticipantStatus.values:
         raise ValueError(
-            f"status: {cells[2]!r} is not one of {', '.join(ParticipantStatus.values)}"
+            f"status: {values['status']!r} is not one of {', '.join(ParticipantStatus.values)}"
         )
     return email, name, status
 
@@ -121,28 +185,50 @@ def _parse_row(row: list[str]) -> tuple[str, str, str | None]:
 def import_participants(*, project: Project, text: Iterable[str]) -> ImportReport:
     """Add or update participants from CSV lines ``email,name[,status]``, idempotent by email.
 
-    A header line (first cell ``email``) is skipped. Rows are read and written a thousand at a
-    time, so a file of any size is imported in flat memory; refused rows are reported with their
-    line numbers and the rest still go in.
+    A first line without an address is a header naming the columns (``email`` among them, in
+    any order); without one the columns are ``email,name[,status]``. Rows are read and written
+    a thousand at a time; only the addresses seen are kept, to name a repeated one. Every row
+    is accounted for in the report (see ``ImportReport``), refused rows with their line
+    numbers, and the rows that can be taken still go in. A file with no data rows, or whose
+    header has no email column, is refused whole (``ValidationError`` on ``file``).
     """
     report = ImportReport()
     batch: dict[str, tuple[int, str, str | None]] = {}
+    seen: dict[str, int] = {}
+    columns: tuple[str, ...] | None = None
+    first = True
     for line, row in _rows(text):
         if not any(c.strip() for c in row):
             continue
-        if line == 1 and row and row[0].strip().lower() == "email":
-            continue
+        if first:
+            first = False
+            columns = _header(line, row)
+            if columns is not None:
+                continue
         try:
-            email, name, status = _parse_row(row)
+            email, name, status = _parse_row(row, columns)
         except ValueError as exc:
             report.refused.append((line, str(exc)))
             continue
+        if email in seen:
+            report.refused.append(
+                (
+                    line,
+                    f"email: {email!r} repeats line {seen[email]} (addresses are compared in "
+                    "lower case); not imported",
+                )
+            )
+            report.duplicates += 1
+            continue
+        seen[email] = line
         batch[email] = (line, name, status)
         if len(batch) >= IMPORT_BATCH:
             _import_batch(project, batch, report)
             batch = {}
     if batch:
         _import_batch(project, batch, report)
+    if report.rows == 0:
+        raise ValidationError({"file": f"has no participant rows; {_EXPECTED}"})
     return report
 
 

@@ -12,6 +12,10 @@ Ownership: a staff user who is not a superuser sees, changes and acts on only th
 own and their history. Every way in (list, change page, delete, history, bulk actions,
 autocomplete and raw-id popups) goes through ``get_queryset``, and the object permissions say
 the same, so a crafted URL or a posted id of another owner's job finds nothing.
+
+Permissions: the targets a job's form offers, and accepts when saved, are the ones the user may
+target (``scheduling.permissions``); every action that changes state needs the change
+permission on jobs (executions' cancel and retry too) and is written to the admin log.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.widgets import AdminSplitDateTime
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest
@@ -34,7 +39,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import ngettext
 
-from scheduling import api, attempts, jobs, registry, selectors, tasktables
+from scheduling import api, attempts, jobs, permissions, selectors
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -139,10 +144,11 @@ class ScheduleAdmin(admin.ModelAdmin):
 # --- the job form ----------------------------------------------------------------------------
 
 
-def target_choices(current: Job | None) -> list[Any]:
-    """Grouped choices: every schedulable task, then every registered task table."""
-    tasks = [name for name in registry.schedulable_names() if name != TASK_ROW_TASK]
-    tables = [table.label for table in tasktables.registered()]
+def target_choices(current: Job | None, user: Any) -> list[Any]:
+    """Grouped choices: the schedulable tasks, then the task tables, that ``user`` may target
+    (``scheduling.permissions``); an existing job's own target is kept so its page shows it."""
+    tasks = permissions.allowed_task_names(user)
+    tables = permissions.allowed_table_labels(user)
     if current is not None and current.task_table and current.task_table not in tables:
         tables.append(current.task_table)
     elif current is not None and current.task and current.task not in tasks:
@@ -188,9 +194,11 @@ ERROR_HOME = {"task_table": "task", "schedule": "existing_schedule"}
 class JobForm(forms.ModelForm):
     """A job with its target and its timing on one page (see the module docstring)."""
 
-    #: Set by ``JobAdmin.get_form``: the schedules this user may share, and a new job's owner.
+    #: Set by ``JobAdmin.get_form``: the schedules this user may share, a new job's owner,
+    #: and the user whose permissions decide the targets offered and accepted.
     schedule_queryset: QuerySet[Schedule] = Schedule.objects.none()
     owner_for_new: Any = None
+    user: Any = AnonymousUser()  # nobody, until the admin says who is asking
 
     task = forms.ChoiceField(
         label="Target",
@@ -245,7 +253,7 @@ class JobForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         job = self.instance
-        self.fields["task"].choices = target_choices(job if job.pk else None)
+        self.fields["task"].choices = target_choices(job if job.pk else None, self.user)
         self.fields["existing_schedule"].queryset = self.schedule_queryset
         self.fields["existing_schedule"].label_from_instance = _schedule_label
         zone = timezone.get_current_timezone_name()
@@ -261,7 +269,8 @@ class JobForm(forms.ModelForm):
                 self.initial[name] = getattr(schedule, name)
             if schedule.cron:
                 words = selectors.describe_cron(schedule.cron)
-                self.fields["cron"].help_text = f"{CRON_HELP} Reads: {words}."
+                # The admin shows help text unescaped; the words may be the expression itself.
+                self.fields["cron"].help_text = format_html("{} Reads: {}.", CRON_HELP, words)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -286,7 +295,7 @@ class JobForm(forms.ModelForm):
             if cron:
                 # The bound field copied its help text when fields were cleaned.
                 words = selectors.describe_cron(cron)
-                self["cron"].help_text = f"{CRON_HELP} Reads: {words}."
+                self["cron"].help_text = format_html("{} Reads: {}.", CRON_HELP, words)
             self.instance.schedule = Schedule(
                 interval=(data.get("interval") or "").strip(),
                 cron=cron,
@@ -303,6 +312,31 @@ class JobForm(forms.ModelForm):
             if taken.exists():
                 self.add_error("name", f"you already have a job named {name!r}")
         return data
+
+    def _post_clean(self) -> None:
+        super()._post_clean()
+        self._check_target_permission()
+
+    def _check_target_permission(self) -> None:
+        """Refuse a target the user may not point a job at, whatever the POST held.
+
+        Asked for a new job and whenever the target or its arguments differ from the saved
+        row (not ``changed_data``, which trusts the posted initial values); a job kept as it was
+        (its policies edited, say) keeps the target a superuser or its app's code gave it. A
+        target already refused (not among the choices, a missing row) is not asked again.
+        """
+        job = self.instance
+        target = ("task", "task_table", "task_row_id", "args", "kwargs")
+        saved = Job.objects.filter(pk=job.pk).values(*target).first() if job.pk else None
+        if saved is not None and all(saved[name] == getattr(job, name) for name in target):
+            return
+        errors = permissions.target_errors(
+            self.user, task=job.task, task_table=job.task_table, task_row_id=job.task_row_id
+        )
+        for field, message in errors.items():
+            home = field if field in self.fields else ERROR_HOME[field]
+            if home not in self.errors and "task" not in self.errors:
+                self.add_error(home, message)
 
     def _update_errors(self, errors: ValidationError) -> None:
         """Show a model error about a field this form lacks beside the field that sets it."""
@@ -363,6 +397,7 @@ def _seconds(delta: timedelta) -> str:
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     form = JobForm
+    change_list_template = "admin/scheduling/job/change_list.html"
     list_display = (
         "name",
         "owner",
@@ -454,6 +489,7 @@ class JobAdmin(admin.ModelAdmin):
         form = super().get_form(request, obj, change, **kw)
         form.schedule_queryset = usable_schedules(request)
         form.owner_for_new = None if sees_everything(request) else request.user
+        form.user = request.user
         return form
 
     def save_model(self, request: HttpRequest, obj: Job, form: Any, change: bool) -> None:
@@ -711,11 +747,18 @@ class ExecutionAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Cancel and retry change a job's run: they need the change permission on jobs (the
+        executions a staff user reaches are already only their own jobs')."""
+        return bool(request.user.has_perm(permissions.model_permission(Job, "change")))
+
     @admin.display(description="status", ordering="status")
     def status_badge(self, execution: Execution) -> str:
         return badge(execution.status, title=(execution.last_error or "")[:200])
 
-    @admin.action(description="Cancel the selected running or queued executions")
+    @admin.action(
+        description="Cancel the selected running or queued executions", permissions=["operate"]
+    )
     def cancel_executions(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
         now = timezone.now()
         reason = f"cancelled in the admin by {request.user.get_username()}"
@@ -730,7 +773,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             messages.SUCCESS if count else messages.WARNING,
         )
 
-    @admin.action(description="Retry the selected failed executions")
+    @admin.action(description="Retry the selected failed executions", permissions=["operate"])
     def retry_executions(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
         now = timezone.now()
         count = 0

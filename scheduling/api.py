@@ -8,14 +8,18 @@ a worked example.
 - Declare work: ``@schedulable_task`` for a Celery task, ``@task_table(Model)`` for a model whose
   rows are units of scheduled work (a job points at one row). Both are allowlists: a job
   can target only what was declared. Put task-table declarations in your app's ``scheduled``
-  module; the engine imports it when Django starts.
+  module; the engine imports it when Django starts. The declarations also say who may point a
+  job at them (``permission=``, ``superuser_only=``; ``owner=``, ``internal=``): the admin and
+  calls made for an ``owner`` hold people to it (``scheduling.permissions``).
 - Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
   ``Once``) and a ``Policies`` value.
 - Operate it: ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``, and read it with
   ``jobs_for_row`` and ``executions``.
-- Command lines of your own: ``parse_instant`` (an ISO-8601 instant with an offset, naming
-  the field when it is not) and ``error_line`` (a ``ValidationError`` as one line, each field
-  named with the option that set it), the same as the engine's own commands use.
+- Command lines of your own: ``OneLineCommand`` (a management command whose every refusal,
+  from argparse or a ``ValidationError``, is one line naming the option), ``parse_instant``
+  (an ISO-8601 instant with an offset, naming the field when it is not), ``positive_int`` and
+  ``error_line`` (a ``ValidationError`` as one line, each field named with the option that set
+  it), the same as the engine's own commands use.
 - Run it: a runner receives its row and a ``RunContext`` (ids, the occurrence's due time, the
   attempt number, the last checkpoint, ``save_checkpoint`` and ``progress``), never the
   ledger's ORM rows or Celery objects. Raise ``PermanentError`` for what a retry cannot fix;
@@ -35,9 +39,10 @@ from typing import Any, TypeVar
 from django.db.models.signals import post_delete
 from django.utils import timezone
 
-from config.celery import app as celery_app
 from scheduling import jobs as _jobs
-from scheduling import tasktables
+from scheduling import permissions, tasktables
+from scheduling.celeryapp import celery_app
+from scheduling.cli import OneLineCommand, positive_int
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
@@ -52,6 +57,7 @@ __all__ = [
     "ExecutionInfo",
     "JobInfo",
     "Once",
+    "OneLineCommand",
     "PermanentError",
     "Policies",
     "RunContext",
@@ -64,6 +70,7 @@ __all__ = [
     "jobs_for_row",
     "parse_instant",
     "pause",
+    "positive_int",
     "resume",
     "run_now",
     "schedulable_task",
@@ -83,16 +90,23 @@ R = TypeVar("R", bound=Callable[..., Any])
 JobRef = int | _jobs.JobInfo
 
 
-def task_table(model: Any) -> Callable[[R], R]:
+def task_table(
+    model: Any, *, internal: bool = False, owner: str | None = None
+) -> Callable[[R], R]:
     """Declare ``model`` a task table whose rows jobs may run, with the decorated runner.
 
     ``runner(row, run)`` receives the row (read fresh for every attempt) and a ``RunContext``;
     its return value (JSON) is logged. Deleting a row deletes the jobs that run it and their
     history, so a task stays scheduled exactly as long as it exists.
+
+    A person may point a job at a row when they have the change permission on ``model``;
+    ``owner="field"`` (or a lookup such as ``"project__owner"``) narrows that to the row's
+    owner, and ``internal=True`` keeps the table for jobs your app's code makes (never one made
+    in the admin or for an ``owner``).
     """
 
     def declare(runner: R) -> R:
-        tasktables.register(model, runner)
+        tasktables.register(model, runner, internal=internal, owner=owner or "")
         post_delete.connect(
             _unschedule_deleted_row, sender=model, weak=False, dispatch_uid=f"duecourse:{model}"
         )
@@ -118,9 +132,12 @@ def schedule_row(
 
     ``name`` defaults to ``<label>:<pk>:<n>``; a row may be run by several jobs, and one job per
     schedule is how one task gets several schedules. Raises ``ValidationError`` naming the field.
+    A job made for an ``owner`` is held to what that user may target, as in the admin.
     """
+    target = _jobs.Target(task_table=tasktables.label_of(type(row)), task_row_id=row.pk)
+    _check_owner_may_target(owner, target)
     return _jobs.schedule(
-        target=_jobs.Target(task_table=tasktables.label_of(type(row)), task_row_id=row.pk),
+        target=target,
         timing=timing,
         policies=policies or _jobs.Policies(),
         name=name,
@@ -140,16 +157,29 @@ def schedule_task(
     owner: Any = None,
     now: datetime | None = None,
 ) -> _jobs.JobInfo:
-    """Make a job that calls the schedulable task ``task`` (its name, or the task itself)."""
+    """Make a job that calls the schedulable task ``task`` (its name, or the task itself).
+
+    A job made for an ``owner`` is held to what that user may target, as in the admin.
+    """
     task_name = task if isinstance(task, str) else task.name
+    target = _jobs.Target(task=task_name, args=list(args), kwargs=dict(kwargs or {}))
+    _check_owner_may_target(owner, target)
     return _jobs.schedule(
-        target=_jobs.Target(task=task_name, args=list(args), kwargs=dict(kwargs or {})),
+        target=target,
         timing=timing,
         policies=policies or _jobs.Policies(),
         name=name,
         owner=owner,
         now=now or timezone.now(),
     )
+
+
+def _check_owner_may_target(owner: Any, target: _jobs.Target) -> None:
+    """A job made for a person may target only what that person may (``permissions``)."""
+    if owner is not None:
+        permissions.check_target(
+            owner, task=target.task, task_table=target.task_table, task_row_id=target.task_row_id
+        )
 
 
 def _id(job: JobRef) -> int:
@@ -161,9 +191,10 @@ def job(job: JobRef) -> _jobs.JobInfo:
     return _jobs.info(_id(job))
 
 
-def jobs_for_row(row: Any) -> list[_jobs.JobInfo]:
-    """Every job that runs ``row``."""
-    return _jobs.jobs_for_row(tasktables.label_of(type(row)), row.pk)
+def jobs_for_row(row: Any, *, visible_to: Any = None) -> list[_jobs.JobInfo]:
+    """Every job that runs ``row``; with ``visible_to``, only those that user may see (a
+    superuser every one, a staff user their own, given the view permission on jobs)."""
+    return _jobs.jobs_for_row(tasktables.label_of(type(row)), row.pk, viewer=visible_to)
 
 
 def pause(job: JobRef, *, reason: str = "") -> bool:
@@ -183,7 +214,7 @@ def run_now(job: JobRef) -> int:
     the broker cannot be reached, the scheduler publishes it after ``SCHEDULING_PENDING_GRACE``.
     """
     execution_id = _jobs.run_now(_id(job), now=timezone.now())
-    publish_now(celery_app, execution_ids=[execution_id])
+    publish_now(celery_app(), execution_ids=[execution_id])
     return execution_id
 
 

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django_celery_beat.models import PeriodicTask
 
 from scheduling import jobs
@@ -326,6 +326,12 @@ def _disable(row: PeriodicTask, job: Job) -> None:
     Job.objects.filter(pk=job.pk).update(note=note)
 
 
+#: The schedule tables a PeriodicTask row points at (read with it by ``periodic_tasks``).
+_SCHEDULE_FIELDS = [
+    PeriodicTask._meta.get_field(name) for name in ("interval", "crontab", "solar", "clocked")
+]
+
+
 def periodic_tasks() -> Iterator[PeriodicTask]:
     return (
         PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked")
@@ -334,10 +340,26 @@ def periodic_tasks() -> Iterator[PeriodicTask]:
     )
 
 
+def check_source() -> None:
+    """Refuse, naming what is missing, when this database has no django-celery-beat tables."""
+    needed = [PeriodicTask._meta.db_table]
+    needed += [f.related_model._meta.db_table for f in _SCHEDULE_FIELDS]
+    present = set(connection.introspection.table_names())
+    missing = [table for table in needed if table not in present]
+    if missing:
+        raise ValidationError(
+            {
+                "source": f"django-celery-beat's tables are missing from this database "
+                f"({', '.join(missing)}); run `manage.py migrate django_celery_beat` first"
+            }
+        )
+
+
 def import_beat(
     *, owner: Any, now: datetime, dry_run: bool = False, disable_source: bool = False
 ) -> list[RowResult]:
     """Import every PeriodicTask row; with ``dry_run`` report the same and roll it all back."""
+    check_source()
     results: list[RowResult] = []
     with transaction.atomic():
         for row in periodic_tasks():

@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from scheduling import conf, schedules, sql
 from scheduling.ids import uuid4_text
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap
 from scheduling.schedules import Misfire, ScheduleError, Timing
-from scheduling.validation import argument_errors, check_target_values
+from scheduling.validation import arguments_error, target_error
 
 logger = logging.getLogger("scheduling")
 
@@ -237,21 +236,15 @@ def _timing(row: dict[str, Any], cache: dict[tuple[Any, ...], Timing | ScheduleE
 def _target_error(row: dict[str, Any], cache: dict[tuple[Any, ...], str]) -> str:
     key = (row["task"], row["task_table"], row["task_row_id"])
     if key not in cache:
-        try:
-            check_target_values(
-                task=row["task"], task_table=row["task_table"], task_row_id=row["task_row_id"]
-            )
-        except ValidationError as exc:
-            cache[key] = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
-        else:
-            cache[key] = ""
+        cache[key] = target_error(
+            task=row["task"], task_table=row["task_table"], task_row_id=row["task_row_id"]
+        )
     return cache[key]
 
 
 def _argument_error(row: dict[str, Any]) -> str:
     """Why the job's ``args`` or ``kwargs`` cannot be sent, or "" (rows written by raw SQL)."""
-    errors = argument_errors(_json(row["args"]), _json(row["kwargs"]))
-    return "; ".join(f"{field}: {reason}" for field, reason in errors.items())
+    return arguments_error(_json(row["args"]), _json(row["kwargs"]))
 
 
 MAX_PAUSE_REASON = 500

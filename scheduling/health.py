@@ -4,6 +4,7 @@ Four checks, each cheap: the database answers, the broker accepts a connection, 
 recorded a tick within ``SCHEDULING_HEALTH_TICK_AGE`` seconds (``scheduling.ticks``), and no
 running execution has gone without a heartbeat so long that the reaper should already have
 taken it (twice ``SCHEDULING_STALE_AFTER``). Any failed check makes the answer HTTP 503.
+Anonymous callers learn which check failed; staff see each check's figures and error text.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from config.celery import app
 from scheduling import conf, overview, ticks
+from scheduling.celeryapp import celery_app
 
 BROKER_TIMEOUT = 2.0
 
@@ -33,7 +34,7 @@ def check_database(now: datetime) -> dict[str, Any]:
 
 
 def check_broker(now: datetime) -> dict[str, Any]:
-    with app.connection_for_write() as broker:
+    with celery_app().connection_for_write() as broker:
         broker.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_TIMEOUT)
         transport = broker.transport_cls
     return {"ok": True, "transport": str(transport)}
@@ -87,12 +88,24 @@ def run_checks(*, now: datetime) -> dict[str, Any]:
     return results
 
 
+def public_view_of(checks: dict[str, Any]) -> dict[str, Any]:
+    """What anybody may learn: which component is up or down, nothing of how or where.
+
+    A probe needs only the verdict; error texts name internal hosts, ports and versions, so
+    they are for staff (logged in to the admin) alone.
+    """
+    return {name: {"ok": result["ok"]} for name, result in checks.items()}
+
+
 @never_cache
 @require_GET
 def health_view(request: HttpRequest) -> JsonResponse:
     now = timezone.now()
     checks = run_checks(now=now)
     healthy = all(result["ok"] for result in checks.values())
+    user: Any = getattr(request, "user", None)
+    if not (user is not None and user.is_active and user.is_staff):
+        checks = public_view_of(checks)
     body = {"status": "ok" if healthy else "fail", "time": now.isoformat(), "checks": checks}
     return JsonResponse(body, status=200 if healthy else 503)
 

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count
 
-from scheduling import conf, schedules, selectors
+from scheduling import conf, permissions, schedules, selectors
 from scheduling.attempts import cancel_execution
 from scheduling.models import (
     EXECUTION_UNFINISHED,
@@ -576,10 +576,13 @@ def info(job_id: int) -> JobInfo:
     return JobInfo.of(_get(job_id))
 
 
-def jobs_for_row(task_table: str, task_row_id: int) -> list[JobInfo]:
+def jobs_for_row(task_table: str, task_row_id: int, *, viewer: Any = None) -> list[JobInfo]:
+    """The jobs that run the row; with ``viewer``, only those that user may see."""
     rows = Job.objects.select_related("schedule", "owner").filter(
         task_table=task_table, task_row_id=task_row_id
     )
+    if viewer is not None:
+        rows = permissions.visible_jobs(viewer, rows)
     return [JobInfo.of(job) for job in rows.order_by("pk")]
 
 

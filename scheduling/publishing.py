@@ -28,7 +28,7 @@ from scheduling.models import (
     ExecutionStatus,
     Job,
 )
-from scheduling.validation import argument_errors
+from scheduling.validation import arguments_error, target_error
 
 logger = logging.getLogger("scheduling")
 
@@ -199,6 +199,25 @@ def find_lost_messages(
     return lost
 
 
+def send_error(execution: Execution, targets: dict[tuple[Any, ...], str]) -> str:
+    """Why this execution's message must not be published, or "" (``targets`` caches).
+
+    The claim's two checks, on the values the message would carry: the execution's task (with
+    its job's task-table row), then the job's arguments.
+    """
+    job = execution.job
+    key = (
+        execution.task,
+        job.task_table if job else "",
+        job.task_row_id if job else None,
+    )
+    if key not in targets:
+        targets[key] = target_error(task=key[0], task_table=key[1], task_row_id=key[2])
+    if targets[key]:
+        return targets[key]
+    return arguments_error(job.args, job.kwargs) if job is not None else ""
+
+
 def reclaim_for_publish(
     *, now: datetime, limit: int, queue_depth: QueueDepth | None = None
 ) -> list[Doorbell]:
@@ -209,9 +228,10 @@ def reclaim_for_publish(
     - RETRY whose retry_at has passed: the next attempt is due.
 
     Each row is moved to PENDING with a fresh ``queued_at`` under SKIP LOCKED, so concurrent
-    schedulers do not publish the same row in the same tick. A row whose job's ``args`` or
-    ``kwargs`` has the wrong JSON type (written behind the model) is failed instead, naming
-    the field.
+    schedulers do not publish the same row in the same tick. A row the claim would have
+    refused is failed instead, with the claim's own line naming the field (``send_error``):
+    its task is not (or no longer) a schedulable task, its task-table row is gone, or its
+    job's ``args`` or ``kwargs`` has the wrong JSON type (written behind the model).
     """
     pending_before = now - timedelta(seconds=conf.get("PENDING_GRACE"))
     lost = find_lost_messages(now=now, limit=limit, queue_depth=queue_depth)
@@ -221,16 +241,16 @@ def reclaim_for_publish(
     if lost:
         due |= Q(status=ExecutionStatus.QUEUED, pk__in=list(lost))
     bad: dict[int, str] = {}
+    targets: dict[tuple[Any, ...], str] = {}
     with transaction.atomic(durable=True):
         rows = list(_lock(Execution.objects.filter(due)).select_related("job")[:limit])
         if not rows:
             return []
         for row in rows:
-            if row.job is not None:
-                errors = argument_errors(row.job.args, row.job.kwargs)
-                if errors:
-                    bad[row.pk] = "; ".join(f"{k}: {v}" for k, v in errors.items())
-                    continue
+            error = send_error(row, targets)
+            if error:
+                bad[row.pk] = error
+                continue
             logger.info(
                 "execution.republished execution=%s status=%s retry_count=%s evidence=%s",
                 row.pk,
@@ -243,9 +263,10 @@ def reclaim_for_publish(
             status=ExecutionStatus.PENDING, queued_at=now, updated_at=now
         )
     for execution_id, error in bad.items():
+        logger.error("execution.failed execution=%s error=%s", execution_id, error)
         fail_attempt(
             execution_id=execution_id,
-            error=f"cannot be sent: {error}",
+            error=error,
             outcome=AttemptOutcome.FAILED,
             now=now,
             permanent=True,

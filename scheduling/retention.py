@@ -34,7 +34,10 @@ def parse_age(text: str, *, field: str = "older_than") -> timedelta:
     """``30d``, ``12h``, ``90m``, ``2w`` or an ISO-8601 duration such as ``P30D``."""
     short = _SHORT.match(text)
     if short:
-        value = timedelta(**{_UNITS[short.group(2).lower()]: int(short.group(1))})
+        try:
+            value = timedelta(**{_UNITS[short.group(2).lower()]: int(short.group(1))})
+        except OverflowError:
+            raise ValidationError({field: f"{text!r} is longer than any history"}) from None
         if value <= timedelta(0):
             raise ValidationError({field: f"{text!r} must be longer than zero"})
         return value
@@ -108,7 +111,13 @@ def prune_history(
         raise ValidationError({"keep_last": "must be zero or more"})
     if batch_size < 1:
         raise ValidationError({"batch_size": "must be at least 1"})
-    report = PruneReport(cutoff=now - older_than, keep_last=keep_last)
+    try:
+        cutoff = now - older_than
+    except OverflowError:
+        raise ValidationError(
+            {"older_than": f"{older_than.days} days reaches back before the year 1"}
+        ) from None
+    report = PruneReport(cutoff=cutoff, keep_last=keep_last)
     rows = prunable(cutoff=report.cutoff, keep_last=keep_last)
     if dry_run:
         for job_id, count in Counter(rows.values_list("job_id", flat=True).iterator()).items():

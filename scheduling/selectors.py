@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cron_descriptor import Options, get_description
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import (
@@ -123,14 +124,23 @@ def check_execution_status(status: str | None) -> None:
 
 
 def list_executions(
-    *, job: Job | None = None, status: str | None = None, limit: int = 50
+    *,
+    job: Job | None = None,
+    owner: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
 ) -> QuerySet[Execution]:
+    """Executions newest first: of one job, or of every job ``owner`` (a username) owns."""
     check_execution_status(status)
     if limit < 1:
         raise ValidationError({"limit": "must be at least 1"})
     rows = Execution.objects.select_related("job").order_by("-scheduled_for", "-id")
     if job is not None:
         rows = rows.filter(job=job)
+    if owner:
+        if not get_user_model().objects.filter(username=owner).exists():
+            raise ValidationError({"owner": f"no user named {owner!r}"})
+        rows = rows.filter(job__owner__username=owner)
     if status:
         rows = rows.filter(status=status)
     return rows[:limit]

@@ -18,7 +18,7 @@ from scheduling.tasktables import TASK_ROW_TASK
 from scheduling.worker.taskbase import schedulable_task
 
 
-@schedulable_task(name=TASK_ROW_TASK, bind=True)
+@schedulable_task(name=TASK_ROW_TASK, bind=True, superuser_only=True)
 def run_task_row(self: Any) -> Any:
     """Run the task-table row a job points at with the runner its table registered.
 
@@ -42,7 +42,8 @@ def run_task_row(self: Any) -> Any:
     return table.runner(row, run)
 
 
-@schedulable_task(name="scheduling.prune_history", bind=True)
+# Superusers only: it trims every owner's history, not the job owner's.
+@schedulable_task(name="scheduling.prune_history", bind=True, superuser_only=True)
 def prune_history(
     self: Any,
     older_than: str = "30d",

@@ -20,11 +20,19 @@ TASK_ROW_TASK = "scheduling.run_task_row"
 
 @dataclass(frozen=True)
 class TaskTable:
-    """One registered task table: its label (``app_label.Model``), model and runner."""
+    """One registered task table: its label (``app_label.Model``), model and runner.
+
+    ``internal`` tables (subscriptions' due batches) are run only by jobs their app's code
+    makes, never by a job made by hand; ``owner`` names the field (a lookup path such as
+    ``project__owner`` is allowed) holding the user a row belongs to, so that only its owner
+    may point a job at it (``scheduling.permissions``).
+    """
 
     label: str
     model: Any
     runner: Callable[..., Any]
+    internal: bool = False
+    owner: str = ""
 
 
 _tables: dict[str, TaskTable] = {}
@@ -35,12 +43,16 @@ def label_of(model: Any) -> str:
     return f"{model._meta.app_label}.{model.__name__}"
 
 
-def register(model: Any, runner: Callable[..., Any]) -> TaskTable:
+def register(
+    model: Any, runner: Callable[..., Any], *, internal: bool = False, owner: str = ""
+) -> TaskTable:
     """Allow jobs to run rows of ``model`` with ``runner(row, run)``.
 
     Registering the same model twice with another runner is a programming error, refused so
-    that two apps cannot silently fight over one table.
+    that two apps cannot silently fight over one table; so is an ``owner`` the model lacks.
     """
+    if owner:
+        model._meta.get_field(owner.split("__")[0])  # FieldDoesNotExist names the mistake
     label = label_of(model)
     known = _tables.get(label)
     if known is not None and known.runner is not runner:
@@ -48,7 +60,7 @@ def register(model: Any, runner: Callable[..., Any]) -> TaskTable:
             f"task table {label} is already registered to "
             f"{known.runner.__module__}.{known.runner.__qualname__}"
         )
-    table = TaskTable(label=label, model=model, runner=runner)
+    table = TaskTable(label=label, model=model, runner=runner, internal=internal, owner=owner)
     _tables[label] = table
     return table
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 
 from scheduling import conf, tasktables
+from scheduling.celeryapp import celery_app
 from scheduling.registry import UnknownTask, get_schedulable
 from scheduling.tasktables import TASK_ROW_TASK
 
@@ -64,6 +65,24 @@ def _check_json_shape(value: Any, *, field: str, expect: type) -> None:
         raise ValidationError({field: f"must be {shape}, got {type(value).__name__}"})
 
 
+def _non_finite(value: Any) -> float | None:
+    """The first NaN or infinite number anywhere in ``value``, or None.
+
+    Python's JSON reads ``NaN`` and ``Infinity`` (and ``1e999``), but JSON has no such
+    numbers: PostgreSQL refuses them in ``jsonb`` and a worker could not send them on.
+    """
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _non_finite(item)
+            if found is not None:
+                return found
+    return None
+
+
 def argument_errors(args: Any, kwargs: Any) -> dict[str, str]:
     """Field -> reason for ``args`` that is not a list or ``kwargs`` that is not an object.
 
@@ -77,6 +96,25 @@ def argument_errors(args: Any, kwargs: Any) -> dict[str, str]:
         except ValidationError as exc:
             errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
     return errors
+
+
+def arguments_error(args: Any, kwargs: Any) -> str:
+    """``argument_errors`` as the one line recorded on a row that cannot be sent, or ""."""
+    errors = argument_errors(args, kwargs)
+    return "; ".join(f"{field}: {reason}" for field, reason in errors.items())
+
+
+def target_error(*, task: str, task_table: str, task_row_id: int | None) -> str:
+    """``check_target_values`` as the one line recorded on a row that cannot be sent, or "".
+
+    The claim records it on a due job's execution and the republish loop on an execution row
+    it would publish again, so both refuse a task that is not schedulable in the same words.
+    """
+    try:
+        check_target_values(task=task, task_table=task_table, task_row_id=task_row_id)
+    except ValidationError as exc:
+        return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+    return ""
 
 
 def task_row_model(label: str) -> Any:
@@ -131,6 +169,10 @@ def validate_job(job: Job) -> None:
             _check_json_shape(getattr(job, field), field=field, expect=expect)
         except ValidationError as exc:
             errors.update(exc.message_dict)
+        else:
+            bad = _non_finite(getattr(job, field))
+            if bad is not None:
+                errors[field] = f"holds {bad!r}; JSON numbers must be finite (no NaN or Infinity)"
     if job.note and len(job.note) > MAX_NOTE:
         errors["note"] = f"is {len(job.note)} characters; the limit is {MAX_NOTE}"
     if job.timeout is not None:
@@ -173,13 +215,16 @@ def validate_job(job: Job) -> None:
 
 
 def visibility_timeout() -> int | None:
-    """The broker's redelivery timeout, for brokers that have one (Redis, SQS)."""
-    from django.conf import settings
+    """The broker's redelivery timeout, for brokers that have one (Redis, SQS).
 
-    url: str = getattr(settings, "CELERY_BROKER_URL", "") or ""
+    Read from the host's Celery app, which is what the workers obey, however the host
+    configured it.
+    """
+    celery_conf = celery_app().conf
+    url = str(celery_conf.broker_url or "")
     if not url.startswith(("redis", "rediss", "sqs")):
         return None
-    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
+    options = celery_conf.broker_transport_options or {}
     return int(options.get("visibility_timeout", 3600))
 
 

@@ -52,10 +52,49 @@ class NeedsAttentionFilter(admin.SimpleListFilter):
         return queryset
 
 
+class ItemFormSet(forms.BaseInlineFormSet):
+    """A new item is saved by ``services.add_item``: it applies from the subscription's next
+    period (its first, when the subscription is being added). ``change_note`` says which,
+    above the items of a saved subscription."""
+
+    change_note = ""
+
+    def save_new(self, form: Any, commit: bool = True) -> Any:
+        item = super().save_new(form, commit=False)
+        return services.add_item(item=item, now=timezone.now()) if commit else item
+
+
+def _period_text(subscription: Subscription, number: int) -> str:
+    start = subscription.period_bounds(number)[0]
+    return f"period {number}, which starts {start:%Y-%m-%d %H:%M} UTC"
+
+
 class ItemInline(admin.TabularInline):
     model = SubscriptionItem
+    formset = ItemFormSet
+    template = "admin/subscriptions/edit_inline/items.html"
     extra = 1
     min_num = 1
+    fields = ("sku", "quantity", "unit_price", "applies")
+    readonly_fields = ("applies",)
+
+    @admin.display(description="applies from")
+    def applies(self, item: SubscriptionItem) -> str:
+        if item.pk is None:
+            return "the next period (above)" if item.subscription_id else "the first period"
+        return _period_text(item.subscription, item.applies_from)
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        formset = super().get_formset(request, obj, **kwargs)
+        if obj is not None:
+            number = services.next_period_for_changes(subscription=obj, now=timezone.now())
+            formset.change_note = (
+                f"Items added now apply from the next period: {_period_text(obj, number)}. "
+                "The current period's order and charge, and every earlier order, keep the "
+                "items and the price they were charged with. Items are not changed or "
+                "removed once the subscription exists."
+            )
+        return formset
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return obj is None
@@ -158,12 +197,17 @@ class SubscriptionAdmin(admin.ModelAdmin):
         return WithAnchor
 
     def _each(self, request: HttpRequest, queryset: QuerySet[Any], verb: str, act: Any) -> None:
+        """Act on each subscription; each one changed is written to the admin log."""
         done, refused = 0, []
         for subscription in queryset:
             try:
-                done += act(subscription) or 0
+                changed = bool(act(subscription))
             except ValidationError as exc:
                 refused.append(f"{subscription.pk}: {' '.join(exc.messages)}")
+                continue
+            if changed:
+                self.log_change(request, subscription, f"{verb.capitalize()}.")
+                done += 1
         self.message_user(request, f"{_plural(done, 'subscription')} {verb}")
         if refused:
             self.message_user(request, "; ".join(refused), level=messages.WARNING)
@@ -183,15 +227,15 @@ class SubscriptionAdmin(admin.ModelAdmin):
             ),
         )
 
-    @admin.action(description="Cancel now")
+    @admin.action(description="Cancel now", permissions=["change"])
     def cancel_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._cancel(request, queryset, at_period_end=False, verb="cancelled")
 
-    @admin.action(description="Cancel at the end of the current period")
+    @admin.action(description="Cancel at the end of the current period", permissions=["change"])
     def cancel_at_period_end(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._cancel(request, queryset, at_period_end=True, verb="set to cancel at period end")
 
-    @admin.action(description="Retry failed jobs now")
+    @admin.action(description="Retry failed jobs now", permissions=["change"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         now = timezone.now()
         self._each(
@@ -209,7 +253,8 @@ class SubscriptionJobForm(forms.ModelForm):
 
     class Meta:
         model = SubscriptionJob
-        fields = ("parameter", "custom_integer", "custom_decimal", "custom_text", "opt_counter")
+        # ``custom_decimal`` is read-only: a record of the order's amount, never charged.
+        fields = ("parameter", "custom_integer", "custom_text", "opt_counter")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -261,12 +306,12 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
         "last_update",
         "retry_count",
         "batch",
+        "custom_decimal",  # a copy of the order's amount; the charge never reads it
     )
     fields = (
         *readonly_fields,
         "parameter",
         "custom_integer",
-        "custom_decimal",
         "custom_text",
         "opt_counter",
     )
@@ -280,20 +325,22 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         try:
-            obj.save(update_fields=["parameter", "custom_integer", "custom_decimal", "custom_text"])
+            obj.save(update_fields=["parameter", "custom_integer", "custom_text"])
         except StaleJob as exc:  # lost a race after the form was checked
             self.message_user(request, str(exc), level=messages.ERROR)
 
-    @admin.action(description="Retry now (failed jobs)")
+    @admin.action(description="Retry now (failed jobs)", permissions=["change"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         now = timezone.now()
         done, refused = 0, []
         for job in queryset:
             try:
                 services.retry_job_now(job_id=job.pk, now=now)
-                done += 1
             except ValidationError as exc:
                 refused.append(" ".join(exc.messages))
+                continue
+            self.log_change(request, job, "Retried now.")
+            done += 1
         self.message_user(request, f"{_plural(done, 'job')} retried")
         if refused:
             self.message_user(request, "; ".join(refused), level=messages.WARNING)

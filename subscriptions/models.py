@@ -99,6 +99,24 @@ class Subscription(models.Model):
             )
         if self.anchor and self.starts_at and not errors and self.anchor > self.starts_at:
             errors["anchor"] = "must not be after the start"
+        if self.anchor and not errors:
+            try:
+                self.period_bounds(self.first_period)
+            except (OverflowError, ValueError):
+                errors["interval"] = (
+                    f"{self.interval!r} ends the first period after the year 9999"
+                )
+        if (
+            self.pk is None
+            and "ends_at" not in errors
+            and self.ends_at
+            and self.created_at
+            and self.ends_at <= self.created_at
+        ):
+            errors["ends_at"] = (
+                f"{self.ends_at.isoformat()} has already passed; a subscription must end after"
+                " it is created"
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -111,16 +129,36 @@ class Subscription(models.Model):
 
     @property
     def first_period(self) -> int:
-        return periods.period_containing(self.anchor, self.period_interval, self.starts_at)
+        """The first period charged: the one that contains the start, or, for a start in the
+        past, the one that contains the moment the subscription was created. Periods that
+        ended before it existed are never charged."""
+        moment = max(self.starts_at, self.created_at) if self.created_at else self.starts_at
+        return periods.period_containing(self.anchor, self.period_interval, moment)
+
+
+#: The most items one line may carry each period: far beyond any order, far inside the column.
+MAX_QUANTITY = 1_000_000
 
 
 class SubscriptionItem(models.Model):
-    """One line of a subscription: what is delivered every period, and at what unit price."""
+    """One line of a subscription: what is delivered every period, and at what unit price,
+    from period ``applies_from`` on.
+
+    An item added to a live subscription applies from its next period
+    (``services.next_period_for_changes``), so a period already begun, ordered or charged
+    keeps the items it was priced with.
+    """
 
     subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="items")
     sku = models.CharField("item (SKU)", max_length=64)
     quantity = models.IntegerField()
     unit_price = models.DecimalField(max_digits=20, decimal_places=5)
+    applies_from = models.IntegerField(
+        "applies from period",
+        default=0,
+        help_text="The first period this item is delivered and charged in. An item added to a "
+        "live subscription applies from its next period; orders already placed never change.",
+    )
 
     class Meta:
         constraints = [
@@ -128,15 +166,24 @@ class SubscriptionItem(models.Model):
             models.CheckConstraint(
                 condition=Q(unit_price__gte=0), name="item_unit_price_not_negative"
             ),
+            models.CheckConstraint(
+                condition=Q(applies_from__gte=0), name="item_applies_from_not_negative"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.quantity} x {self.sku} at {self.unit_price}"
 
+    def in_force(self, number: int) -> bool:
+        """Whether this item is part of period ``number``."""
+        return self.applies_from <= number
+
     def clean(self) -> None:
         errors: dict[str, str] = {}
         if self.quantity is not None and self.quantity <= 0:
             errors["quantity"] = f"{self.quantity} is not a positive number of items"
+        elif self.quantity is not None and self.quantity > MAX_QUANTITY:
+            errors["quantity"] = f"{self.quantity} is more than {MAX_QUANTITY:,} items"
         if self.unit_price is not None and self.unit_price < 0:
             errors["unit_price"] = f"{self.unit_price} is negative"
         if errors:
@@ -194,6 +241,32 @@ class Order(models.Model):
         if self.parent_id is None:
             return f"parent order {self.pk}"
         return f"order {self.pk} for period {self.period_number}"
+
+
+class OrderLine(models.Model):
+    """One item of an order as it was priced: written with the order and never changed, so an
+    order keeps what it charged whatever happens to the subscription's items later. The
+    order's ``amount`` is the sum of its lines."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines")
+    sku = models.CharField("item (SKU)", max_length=64)
+    quantity = models.IntegerField()
+    unit_price = models.DecimalField(max_digits=20, decimal_places=5)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(quantity__gt=0), name="orderline_quantity_positive"),
+            models.CheckConstraint(
+                condition=Q(unit_price__gte=0), name="orderline_unit_price_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} x {self.sku} at {self.unit_price}"
+
+    @property
+    def amount(self) -> Decimal:
+        return self.unit_price * self.quantity
 
 
 class JobAction(models.TextChoices):
@@ -289,7 +362,8 @@ class SubscriptionJob(models.Model):
         decimal_places=5,
         null=True,
         blank=True,
-        help_text="CreateChildOrder: the amount priced.",
+        help_text="CreateChildOrder: a copy of the period's order amount, for the record. The "
+        "charge takes the order's own amount, never this field.",
     )
     custom_text = models.CharField(
         "field 3 (text)",

@@ -4,11 +4,12 @@ A batch's engine execution calls ``run_batch``. Its CreateChildOrder jobs move t
 four steps together, and ``parameter`` records, per job, the last step that succeeded:
 
 1. ``price`` and 2. ``create_order``: one transaction that locks the batch's subscriptions
-   (a renewal that starts after a cancel committed sees it and does nothing), prices them
-   with one grouped query, inserts the missing orders in one statement and moves the jobs
-   to PROCESSING;
-3. ``charge``: one gateway call per job, with the idempotency key of (subscription, period),
-   outside any transaction; then one transaction records every charge that went through.
+   (a renewal that starts after a cancel committed sees it and does nothing), prices each
+   period from the items in force for it (one query), inserts the missing orders with their
+   lines and moves the jobs to PROCESSING;
+3. ``charge``: one gateway call per job for the amount its period's order records (never a
+   field an operator can edit), with the idempotency key of (subscription, period), outside
+   any transaction; each charge that went through is recorded at once.
    A job that fails here (declined, gateway error) is retried alone, in a later batch, after
    the action's delay, or failed past its maximum; the rest go on;
 4. ``confirm``: one transaction confirms the orders, completes the jobs and places the next
@@ -48,6 +49,7 @@ from subscriptions.models import (
     JobAction,
     JobStatus,
     Order,
+    OrderLine,
     OrderStatus,
     StaleJob,
     Subscription,
@@ -97,6 +99,7 @@ class Renewal:
     end: datetime
     next_start: datetime
     already_paid: bool = False  # another job paid this period: finish up, place nothing
+    amount: Decimal = Decimal(0)  # what the period's order records: what the charge takes
 
 
 def run_batch(batch_id: int, *, run: RunContext, clock: Clock) -> dict[str, Any]:
@@ -258,9 +261,14 @@ def _lock_subscriptions(ids: Iterable[int]) -> dict[int, Subscription]:
 
 
 def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
-    """Price the items and insert the missing orders; move each job to PROCESSING."""
+    """Make sure each renewal's period has its order, and take the amount from it; move each
+    job to PROCESSING.
+
+    A missing order is priced from the items in force for its period and inserted with its
+    lines; an existing one keeps its amount (a resumed job charges what its order says).
+    ``custom_decimal`` gets a copy of the amount for the record, and is never read back.
+    """
     ids = {r.subscription.pk for r in renewals}
-    prices = services.prices(ids)
     existing = {
         (o.subscription_id, o.period_start): o
         for o in Order.objects.filter(
@@ -272,38 +280,48 @@ def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
             "subscription_id", "pk"
         )
     )
-    new_orders = []
+    priced = services.price_periods(
+        (r.subscription.pk, r.number)
+        for r in renewals
+        if (r.subscription.pk, r.start) not in existing
+    )
+    new_orders: list[tuple[Order, services.Priced]] = []
     for r in renewals:
         job = r.job
         if job.parameter:
             logger.info("renewal.resumed job=%s after=%s", job.pk, job.parameter)
         job.status = JobStatus.PROCESSING
-        if done(job.parameter, "create_order"):
-            continue
-        amount = prices.get(r.subscription.pk, Decimal("0.00000"))
         order = existing.get((r.subscription.pk, r.start))
-        if order is None:
-            new_orders.append(
-                Order(
+        if order is not None:
+            r.amount = order.amount
+            if order.status == OrderStatus.CONFIRMED and not done(job.parameter, "charge"):
+                # Paid already (by another job for the same period): only finish up.
+                job.parameter, job.custom_text = "charge", order.charge_reference
+                r.already_paid = True
+            elif not done(job.parameter, "create_order"):
+                job.parameter = "create_order"
+        else:
+            period = priced[(r.subscription.pk, r.number)]
+            r.amount = period.amount
+            if not done(job.parameter, "charge"):
+                # Charged periods whose order is gone get it back at confirm.
+                order = Order(
                     subscription_id=r.subscription.pk,
                     parent_id=parents.get(r.subscription.pk),
                     period_number=r.number,
                     period_start=r.start,
                     period_end=r.end,
-                    amount=amount,
+                    amount=period.amount,
                     status=OrderStatus.PENDING,
                     created_at=now,
                 )
-            )
-            job.parameter = "create_order"
-        elif order.status == OrderStatus.CONFIRMED:
-            # Paid already (by another job for the same period): only finish up.
-            job.parameter, job.custom_text = "charge", order.charge_reference
-            r.already_paid = True
-        else:
-            job.parameter = "create_order"
-        job.custom_decimal = amount
-    Order.objects.bulk_create(new_orders)
+                new_orders.append((order, period))
+                job.parameter = "create_order"
+        job.custom_decimal = r.amount
+    Order.objects.bulk_create([order for order, _ in new_orders])
+    OrderLine.objects.bulk_create(
+        [line for order, period in new_orders for line in period.order_lines(order)]
+    )
 
 
 def _charge(
@@ -328,7 +346,7 @@ def _charge(
             try:
                 result = gateway.charge(
                     customer=r.subscription.customer,
-                    amount=r.job.custom_decimal or Decimal(0),
+                    amount=r.amount,
                     idempotency_key=idempotency_key(r.subscription.pk, r.start),
                 )
                 if not sql.record_charge(r.job, reference=result.reference, now=clock()):
@@ -447,21 +465,28 @@ def _restore_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
         )
     )
     logger.warning("renewal.order_restored jobs=%s", ",".join(str(r.job.pk) for r in missing))
-    Order.objects.bulk_create(
+    priced = services.price_periods((r.subscription.pk, r.number) for r in missing)
+    orders = [
+        Order(
+            subscription_id=r.subscription.pk,
+            parent_id=parents.get(r.subscription.pk),
+            period_number=r.number,
+            period_start=r.start,
+            period_end=r.end,
+            amount=r.amount,
+            status=OrderStatus.CONFIRMED,
+            charge_reference=r.job.custom_text,
+            created_at=now,
+            confirmed_at=now,
+        )
+        for r in missing
+    ]
+    Order.objects.bulk_create(orders)
+    OrderLine.objects.bulk_create(
         [
-            Order(
-                subscription_id=r.subscription.pk,
-                parent_id=parents.get(r.subscription.pk),
-                period_number=r.number,
-                period_start=r.start,
-                period_end=r.end,
-                amount=r.job.custom_decimal or Decimal(0),
-                status=OrderStatus.CONFIRMED,
-                charge_reference=r.job.custom_text,
-                created_at=now,
-                confirmed_at=now,
-            )
-            for r in missing
+            line
+            for r, order in zip(missing, orders, strict=True)
+            for line in priced[(r.subscription.pk, r.number)].order_lines(order)
         ]
     )
 

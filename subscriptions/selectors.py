@@ -57,6 +57,10 @@ def order_summary(order: Order) -> dict[str, Any]:
         "period_start": _iso(order.period_start),
         "period_end": _iso(order.period_end),
         "amount": _decimal(order.amount),
+        "lines": [
+            {"sku": line.sku, "quantity": line.quantity, "unit_price": _decimal(line.unit_price)}
+            for line in order.lines.order_by("pk")
+        ],
         "status": order.status,
         "charge_reference": order.charge_reference,
         "created_at": _iso(order.created_at),

@@ -19,10 +19,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Max, Sum
+from django.db.models import Max
 
 from scheduling.api import jobs_for_row, pause
-from subscriptions import batches, conf
+from subscriptions import batches, conf, periods
 from subscriptions.models import (
     ENDED,
     JOB_PENDING,
@@ -31,6 +31,7 @@ from subscriptions.models import (
     JobAction,
     JobStatus,
     Order,
+    OrderLine,
     OrderStatus,
     Subscription,
     SubscriptionItem,
@@ -48,11 +49,27 @@ CANCELLED = "cancelled"
 
 @dataclass(frozen=True)
 class ItemSpec:
-    """One item of a new subscription, as the command line or a caller gives it."""
+    """One item: of a new subscription, as the command line or a caller gives it, or of a
+    period as priced (``Priced``)."""
 
     sku: str
     quantity: int
     unit_price: Decimal
+
+
+@dataclass(frozen=True)
+class Priced:
+    """What one period of a subscription costs: the items in force for it, and their sum."""
+
+    amount: Decimal
+    lines: tuple[ItemSpec, ...]
+
+    def order_lines(self, order: Order) -> list[OrderLine]:
+        """Unsaved lines of ``order``, one per item priced."""
+        return [
+            OrderLine(order=order, sku=i.sku, quantity=i.quantity, unit_price=i.unit_price)
+            for i in self.lines
+        ]
 
 
 def done(parameter: str, step: str) -> bool:
@@ -92,7 +109,7 @@ def create_subscription(
         ends_at=end,
         created_at=now,
     )
-    errors: dict[str, list[str]] = {}
+    errors: dict[str, list[Any]] = {}
     try:
         subscription.full_clean()
     except ValidationError as exc:
@@ -110,7 +127,9 @@ def create_subscription(
         try:
             item.full_clean(exclude=["subscription"])
         except ValidationError as exc:
-            for field, messages in exc.message_dict.items():
+            # Kept as errors, not texts: a reason Django's validator and the model's rule both
+            # give is then said once, in the model's words (``scheduling.api.error_line``).
+            for field, messages in exc.error_dict.items():
                 errors.setdefault(field, []).extend(messages)
         rows.append(item)
     if errors:
@@ -119,6 +138,7 @@ def create_subscription(
         subscription.save()
         for item in rows:
             item.subscription = subscription
+            item.applies_from = subscription.first_period
         SubscriptionItem.objects.bulk_create(rows)
         start_billing(subscription=subscription, now=now)
     logger.info(
@@ -130,15 +150,45 @@ def create_subscription(
     return subscription
 
 
+def add_item(*, item: SubscriptionItem, now: datetime) -> SubscriptionItem:
+    """Save a new item of a saved subscription; it applies from the subscription's next period
+    (``next_period_for_changes``), so no period already begun, ordered or charged changes.
+
+    Under the subscription's row lock, which a renewal takes before it prices: either the
+    renewal priced its period first (and the item applies from the one after), or it waits
+    for this commit and prices the period this item does not belong to without it.
+    """
+    with transaction.atomic():
+        subscription = _lock_subscription(item.subscription_id)
+        item.subscription = subscription
+        item.applies_from = next_period_for_changes(subscription=subscription, now=now)
+        item.full_clean()
+        item.save()
+    logger.info(
+        "subscription.item_added subscription=%s sku=%s applies_from=%s",
+        subscription.pk,
+        item.sku,
+        item.applies_from,
+    )
+    return item
+
+
 def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJob:
-    """The parent order and the first renewal of a saved subscription (also the admin's add)."""
-    Order.objects.create(
+    """The parent order (what the first period costs, with its lines) and the first renewal
+    of a saved subscription (also the admin's add).
+
+    The first renewal is for ``Subscription.first_period``: for a start in the past, the
+    period that contains the subscription's creation, never the periods before it.
+    """
+    number = subscription.first_period
+    priced = price_periods([(subscription.pk, number)])[(subscription.pk, number)]
+    parent = Order.objects.create(
         subscription=subscription,
-        amount=price(subscription),
+        amount=priced.amount,
         status=OrderStatus.PLACED,
         created_at=now,
     )
-    number = subscription.first_period
+    OrderLine.objects.bulk_create(priced.order_lines(parent))
     start, _ = subscription.period_bounds(number)
     return place_job(
         subscription=subscription,
@@ -149,21 +199,50 @@ def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJ
     )
 
 
-def prices(subscription_ids: Iterable[int]) -> dict[int, Decimal]:
-    """What one period of each subscription costs: the sum of quantity x unit price over its
-    items, in one grouped query."""
-    totals = dict(
-        SubscriptionItem.objects.filter(subscription_id__in=set(subscription_ids))
-        .values("subscription_id")
-        .annotate(total=Sum(F("quantity") * F("unit_price")))
-        .values_list("subscription_id", "total")
-    )
-    return {pk: Decimal(total or 0).quantize(Decimal("0.00001")) for pk, total in totals.items()}
+def price_periods(wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Priced]:
+    """What each (subscription id, period number) costs: its items in force for that period
+    (``applies_from`` at or before it), with the sum of quantity x unit price, in one query.
+
+    This is the only place an amount is computed; a child order stores it with its lines when
+    it is created, and the charge takes the order's amount.
+    """
+    wanted = set(wanted)
+    items: dict[int, list[SubscriptionItem]] = {}
+    for item in SubscriptionItem.objects.filter(
+        subscription_id__in={pk for pk, _ in wanted}
+    ).order_by("pk"):
+        items.setdefault(item.subscription_id, []).append(item)
+    priced = {}
+    for pk, number in wanted:
+        lines = tuple(
+            ItemSpec(i.sku, i.quantity, i.unit_price)
+            for i in items.get(pk, [])
+            if i.in_force(number)
+        )
+        total = sum((line.unit_price * line.quantity for line in lines), Decimal(0))
+        priced[(pk, number)] = Priced(total.quantize(Decimal("0.00001")), lines)
+    return priced
 
 
-def price(subscription: Subscription) -> Decimal:
-    """What one period of ``subscription`` costs (``prices``)."""
-    return prices([subscription.pk]).get(subscription.pk, Decimal("0.00000"))
+def next_period_for_changes(*, subscription: Subscription, now: datetime) -> int:
+    """The first period a change made to ``subscription``'s items at ``now`` applies to.
+
+    Before billing starts (the subscription is being created), its first period. Once it
+    is live, the period after the last one that has begun or has an order: a period under
+    way, ordered or charged keeps the items it was priced with.
+    """
+    first = subscription.first_period
+    if not Order.objects.filter(subscription=subscription, parent__isnull=True).exists():
+        return first
+    last = first - 1
+    if subscription.period_bounds(first)[0] <= now:
+        last = periods.period_containing(subscription.anchor, subscription.period_interval, now)
+    ordered = Order.objects.filter(subscription=subscription, parent__isnull=False).aggregate(
+        last=Max("period_number")
+    )["last"]
+    if ordered is not None:
+        last = max(last, ordered)
+    return last + 1
 
 
 def place_job(

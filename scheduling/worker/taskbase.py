@@ -26,6 +26,10 @@ class ScheduledTask(Task):
     schedulable = True
     #: Exception classes that fail an execution at once, without retries.
     permanent_errors: tuple[type[BaseException], ...] = (PermanentError,)
+    #: Only superusers may point a job at this task (the engine's maintenance tasks).
+    superuser_only: bool = False
+    #: The permission (``app_label.codename``) a user needs to point a job at this task.
+    permission: str | None = None
 
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
         """Claim the execution row; a message that may not run is acknowledged and ignored.
@@ -95,7 +99,15 @@ class ScheduledTask(Task):
 
 
 def schedulable_task(*args: Any, **options: Any) -> Any:
-    """Declare a Celery task that jobs may target (``@schedulable_task`` or with options)."""
+    """Declare a Celery task that jobs may target (``@schedulable_task`` or with options).
+
+    Besides Celery's options, ``superuser_only=True`` keeps the task for superusers and
+    ``permission="app_label.codename"`` names the permission a user needs to make a job that
+    calls it (``scheduling.permissions``); without either, anyone who may make jobs may.
+    """
+    needed = options.get("permission")
+    if needed is not None and (not isinstance(needed, str) or needed.count(".") != 1):
+        raise ValueError(f"permission={needed!r}: give it as 'app_label.codename'")
     options.setdefault("base", ScheduledTask)
     options.setdefault("acks_late", True)
     if len(args) == 1 and callable(args[0]) and not options.keys() - {"base", "acks_late"}:

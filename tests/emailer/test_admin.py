@@ -102,3 +102,43 @@ def test_history_is_read_only_and_refreshes_while_a_run_is_live(
     html = page.content.decode()
     assert 'http-equiv="refresh"' in html and ">120<" in html
     assert admin_client.get(reverse("admin:emailer_sendemailhistory_add")).status_code == 403
+
+
+def test_an_import_page_for_an_id_that_is_not_a_project_is_not_found(
+    admin_client: Any, make_project: Any
+) -> None:
+    project = make_project()
+    for bad in ("abc", "0", str(project.pk + 1000)):
+        url = reverse("admin:emailer_project_import", args=[bad])
+        assert admin_client.get(url).status_code == 404, bad
+        assert admin_client.post(url, {}).status_code == 404, bad
+
+
+def test_a_sender_that_is_not_an_address_is_refused_beside_its_field(
+    admin_client: Any, make_project: Any
+) -> None:
+    response = admin_client.post(
+        reverse("admin:emailer_sendemailtask_add"),
+        task_form(make_project(), from_email="not an address"),
+    )
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["from_email"]
+    assert "'not an address' is not an email address" in errors["from_email"][0]
+    assert not SendEmailTask.objects.exists()
+
+
+def test_an_import_accounts_for_a_repeated_address_and_an_empty_file_is_refused(
+    admin_client: Any, make_project: Any
+) -> None:
+    project = make_project()
+    url = reverse("admin:emailer_project_import", args=[project.pk])
+    upload = SimpleUploadedFile("people.csv", b"ada@example.com,Ada\nAda@Example.com,Ada\n")
+    said = [str(m) for m in get_messages(admin_client.post(url, {"file": upload}).wsgi_request)]
+    assert said[0] == "1 added, 0 updated, 0 unchanged, 1 refused"
+    assert said[1].startswith("line 2: email: 'ada@example.com' repeats line 1")
+
+    response = admin_client.post(url, {"file": SimpleUploadedFile("empty.csv", b"\n")})
+    assert response.status_code == 200
+    assert "has no participant rows" in response.context["form"].errors["file"][0]
+    assert Participant.objects.count() == 1

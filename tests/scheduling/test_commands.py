@@ -18,11 +18,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, ManagementUtility, call_command, get_commands
 
 from scheduling import attempts, claims, jobs, liveness
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
 from tests.conftest import ROOT, database_url
+from tests.scheduling.test_admin_jobs import form_data
 
 NOOP = "scheduling.diagnostics.noop"
 MINUTE = timedelta(minutes=1)
@@ -497,6 +499,15 @@ ADD = ["jobs", "add", "bad", "--task", NOOP]
             "cron expression only",
         ),
         ([*ADD, "--every", "PT1H", "--note", "x" * 501], "note", "501 characters"),
+        ([*ADD, "--every", "PT1H", "--kwargs", '{"a": NaN}'], "kwargs", "must be finite"),
+        ([*ADD, "--every", "PT1H", "--args", "[Infinity]"], "args", "must be finite"),
+        ([*ADD, "--every", "PT1H", "--args", '[{"deep": [-1e999]}]'], "args", "must be finite"),
+        ([*ADD, "--every", "PT1H", "--end", "2020-01-01T00:00Z"], "end", "already passed"),
+        ([*ADD, "--cron", "0 9 * * *", "--tz", ""], "timezone", "must not be empty"),
+        ([*ADD, "--cron", "0 9 * * *", "--tz", " "], "timezone", "must not be empty"),
+        (["executions", "--owner", "ghost"], "owner", "no user named 'ghost'"),
+        (["prune_history", "--older-than", "99999999d"], "older_than", "before the year 1"),
+        (["prune_history", "--older-than", "99999999999d"], "older_than", "longer than any"),
         (["jobs", "show", "nobody"], "name", "no job named 'nobody'"),
         (["jobs", "pause", "nobody"], "name", "no job named 'nobody'"),
         (["jobs", "remove", "nobody"], "name", "no job named 'nobody'"),
@@ -544,6 +555,55 @@ def test_a_reason_checked_by_django_and_by_our_rules_is_said_once(owner: Any) ->
 )
 def test_option_errors_are_one_line_naming_the_option(argv: list[str], message: str) -> None:
     assert refused(*argv).startswith(message)
+
+
+@db
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        (["--kwargs", '{"a": NaN}'], "kwargs", "must be finite"),
+        (["--args", "[Infinity]"], "args", "must be finite"),
+        (["--end", "2020-01-01T00:00Z"], "end", "already passed"),
+        (["--tz", ""], "timezone (--tz)", "must not be empty"),
+    ],
+)
+def test_jobs_edit_refuses_what_jobs_add_refuses_and_changes_nothing(
+    make_job: MakeJob, change: list[str], field: str, words: str
+) -> None:
+    job = make_job(name="report", cron="0 9 * * *", tz="Europe/Paris", kwargs={"a": 1})
+    before = Job.objects.values().get(pk=job.pk), Schedule.objects.values().get(pk=job.schedule_id)
+    message = refused("jobs", "edit", "report", *change)
+    assert message.startswith(f"{field}: ") and words in message
+    after = Job.objects.values().get(pk=job.pk), Schedule.objects.values().get(pk=job.schedule_id)
+    assert after == before
+
+
+@db
+def test_non_finite_json_is_refused_by_the_model_for_the_admin_and_the_api_too(
+    owner: Any, admin_client: Any
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        jobs.create_job(
+            owner=owner, name="api", task=NOOP, every="PT1H", kwargs={"a": float("nan")},
+            now=datetime.now(UTC),
+        )  # fmt: skip
+    assert "must be finite" in caught.value.message_dict["kwargs"][0]
+    response = admin_client.post("/admin/scheduling/job/add/", form_data(args="[Infinity]"))
+    assert response.status_code == 200
+    assert "must be finite" in response.context["adminform"].form.errors["args"][0]
+    assert not Job.objects.exists()
+
+
+@db
+def test_executions_owner_alone_lists_that_owners_executions(
+    make_job: MakeJob, django_user_model: Any, now: datetime
+) -> None:
+    mine = make_job(name="mine")
+    theirs = make_job(name="theirs", owner=django_user_model.objects.create(username="bob"))
+    claims.claim_due_jobs(now=now, limit=10)
+    assert {e["job"] for e in call_json("executions")} == {"mine", "theirs"}
+    assert [e["job"] for e in call_json("executions", "--owner", "bob")] == [theirs.name]
+    assert [e["job"] for e in call_json("executions", "--owner", mine.owner.username)] == ["mine"]
 
 
 @db
@@ -600,8 +660,26 @@ def test_a_shell_sees_option_errors_as_one_line_and_help_in_full(owner: Any) -> 
     [line] = jitter.stderr.strip().splitlines()
     assert line == "CommandError: jitter: 'nan' is not a number of seconds"
 
+    nan = manage("jobs", "add", "x", "--task", NOOP, "--every", "PT1H", "--kwargs", '{"a": NaN}')
+    assert nan.returncode == 1 and "Traceback" not in nan.stderr
+    [line] = nan.stderr.strip().splitlines()
+    assert line.startswith("CommandError: kwargs: holds nan; JSON numbers must be finite")
+
     helped = manage("jobs", "add", "--help")
     assert helped.returncode == 0
     assert helped.stdout.startswith("usage: manage.py jobs add")
     assert "--tz TZ" in helped.stdout and len(helped.stdout.splitlines()) > 20
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_jobs_add_never_points_a_job_at_an_internal_task_table(admin_user: Any) -> None:
+    from tests.tasktable_app.models import ChoreBatch
+
+    batch = ChoreBatch.objects.create(name="monday")
+    with pytest.raises(CommandError, match="never by a job made by hand"):
+        call_command(
+            "jobs", "add", "early", "--task-table", "tasktable_app.ChoreBatch",
+            "--task-row-id", str(batch.pk), "--every", "PT1H",
+        )  # fmt: skip
+    assert not Job.objects.filter(name="early").exists()

@@ -10,7 +10,8 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import (
     ClockedSchedule,
@@ -279,3 +280,19 @@ def test_the_text_report_has_a_line_per_row_and_a_summary(importer: Any) -> None
     assert lines[0].startswith("created   ok: every PT2H")
     assert lines[1].startswith("skipped   sun: solar schedules")
     assert lines[-1] == "2 PeriodicTask row(s): 1 created, 0 updated, 0 unchanged, 1 skipped"
+
+
+@db
+def test_a_database_without_django_celery_beats_tables_is_refused_in_one_line(
+    importer: Any,
+) -> None:
+    """Its migrations were never run here: say so, instead of a database traceback."""
+    with connection.cursor() as cursor:  # rolled back with the test's transaction
+        cursor.execute(f"DROP TABLE {PeriodicTask._meta.db_table} CASCADE")
+    with pytest.raises(CommandError) as caught:
+        call_command("import_beat", stdout=StringIO(), stderr=StringIO())
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("source: django-celery-beat's tables are missing")
+    assert "run `manage.py migrate django_celery_beat`" in message
+    assert not Job.objects.exists()

@@ -8,16 +8,18 @@ import re
 import sys
 import urllib.parse
 import urllib.request
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from scheduling.console import JobNames
 from scheduling.management.commands.runstack import DEMO_ADMIN, demo_login
-from scheduling.models import Execution
+from scheduling.models import Execution, Job
 from tests.conftest import Processes, free_port, wait_for
 
 db = pytest.mark.django_db
@@ -32,6 +34,44 @@ def test_the_demo_password_is_new_at_every_start() -> None:
     user = get_user_model().objects.get(username=DEMO_ADMIN)
     assert user.is_superuser and user.check_password(second[1])
     assert not user.check_password(first[1])
+
+
+@db
+def test_the_demo_is_refused_on_a_database_url_someone_set(settings: Any) -> None:
+    """This project's settings turn SCHEDULING_DEMO off whenever DATABASE_URL is set."""
+    settings.SCHEDULING_DEMO = False
+    users = get_user_model().objects
+    users.create_user(DEMO_ADMIN, password="theirs-and-unchanged")
+    with pytest.raises(CommandError, match="throwaway local database"):
+        call_command("loaddemo")
+    out = StringIO()
+    call_command("loaddemo", "--if-allowed", stdout=out)
+    assert "demo not loaded" in out.getvalue()
+    assert not Job.objects.exists()
+    user = users.get(username=DEMO_ADMIN)
+    assert not user.is_superuser and user.check_password("theirs-and-unchanged")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_runstack_on_a_database_url_makes_no_login(
+    processes: Processes, process_env: dict[str, str]
+) -> None:
+    get_user_model().objects.create_user(DEMO_ADMIN, password="theirs-and-unchanged")
+    port = free_port()
+    stack = processes.start(
+        [sys.executable, "manage.py", "runstack", "--port", str(port), "--concurrency", "1"],
+        env={k: v for k, v in process_env.items() if k != "SCHEDULING_DEMO"},
+        name="runstack",
+    )
+    wait_for(
+        lambda: "log in with your own account" in processes.log_of(stack),
+        timeout=60,
+        message="the no-demo-login line",
+    )
+    assert "with password" not in processes.log_of(stack)
+    user = get_user_model().objects.get(username=DEMO_ADMIN)
+    assert not user.is_superuser and user.check_password("theirs-and-unchanged")
 
 
 @db
@@ -88,13 +128,14 @@ class Browser:
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_runstack_serves_a_styled_admin_and_names_jobs(
-    processes: Processes, process_env: dict[str, str], tmp_path: Path
+    processes: Processes, process_env: dict[str, str], tmp_path: Path, settings: Any
 ) -> None:
+    settings.SCHEDULING_DEMO = True  # this test's database is a throwaway one
     call_command("loaddemo")
     port = free_port()
     stack = processes.start(
         [sys.executable, "manage.py", "runstack", "--port", str(port), "--concurrency", "1"],
-        env=process_env,
+        env={**process_env, "SCHEDULING_DEMO": "1"},
         name="runstack",
     )
     login = wait_for(
@@ -107,8 +148,8 @@ def test_runstack_serves_a_styled_admin_and_names_jobs(
     status, content_type, css = browser.get("/static/admin/css/base.css")
     assert status == 200 and content_type.startswith("text/css") and "body" in css
     index = browser.login(login.group(1), login.group(2))
-    assert "Site administration" in index and "/admin/dashboard/" in index
-    status, _, dashboard = browser.get("/admin/dashboard/")
+    assert "Site administration" in index and "/dashboard/" in index
+    status, _, dashboard = browser.get("/dashboard/")
     assert status == 200 and 'id="panel-chart"' in dashboard
     wait_for(
         lambda: re.search(r"execution\.completed name=quick ", processes.log_of(stack)),

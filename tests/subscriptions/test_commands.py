@@ -91,6 +91,12 @@ def test_add_prints_the_new_subscription_with_its_id_and_first_job() -> None:
             "ends_at (--end): 2030-01-31T09:00:00+00:00 is not after",
         ),
         (("--customer", " "), "customer (--customer): This field cannot be blank."),
+        (
+            ("--every", "P99999999D"),
+            "interval (--every): 'P99999999D' ends the first period after the year 9999",
+        ),
+        (("--quantity", "1000001"), "quantity (--quantity): 1000001 is more than 1,000,000"),
+        (("--quantity", "99999999999"), "quantity (--quantity): 99999999999 is more than"),
     ],
 )
 def test_bad_input_is_refused_naming_the_field(change: tuple[str, str], expected: str) -> None:
@@ -197,6 +203,48 @@ def test_a_shell_sees_one_error_line_and_a_failing_exit_code() -> None:
     assert result.returncode == 1
     assert result.stderr.strip() == "CommandError: unit_price (--price): -1 is negative"
     assert "Traceback" not in result.stderr
+
+
+def test_the_largest_quantity_is_taken() -> None:
+    argv = list(ADD)
+    argv[argv.index("--quantity") + 1] = "1000000"
+    assert call_json(*argv, *VALID)["items"][0]["quantity"] == 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("subscriptions", "add", "--customer", "c"), "--item, --quantity, --price, --every: are"),
+        (("subscriptions", "renew"), "ACTION: invalid choice: 'renew'"),
+        (("subscriptions", "cancel"), "id: is required"),
+        (("subscriptions", "gateway", "script", "c"), "--decline: one of --decline, --error is"),
+        (("subscriptions", "add", *ADD[2:], "--price"), "--price: expected a value"),
+    ],
+)
+def test_options_that_cannot_be_read_are_one_line_naming_the_option(
+    argv: tuple[str, ...], expected: str
+) -> None:
+    assert refused(*argv).startswith(expected)
+
+
+def test_a_shell_sees_option_errors_as_one_line_without_the_usage() -> None:
+    for argv, line in (
+        (("subscriptions", "add", "--customer", "c"),
+         "manage.py subscriptions add: error: --item, --quantity, --price, --every: are required"),
+        (("subscriptions", "jobs", "--subscription"),
+         "manage.py subscriptions jobs: error: --subscription: expected a value (for one that "
+         "starts with '-', write --subscription=VALUE)"),
+    ):  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "manage.py", *argv],
+            cwd=ROOT,
+            env={**__import__("os").environ, "DATABASE_URL": database_url()},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 2, argv
+        assert (result.stdout, result.stderr.strip()) == ("", line)
 
 
 def test_help_names_every_action() -> None:

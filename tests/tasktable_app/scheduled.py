@@ -6,8 +6,8 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduling.api import PermanentError, RunContext, task_table
-from tests.tasktable_app.models import Chore
+from scheduling.api import PermanentError, RunContext, schedulable_task, task_table
+from tests.tasktable_app.models import Chore, ChoreBatch, TeamChore
 
 
 @task_table(Chore)
@@ -30,3 +30,19 @@ def run_chore(chore: Chore, run: RunContext) -> dict[str, Any]:
     if run.attempt <= chore.fail_first:
         raise RuntimeError(f"failing attempt {run.attempt} of {chore.fail_first}")
     return {"attempt": run.attempt}
+
+
+@task_table(TeamChore, owner="owner")
+def run_team_chore(chore: TeamChore, run: RunContext) -> dict[str, Any]:
+    return {"chore": chore.name}
+
+
+@task_table(ChoreBatch, internal=True)
+def run_chore_batch(batch: ChoreBatch, run: RunContext) -> dict[str, Any]:
+    return {"batch": batch.name}
+
+
+@schedulable_task(name="tasktable_app.remind_team", permission="tasktable_app.send_reminders")
+def remind_team() -> str:
+    """A task only users with the ``send_reminders`` permission may schedule."""
+    return "reminded"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from emailer import services
@@ -23,7 +23,7 @@ from emailer.models import (
     SendEmailHistory,
     UncertainPolicy,
 )
-from scheduling.api import error_line, jobs_for_row, parse_instant
+from scheduling.api import OneLineCommand, jobs_for_row, parse_instant, positive_int
 
 #: Model fields whose command-line option has another name, for error messages.
 OPTION_NAMES = {
@@ -44,8 +44,9 @@ def csv_list(raw: str | None) -> list[str]:
     return [part.strip().lower() for part in (raw or "").split(",") if part.strip()]
 
 
-class Command(BaseCommand):
+class Command(OneLineCommand):
     help = "Manage mail projects, participants, mail tasks, their schedules and history."
+    option_names = OPTION_NAMES
 
     def add_arguments(self, parser: CommandParser) -> None:
         groups = parser.add_subparsers(dest="group", required=True, metavar="GROUP")
@@ -125,12 +126,12 @@ class Command(BaseCommand):
 
         history = self._action(groups, "history", "Runs, newest first, with their counts.")
         history.add_argument("--task", help="Only this task's runs.")
-        history.add_argument("--limit", type=int, default=20)
+        history.add_argument("--limit", type=positive_int, default=20, help="At most N (20).")
 
         sent = self._action(groups, "deliveries", "One task's per-participant deliveries.")
         sent.add_argument("--task", required=True)
         sent.add_argument("--state", choices=DeliveryState.values)
-        sent.add_argument("--limit", type=int, default=100)
+        sent.add_argument("--limit", type=positive_int, default=100, help="At most N (100).")
 
     @staticmethod
     def _action(actions: Any, name: str, text: str) -> CommandParser:
@@ -140,15 +141,12 @@ class Command(BaseCommand):
         )
         return parser
 
-    def execute(self, *args: Any, **options: Any) -> Any:
-        try:
-            return super().execute(*args, **options)
-        except ValidationError as exc:
-            raise CommandError(error_line(exc, options=OPTION_NAMES)) from None
-
     def handle(self, *args: Any, **o: Any) -> None:
         handler = getattr(self, f"do_{o['group']}_{o.get('action') or 'show'}")
         data, text = handler(o)
+        self.say(o, data, text)
+
+    def say(self, o: dict[str, Any], data: Any, text: str) -> None:
         if o["json"]:
             self.stdout.write(json.dumps(data, default=str))
         else:
@@ -186,12 +184,16 @@ class Command(BaseCommand):
                 report = services.import_participants(project=project, text=handle)
         except UnicodeDecodeError as exc:
             raise ValidationError({"file": f"not UTF-8 text: {exc.reason}"}) from None
-        lines = [
-            f"{report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
-            f"{len(report.refused)} refused"
-        ]
+        lines = [report.summary()]
         lines += [f"line {line}: {reason}" for line, reason in report.refused]
-        return report.as_dict(), "\n".join(lines)
+        if report.complete:
+            return report.as_dict(), "\n".join(lines)
+        # The report first (what went in, and why each other row did not), then the status.
+        self.say(o, report.as_dict(), "\n".join(lines))
+        raise CommandError(
+            f"file: {len(report.refused)} of {report.rows} rows not imported "
+            f"({report.duplicates} duplicate in file, {report.invalid} invalid)"
+        )
 
     def do_participants_unsubscribe(self, o: dict[str, Any]) -> tuple[Any, str]:
         project = services.get_project(o["project"])
@@ -301,7 +303,7 @@ class Command(BaseCommand):
                 "note": h.note,
                 "updated_at": h.updated_at,
             }
-            for h in runs[: max(1, o["limit"])]
+            for h in runs[: o["limit"]]
         ]
         lines = [
             f"{r['scheduled_batch_start_time']:%Y-%m-%d %H:%M} {r['task']:<20} {r['status']:<11} "
@@ -325,7 +327,7 @@ class Command(BaseCommand):
                 "tries": d.tries,
                 "finished_at": d.finished_at,
             }
-            for d in found[: max(1, o["limit"])]
+            for d in found[: o["limit"]]
         ]
         lines = [
             f"{r['occurrence']:%Y-%m-%d %H:%M} {r['email']:<32} {r['state']:<9} {r['reply']}"

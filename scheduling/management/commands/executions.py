@@ -1,4 +1,4 @@
-"""``manage.py executions [--job NAME] [--status S] [--limit N]``: the history, newest first."""
+"""``manage.py executions [--job NAME] [--owner USER] [--status S] [--limit N]``: the history."""
 
 from __future__ import annotations
 
@@ -16,14 +16,18 @@ class Command(DuecourseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument("--job", help="Only this job's executions.")
-        parser.add_argument("--owner", help="The job's owner, when names collide.")
+        parser.add_argument(
+            "--owner", help="Only this user's jobs; with --job, whose job it is (names collide)."
+        )
         parser.add_argument("--status", help="Only executions in this status.")
         parser.add_argument("--limit", type=int, default=50, help="At most N rows (50).")
         parser.add_argument("--attempts", action="store_true", help="Include every attempt.")
 
     def handle(self, *args: Any, **o: Any) -> None:
         job = selectors.find_job(o["job"], owner=o["owner"]) if o["job"] else None
-        rows = selectors.list_executions(job=job, status=o["status"], limit=o["limit"])
+        rows = selectors.list_executions(
+            job=job, owner=o["owner"], status=o["status"], limit=o["limit"]
+        )
         data = [selectors.execution_summary(e, attempts=o["attempts"]) for e in rows]
         lines = []
         for e in data:

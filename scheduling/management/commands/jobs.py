@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import api, jobs, pgtimes, selectors
+from scheduling import api, jobs, permissions, pgtimes, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
@@ -116,10 +117,12 @@ class Command(DuecourseCommand):
         getattr(self, f"do_{action}")(options)
 
     @staticmethod
-    def parse_values(o: dict[str, Any]) -> dict[str, Any]:
+    def parse_values(o: dict[str, Any], *, now: datetime) -> dict[str, Any]:
         """The JSON, instants and numbers of ``add``/``edit``, checked; one error per field.
 
         Options that were not given stay ``None``; an empty ``--start``/``--end`` is ``""``.
+        An ``--end`` already past is refused: the job would be saved finished, and a typo in
+        the year would pass unnoticed. An empty ``--tz`` is refused rather than read as UTC.
         """
         errors: dict[str, str] = {}
         parsed: dict[str, Any] = {}
@@ -140,6 +143,12 @@ class Command(DuecourseCommand):
                 parsed[field] = parse_instant(raw, field=field)
             except ValidationError as exc:
                 errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+        if isinstance(parsed.get("end"), datetime) and parsed["end"] <= now:
+            errors["end"] = (
+                f"{parsed['end'].isoformat()} has already passed; a job must end in the future"
+            )
+        if o["tz"] is not None and not o["tz"].strip():
+            errors["timezone"] = "must not be empty; give an IANA zone such as Europe/Paris"
         for field in ("max_retries", "timeout", "expires"):
             if o[field] is not None and o[field] < 0:
                 errors[field] = "must be zero or more"
@@ -154,11 +163,23 @@ class Command(DuecourseCommand):
             raise ValidationError(errors)
         return parsed
 
+    @staticmethod
+    def refuse_internal(task_table: str | None) -> None:
+        """A job made on the command line is made by hand: never on an internal task table.
+
+        Whoever runs ``manage.py`` holds the project's keys, so the owner's admin permissions
+        are not asked; the one rule that binds even superusers is."""
+        refused = permissions.internal_refusal(task_table) if task_table else None
+        if refused is not None:
+            raise ValidationError({"task_table": refused})
+
     def do_add(self, o: dict[str, Any]) -> None:
         now = timezone.now()
-        parsed = self.parse_values(o)
+        parsed = self.parse_values(o, now=now)
+        owner = jobs.owner_for(o["owner"])
+        self.refuse_internal(o["task_table"])
         job = jobs.create_job(
-            owner=jobs.owner_for(o["owner"]),
+            owner=owner,
             name=o["name"],
             task=o["task"],
             args=parsed["args"],
@@ -191,7 +212,7 @@ class Command(DuecourseCommand):
 
     def do_edit(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        parsed = self.parse_values(o)
+        parsed = self.parse_values(o, now=timezone.now())
         changes: dict[str, Any] = {}
         for option, field in (
             ("task", "task"),
@@ -223,6 +244,7 @@ class Command(DuecourseCommand):
                 timing[field] = parsed[option] or None
         if not changes and not timing:
             raise ValidationError({"input": "nothing to change; give at least one option"})
+        self.refuse_internal(changes.get("task_table"))
         job = jobs.edit_job(job=job, now=timezone.now(), timing=timing, **changes)
         job = selectors.find_job(job.name, owner=job.owner.get_username())
         self.emit(

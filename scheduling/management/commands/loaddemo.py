@@ -14,11 +14,11 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib.auth import get_user_model
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 from django.utils.module_loading import module_has_submodule
 
-from scheduling import jobs
+from scheduling import conf, jobs
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job
 from scheduling.schedules import parse_duration
@@ -41,8 +41,22 @@ class Command(DuecourseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
+        parser.add_argument(
+            "--if-allowed",
+            action="store_true",
+            help="Where the demo is not allowed, say so and exit 0 instead of failing.",
+        )
 
     def handle(self, *args: Any, **o: Any) -> None:
+        if not conf.get("DEMO"):
+            reason = (
+                "the demo is loaded only into a throwaway local database "
+                "(SCHEDULING_DEMO is off: this project's DATABASE_URL is set); nothing was written"
+            )
+            if o["if_allowed"]:
+                self.stdout.write(f"demo not loaded: {reason}")
+                return
+            raise CommandError(reason)
         now = timezone.now()
         users = get_user_model().objects
         created = []

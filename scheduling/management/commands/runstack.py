@@ -1,12 +1,15 @@
 """``manage.py runstack``: a worker, the scheduler and the admin together, for the local demo.
 
-Starts ``celery -A config worker``, ``manage.py runscheduler`` and a web server for the admin
-as child processes with the same settings, passes their output through with each job named
+Starts a Celery worker for the project's own app (``SCHEDULING_CELERY_APP``, or the module
+that holds Celery's current app), ``manage.py runscheduler`` and a web server for the admin as
+child processes with the same settings, passes their output through with each job named
 (``scheduling.console``), prints where the admin is and how to log in, and stops everything
 cleanly on Ctrl-C or SIGTERM.
 
-The login is a local demo superuser, ``demo-admin``, whose password is generated afresh at
-every start and printed once: there is no fixed password to leak.
+Where the demo is allowed (``SCHEDULING_DEMO``: this repository turns it on for its embedded
+default database only), the login is a local demo superuser, ``demo-admin``, whose password is
+generated afresh at every start and printed once: there is no fixed password to leak. Against
+any other database no account is made or changed.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from typing import IO, Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
+from django.urls import NoReverseMatch, reverse
 
+from scheduling import conf
+from scheduling.celeryapp import app_path
 from scheduling.console import JobNames
 from scheduling.management.base import DuecourseCommand, positive_int
 
@@ -56,6 +62,21 @@ def wait_until_listening(host: str, port: int, *, timeout: float, stop: threadin
                 return True
         stop.wait(0.2)
     return False
+
+
+def manage_command() -> list[str]:
+    """How to run another management command with this one's settings and project."""
+    script = os.path.abspath(sys.argv[0])
+    if os.path.basename(script) == "manage.py":
+        return [sys.executable, script]
+    return [sys.executable, "-m", "django"]
+
+
+def dashboard_url() -> str:
+    try:
+        return reverse("scheduling:dashboard")
+    except NoReverseMatch:
+        return ""
 
 
 def demo_login() -> tuple[str, str]:
@@ -91,13 +112,18 @@ class Command(DuecourseCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         python = sys.executable
+        try:
+            celery_app = conf.get("CELERY_APP") or app_path()
+        except LookupError as exc:
+            raise CommandError(str(exc)) from None
+        manage = manage_command()
         commands = {
             "worker": [
                 python,
                 "-m",
                 "celery",
                 "-A",
-                "config",
+                celery_app,
                 "worker",
                 "--loglevel",
                 o["loglevel"],
@@ -106,16 +132,20 @@ class Command(DuecourseCommand):
                 "--without-mingle",
                 "--without-gossip",
             ],
-            "scheduler": [python, "manage.py", "runscheduler"],
+            "scheduler": [*manage, "runscheduler"],
         }
         address = None
+        env = os.environ.copy()
         if not o["no_web"]:
             host, port = o["host"], o["port"]
             if not port_is_free(host, port):
                 port = free_port(host)
             address = f"http://{host}:{port}/admin/"
+            if not ({"EMAILER_SITE_URL", "SITE_URL"} & os.environ.keys()):
+                # Links in mail sent by this stack's worker point at the port it serves.
+                env["EMAILER_SITE_URL"] = f"http://{host}:{port}"
             # runserver without DEBUG: WhiteNoise serves the admin's styles.
-            commands["web"] = [python, "manage.py", "runserver", f"{host}:{port}", "--noreload"]
+            commands["web"] = [*manage, "runserver", f"{host}:{port}", "--noreload"]
         names = JobNames()
         children: dict[str, subprocess.Popen[str]] = {}
         stop = threading.Event()
@@ -127,7 +157,7 @@ class Command(DuecourseCommand):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
-                env=os.environ.copy(),
+                env=env,
                 start_new_session=True,
             )
             children[label] = child
@@ -137,12 +167,20 @@ class Command(DuecourseCommand):
             ).start()
         self.stdout.write(f"{', '.join(children)} started; press Ctrl-C to stop")
         if address:
-            username, password = demo_login()
+            login = demo_login() if conf.get("DEMO") else None
             # Said once the admin answers, so the login is not lost among the start banners.
             wait_until_listening(o["host"], port, timeout=WEB_START_TIMEOUT, stop=stop)
             self.stdout.write(f"admin: {address}")
-            self.stdout.write(f"log in as {username} with password {password}")
-            self.stdout.write(f"dashboard: {address}dashboard/")
+            if login is not None:
+                self.stdout.write(f"log in as {login[0]} with password {login[1]}")
+            else:
+                self.stdout.write(
+                    "log in with your own account (manage.py createsuperuser): the demo login "
+                    "is made only in a throwaway local database (SCHEDULING_DEMO)"
+                )
+            dashboard = dashboard_url()
+            if dashboard:
+                self.stdout.write(f"dashboard: http://{host}:{port}{dashboard}")
         died: list[str] = []
         try:
             while not stop.wait(0.5):

@@ -10,10 +10,10 @@ import json
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling.api import error_line, parse_instant
+from scheduling.api import OneLineCommand, parse_instant
 from subscriptions import payments, selectors, services
 from subscriptions.models import JobStatus
 
@@ -43,8 +43,9 @@ def parse_int(raw: str | None, *, field: str) -> int | None:
         raise ValidationError({field: f"{raw!r} is not a whole number"}) from None
 
 
-class Command(BaseCommand):
+class Command(OneLineCommand):
     help = "Create, cancel and inspect subscriptions; script the test payment gateway."
+    option_names = OPTIONS
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -98,12 +99,6 @@ class Command(BaseCommand):
         what.add_argument("--decline", help="Decline the next N charges.")
         what.add_argument("--error", help="Fail the next N calls with a gateway error.")
         script.add_argument("--json", action="store_true", help="Print one JSON value.")
-
-    def execute(self, *args: Any, **options: Any) -> Any:
-        try:
-            return super().execute(*args, **options)
-        except ValidationError as exc:
-            raise CommandError(error_line(exc, options=OPTIONS)) from None
 
     def handle(self, *args: Any, **o: Any) -> None:
         handler = getattr(self, f"do_{o['action']}")

@@ -21,7 +21,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import escape, format_html, format_html_join
 
-from emailer import services
+from emailer import sending, services
 from emailer.models import (
     Delivery,
     HistoryStatus,
@@ -31,7 +31,35 @@ from emailer.models import (
     SendEmailHistory,
     SendEmailTask,
 )
-from scheduling.api import jobs_for_row
+from scheduling.api import ago, instant, jobs_for_row
+
+
+def _when(moment: Any) -> str:
+    """A time as the engine's pages show it: relative, with the exact instant on hover."""
+    if moment is None:
+        return "-"
+    return format_html('<span title="{}">{}</span>', instant(moment), ago(moment, timezone.now()))
+
+
+def _outcome(history: SendEmailHistory | None) -> str:
+    """A run in a few words: "completed 12 s ago: 3 sent, 1 failed"."""
+    if history is None:
+        return "never"
+    counts = [
+        f"{value} {name}"
+        for name in ("sent", "failed", "uncertain", "deferred")
+        if (value := getattr(history, name))
+    ]
+    runs = f" ({history.runs} runs)" if history.runs > 1 else ""
+    when = history.last_batch_start_time or history.scheduled_batch_start_time
+    return format_html(
+        "{}{} {}{}",
+        history.status,
+        runs,
+        _when(when),
+        f": {', '.join(counts)}" if counts else "",
+    )
+
 
 #: Above this many participants a project page links to them instead of listing them inline.
 INLINE_LIMIT = 200
@@ -211,13 +239,14 @@ class SendEmailTaskForm(forms.ModelForm):
 @admin.register(SendEmailTask)
 class SendEmailTaskAdmin(admin.ModelAdmin):
     form = SendEmailTaskForm
-    list_display = ("name", "project", "batch_size", "rate", "on_uncertain", "updated_at")
+    # What decides a click; the sending knobs are on the task's page.
+    list_display = ("name", "project", "schedule", "next_run", "last_run")
     list_filter = ("project",)
     search_fields = ("name", "subject")
     list_select_related = ("project",)
-    readonly_fields = ("preview", "schedules")
+    readonly_fields = ("preview", "schedules", "audience")
     fieldsets = (
-        (None, {"fields": ("project", "name", "from_email", "note")}),
+        (None, {"fields": ("project", "name", "from_email", "note", "audience")}),
         ("Message", {"fields": ("subject", "body", "html_body", "preview")}),
         (
             "Who and how much",
@@ -259,6 +288,41 @@ class SendEmailTaskAdmin(admin.ModelAdmin):
             )
         return html
 
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        self.viewer = request.user  # whose jobs the schedule columns show
+        return super().changelist_view(request, extra_context)
+
+    def _jobs(self, task: SendEmailTask) -> list[Any]:
+        cache = task.__dict__.setdefault("_jobs_seen", {})
+        viewer = getattr(self, "viewer", None) or AnonymousUser()
+        if "jobs" not in cache:
+            cache["jobs"] = jobs_for_row(task, visible_to=viewer)
+        return cache["jobs"]
+
+    @admin.display(description="schedule")
+    def schedule(self, task: SendEmailTask) -> str:
+        found = self._jobs(task)
+        return "; ".join(j.schedule for j in found) if found else "not scheduled"
+
+    @admin.display(description="next run")
+    def next_run(self, task: SendEmailTask) -> str:
+        due = [j.next_due_at for j in self._jobs(task) if j.next_due_at and j.status == "active"]
+        return _when(min(due)) if due else "-"
+
+    @admin.display(description="last run")
+    def last_run(self, task: SendEmailTask) -> str:
+        return _outcome(task.history.order_by("-scheduled_batch_start_time", "-id").first())
+
+    @admin.display(description="audience")
+    def audience(self, task: SendEmailTask) -> str:
+        """Whether anybody is left to mail now, and if not, why."""
+        if task.pk is None:
+            return "-"
+        reason = sending.why_not_due(task, sending.selection_for(task, timezone.now()))
+        if reason is None:
+            return "participants are due: the next run mails them"
+        return format_html('<strong class="emailer-exhausted">Exhausted</strong>: {}', reason)
+
     def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
         task = super().get_object(request, object_id, from_field)
         if task is not None:
@@ -274,7 +338,9 @@ class SendEmailTaskAdmin(admin.ModelAdmin):
         if not found:
             return "none yet: `manage.py emailer task schedule NAME --cron ...`"
         return format_html_join(
-            "", "<div>{} · {} · next {}</div>", ((j.name, j.schedule, j.next_due_at) for j in found)
+            "",
+            "<div>{} · {} · next {}</div>",
+            ((j.name, j.schedule, _when(j.next_due_at)) for j in found),
         )
 
 
@@ -282,23 +348,40 @@ class SendEmailTaskAdmin(admin.ModelAdmin):
 class SendEmailHistoryAdmin(admin.ModelAdmin):
     """One row per run, with live counts; read-only, like all history."""
 
-    list_display = (
-        "task",
-        "scheduled_batch_start_time",
-        "status",
-        "sent",
-        "failed",
-        "deferred",
-        "uncertain",
-        "attempts",
-        "started_at",
-        "updated_at",
-        "note",
-    )
+    # What decides a click; attempts, exact times and the full reason are on the row's page.
+    list_display = ("task", "due", "status", "counts", "reason")
     list_filter = ("status", "task")
     list_select_related = ("task",)
     date_hierarchy = "scheduled_batch_start_time"
     change_list_template = "admin/emailer/sendemailhistory/change_list.html"
+
+    @admin.display(description="due", ordering="scheduled_batch_start_time")
+    def due(self, history: SendEmailHistory) -> str:
+        if history.runs > 1 and history.last_batch_start_time:
+            return format_html(
+                "{} runs, {} to {}",
+                history.runs,
+                _when(history.scheduled_batch_start_time),
+                _when(history.last_batch_start_time),
+            )
+        return _when(history.scheduled_batch_start_time)
+
+    @admin.display(description="deliveries")
+    def counts(self, history: SendEmailHistory) -> str:
+        words = [
+            f"{value} {name}"
+            for name in ("sent", "failed", "uncertain", "deferred")
+            if (value := getattr(history, name))
+        ]
+        return ", ".join(words) or "-"
+
+    @admin.display(description="reason")
+    def reason(self, history: SendEmailHistory) -> str:
+        note = history.note
+        if not note:
+            return "-"
+        short = note if len(note) < 40 else note[:39] + "…"
+        return format_html('<span title="{}">{}</span>', note, short)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         running = SendEmailHistory.objects.filter(status=HistoryStatus.RUNNING).exists()
@@ -315,10 +398,15 @@ class SendEmailHistoryAdmin(admin.ModelAdmin):
 class DeliveryAdmin(admin.ModelAdmin):
     """The per-participant ledger; read-only."""
 
-    list_display = ("email", "task", "occurrence", "state", "reply", "tries", "finished_at")
+    # What decides a click; the server's reply, the tries and the times are on the row's page.
+    list_display = ("email", "task", "when", "state")
     list_filter = ("state", "task")
     search_fields = ("email",)
     list_select_related = ("task",)
+
+    @admin.display(description="occurrence", ordering="occurrence")
+    def when(self, delivery: Delivery) -> str:
+        return _when(delivery.occurrence)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -236,6 +236,9 @@ class SendEmailHistory(models.Model):
 
     ``scheduled_batch_start_time`` is the occurrence's original due time, the same on every
     attempt; the counts are live while the run sends (refreshed every few seconds).
+    Consecutive runs that did nothing for the same reason share one row (``runs``, up to
+    ``last_batch_start_time``), so a task whose audience is exhausted does not add a row a
+    minute for ever.
     """
 
     task = models.ForeignKey(SendEmailTask, on_delete=models.CASCADE, related_name="history")
@@ -254,6 +257,17 @@ class SendEmailHistory(models.Model):
     skipped = models.PositiveIntegerField(default=0)
     uncertain = models.PositiveIntegerField(default=0)
     note = models.CharField(max_length=500, blank=True)
+    runs = models.PositiveIntegerField(
+        default=1,
+        db_default=1,
+        help_text="Consecutive runs this row stands for: runs of a task that did nothing (the "
+        "same reason) are summarised in one row, from its start time to the last one's.",
+    )
+    last_batch_start_time = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="With several runs: the due time of the latest of them.",
+    )
     updated_at = models.DateTimeField()
 
     class Meta:

@@ -35,6 +35,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import get_connection
 from django.db import transaction
+from django.db.models import F
 from django.template import TemplateSyntaxError
 from django.utils import timezone
 
@@ -153,6 +154,53 @@ def write_counts(
         setattr(history, name, value)
 
 
+def report_failures(run: RunContext, counts: dict[str, int]) -> None:
+    """Tell the engine about the run's failed and uncertain deliveries: they count as failures
+    on the dashboard, in ``/metrics`` and in ``manage.py executions``, though the run completed.
+    Called once, when the run completes (its counts cover every attempt)."""
+    failed = counts.get(DeliveryState.FAILED, 0)
+    uncertain = counts.get(DeliveryState.UNCERTAIN, 0)
+    if failed + uncertain:
+        run.report_failures(
+            failed + uncertain, f"{failed} failed and {uncertain} uncertain deliveries"
+        )
+
+
+@transaction.atomic
+def fold_idle_run(history: SendEmailHistory) -> bool:
+    """Summarise a run that did nothing into the task's previous row when that row, too, is
+    runs that did nothing for the same reason: its count goes up, its last time moves to this
+    run's, and this run's own row goes. True when it was folded.
+
+    A task whose audience is exhausted then keeps one row ("skipped, 1,440 runs, from … to
+    …") instead of gaining one a minute for ever.
+    """
+    previous = (
+        SendEmailHistory.objects.select_for_update()
+        .filter(
+            task_id=history.task_id,
+            scheduled_batch_start_time__lt=history.scheduled_batch_start_time,
+        )
+        .exclude(pk=history.pk)
+        .order_by("-scheduled_batch_start_time", "-id")
+        .first()
+    )
+    if (
+        previous is None
+        or previous.status != HistoryStatus.SKIPPED
+        or previous.note != history.note
+    ):
+        return False
+    SendEmailHistory.objects.filter(pk=previous.pk).update(
+        runs=F("runs") + history.runs,
+        last_batch_start_time=history.scheduled_batch_start_time,
+        finished_at=history.finished_at,
+        updated_at=history.updated_at,
+    )
+    SendEmailHistory.objects.filter(pk=history.pk, sent=0, failed=0, uncertain=0).delete()
+    return True
+
+
 def run_send_email_task(task: SendEmailTask, run: RunContext) -> dict[str, Any]:
     """Run one attempt of one occurrence of ``task`` (the task table's runner)."""
     now = timezone.now()
@@ -170,6 +218,10 @@ def run_send_email_task(task: SendEmailTask, run: RunContext) -> dict[str, Any]:
     if reason is not None:
         status = HistoryStatus.COMPLETED if sum(counts.values()) else HistoryStatus.SKIPPED
         write_counts(history, counts, now=timezone.now(), status=status, note=reason)
+        if status == HistoryStatus.COMPLETED:
+            report_failures(run, counts)
+        else:
+            fold_idle_run(history)
         logger.info("emailer.skipped task=%s history=%s reason=%s", task.pk, history.pk, reason)
         return {"status": status, "reason": reason, **counts}
     try:
@@ -198,6 +250,7 @@ def run_send_email_task(task: SendEmailTask, run: RunContext) -> dict[str, Any]:
         raise
     final = deliveries.count_run(history_id=history.pk)
     write_counts(history, final, now=timezone.now(), status=HistoryStatus.COMPLETED, note="")
+    report_failures(run, final)
     logger.info("emailer.completed task=%s history=%s counts=%s", task.pk, history.pk, final)
     return {"status": HistoryStatus.COMPLETED.value, **final}
 

@@ -21,7 +21,7 @@ permission on jobs (executions' cancel and retry too) and is written to the admi
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -30,16 +30,15 @@ from django.contrib.admin import helpers
 from django.contrib.admin.widgets import AdminSplitDateTime
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.db.models import Count, Exists, OuterRef, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import ngettext
 
-from scheduling import api, attempts, jobs, permissions, selectors
+from scheduling import api, attempts, jobs, permissions, readable, selectors, tasktables
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -96,6 +95,22 @@ def usable_schedules(request: HttpRequest) -> QuerySet[Schedule]:
     return schedules.filter(Exists(used.filter(owner=request.user)) | ~Exists(used))
 
 
+def describe_target(job: Job) -> str:
+    """What a job runs, as a person reads it: the task's name, or the task-table row by its
+    own name ("SendEmailTask: invitation"), or why the row cannot be found."""
+    if not job.task_table:
+        return job.task
+    try:
+        model = tasktables.get(job.task_table).model
+    except LookupError:
+        return f"{job.task_table} #{job.task_row_id} (not a task table)"
+    row = model._default_manager.filter(pk=job.task_row_id).first()
+    name = model._meta.verbose_name
+    if row is None:
+        return f"{name} #{job.task_row_id} (gone)"
+    return f"{name}: {row}"
+
+
 def _say(count: int, singular: str, plural: str) -> str:
     return ngettext(singular, plural, count) % {"count": count}
 
@@ -105,8 +120,11 @@ def _say(count: int, singular: str, plural: str) -> str:
 
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "in_words", "interval", "cron", "timezone", "run_at", "job_count")
+    list_display = ("__str__", "in_words", "timezone", "job_count")
     search_fields = ("name", "cron", "interval")
+
+    def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
+        return (InternalScheduleFilter,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
         return usable_schedules(request).annotate(job_total=Count("jobs"))
@@ -381,38 +399,73 @@ class HealthFilter(admin.SimpleListFilter):
         return queryset
 
 
+class InternalFilter(admin.SimpleListFilter):
+    """Jobs the engine made for a domain app on its own (due batches) are left out unless
+    asked for (``tasktables.internal_jobs``); their runs stay in the history."""
+
+    title = "made by"
+    parameter_name = "made_by"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("all", "Anyone, with internal jobs (due batches)"),
+            ("internal", "A domain app on its own (internal) only"),
+        ]
+
+    def choices(self, changelist: Any) -> Any:
+        yield {
+            "selected": self.value() is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "display": "People and code (internal jobs hidden)",
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        internal = self.internal_rows()
+        if self.value() == "all":
+            return queryset
+        if self.value() == "internal":
+            return queryset.filter(internal)
+        return queryset.exclude(internal)
+
+    def internal_rows(self) -> Q:
+        return tasktables.internal_jobs()
+
+
+class InternalScheduleFilter(InternalFilter):
+    """Schedules of internal jobs (the one-off instant of each due batch) are left out too."""
+
+    def internal_rows(self) -> Q:
+        return Q(Exists(Job.objects.filter(tasktables.internal_jobs(), schedule=OuterRef("pk"))))
+
+
 def _ago(moment: datetime, now: datetime) -> str:
-    if abs((now - moment).total_seconds()) < 60:
-        return "just now"
-    if moment > now:
-        return f"in {timeuntil(moment, now, depth=1)}"
-    return f"{timesince(moment, now, depth=1)} ago"
-
-
-def _seconds(delta: timedelta) -> str:
-    value = delta.total_seconds()
-    return f"{value:+.1f} s" if abs(value) < 120 else f"{value / 60:+.0f} min"
+    return readable.ago(moment, now)
 
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     form = JobForm
     change_list_template = "admin/scheduling/job/change_list.html"
+    # What decides a click; failures in 24 h and the last run's retries are on the job's page.
     list_display = (
         "name",
-        "owner",
+        "target",
         "status_badge",
         "schedule_in_words",
         "next_due",
         "last_run",
-        "failures",
-        "retries",
     )
     list_display_links = ("name",)
     search_fields = ("name", "task", "note", "owner__username")
     list_select_related = ("owner", "schedule")
     ordering = ("name",)
-    raw_id_fields = ("owner",)
+    raw_id_fields = ("owner",)  # the owner's name shows beside the field
     actions = (
         "run_now",
         "pause_jobs",
@@ -424,6 +477,8 @@ class JobAdmin(admin.ModelAdmin):
         "status",
         "pause_reason",
         "schedule_in_words",
+        "failures",
+        "retries",
         "next_due_at",
         "next_occurrence_at",
         "current_execution",
@@ -454,7 +509,7 @@ class JobAdmin(admin.ModelAdmin):
         return super().has_delete_permission(request, obj) and self._owns(request, obj)
 
     def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
-        found: tuple[Any, ...] = (HealthFilter, "queue")
+        found: tuple[Any, ...] = (HealthFilter, InternalFilter, "queue")
         return (*found, "owner") if sees_everything(request) else found
 
     # --- the form
@@ -562,7 +617,7 @@ class JobAdmin(admin.ModelAdmin):
         if due is None or job.status != JobStatus.ACTIVE:
             return "-"
         words = _ago(due, timezone.now())
-        return format_html('<span title="{}">{}</span>', due.isoformat(timespec="seconds"), words)
+        return format_html('<span title="{}">{}</span>', readable.instant(due), words)
 
     @admin.display(description="last run", ordering="last_scheduled_for")
     def last_run(self, job: Job) -> str:
@@ -571,14 +626,19 @@ class JobAdmin(admin.ModelAdmin):
             return "never"
         due: datetime = job.last_scheduled_for
         started: datetime | None = job.last_started_at
-        lag = f" · lag {_seconds(started - due)}" if started else ""
+        lag = f" · lag {readable.lag(started - due)}" if started else ""
         return format_html(
             '{} <span title="{}">{}</span>{}',
             badge(status),
-            due.isoformat(timespec="seconds"),
+            readable.instant(due),
             _ago(due, timezone.now()),
             lag,
         )
+
+    @admin.display(description="runs")
+    def target(self, job: Job) -> str:
+        """What the job runs: its task, or its task-table row by the row's own name."""
+        return describe_target(job)
 
     # Not sortable: sorting by it would count every job's last day of history.
     @admin.display(description="failures 24 h")
@@ -707,16 +767,14 @@ class AttemptInline(admin.TabularInline):
 
 @admin.register(Execution)
 class ExecutionAdmin(admin.ModelAdmin):
+    # What decides a click; the worker, the exact times and the heartbeat are on its page.
     list_display = (
         "job",
-        "scheduled_for",
+        "due",
         "status_badge",
-        "retry_count",
-        "worker",
-        "started_at",
-        "finished_at",
-        "last_heartbeat_at",
-        "duplicates",
+        "retries",
+        "took",
+        "failed_items",
     )
     list_filter = ("status",)
     search_fields = ("job__name", "task", "task_id", "worker")
@@ -755,6 +813,33 @@ class ExecutionAdmin(admin.ModelAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, execution: Execution) -> str:
         return badge(execution.status, title=(execution.last_error or "")[:200])
+
+    @admin.display(description="due", ordering="scheduled_for")
+    def due(self, execution: Execution) -> str:
+        when = execution.scheduled_for
+        return format_html(
+            '<span title="{}">{}</span>', readable.instant(when), _ago(when, timezone.now())
+        )
+
+    @admin.display(description="retries", ordering="retry_count")
+    def retries(self, execution: Execution) -> int:
+        return execution.retry_count
+
+    @admin.display(description="took")
+    def took(self, execution: Execution) -> str:
+        if execution.started_at is None or execution.finished_at is None:
+            return "-"
+        return readable.span((execution.finished_at - execution.started_at).total_seconds())
+
+    @admin.display(description="failed items", ordering="item_failures")
+    def failed_items(self, execution: Execution) -> Any:
+        if not execution.item_failures:
+            return "-"
+        return format_html(
+            '<span title="{}">{}</span>',
+            execution.item_failure_detail,
+            execution.item_failures,
+        )
 
     @admin.action(
         description="Cancel the selected running or queued executions", permissions=["operate"]

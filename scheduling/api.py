@@ -21,9 +21,14 @@ a worked example.
   ``error_line`` (a ``ValidationError`` as one line, each field named with the option that set
   it), the same as the engine's own commands use.
 - Run it: a runner receives its row and a ``RunContext`` (ids, the occurrence's due time, the
-  attempt number, the last checkpoint, ``save_checkpoint`` and ``progress``), never the
-  ledger's ORM rows or Celery objects. Raise ``PermanentError`` for what a retry cannot fix;
-  any other exception is retried under the job's retry policy.
+  attempt number, the last checkpoint, ``save_checkpoint``, ``progress`` and
+  ``report_failures``), never the ledger's ORM rows or Celery objects. Raise
+  ``PermanentError`` for what a retry cannot fix; any other exception is retried under the
+  job's retry policy. A run that completes although some of its items failed (a declined
+  renewal, an undelivered message) says so with ``run.report_failures(count, detail)``; the
+  dashboard, ``/metrics`` and ``manage.py executions`` count them.
+- Show times as the engine does: ``ago`` ("12 s ago", "in 3 min"), ``instant`` (to the
+  second, UTC), ``span`` (a length of time) and ``describe_interval`` ("every 10 seconds").
 
 Jobs made from code without an ``owner`` belong to the system user ``SYSTEM_OWNER``: an
 inactive account that cannot log in, which superusers see in the admin and which no staff
@@ -43,6 +48,7 @@ from scheduling import jobs as _jobs
 from scheduling import permissions, tasktables
 from scheduling.celeryapp import celery_app
 from scheduling.cli import OneLineCommand, positive_int
+from scheduling.readable import ago, describe_interval, instant, span
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
@@ -63,9 +69,12 @@ __all__ = [
     "RunContext",
     "ScheduledTask",
     "Timing",
+    "ago",
     "cancel",
+    "describe_interval",
     "error_line",
     "executions",
+    "instant",
     "job",
     "jobs_for_row",
     "parse_instant",
@@ -76,6 +85,7 @@ __all__ = [
     "schedulable_task",
     "schedule_row",
     "schedule_task",
+    "span",
     "task_table",
     "unschedule",
     "unschedule_row",

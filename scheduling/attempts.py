@@ -194,6 +194,18 @@ def save_checkpoint(*, execution_id: int, checkpoint: Any) -> None:
     )
 
 
+#: The longest detail a run's report of failed items keeps.
+ITEM_FAILURE_DETAIL_MAX = 2000
+
+
+def record_item_failures(*, execution_id: int, count: int, detail: str) -> None:
+    """Add ``count`` failed items to the execution's tally (``RunContext.report_failures``)."""
+    Execution.objects.filter(pk=execution_id).update(
+        item_failures=F("item_failures") + count,
+        item_failure_detail=detail[:ITEM_FAILURE_DETAIL_MAX],
+    )
+
+
 def _release_job(execution: Execution, *, now: datetime) -> None:
     """Let a forbid-overlap job's next occurrence be claimed, and count the run."""
     if execution.job_id is None:
@@ -227,24 +239,42 @@ def _attempt_running(execution_id: int, attempt: int | None) -> Q:
     )
 
 
-def complete_execution(*, execution_id: int, now: datetime, attempt: int | None = None) -> bool:
+def complete_execution(
+    *,
+    execution_id: int,
+    now: datetime,
+    attempt: int | None = None,
+    result: dict[str, Any] | None = None,
+) -> bool:
     """Finish a running execution successfully, count the run and release its job.
 
     ``attempt`` is the attempt number the worker started; the write happens only while that
-    attempt is still the running one.
+    attempt is still the running one. ``result`` (a Django task's return value, as
+    ``{"value": …}``) is written in the same statement, so a run is never completed without it.
     """
     if connection.vendor == "postgresql":
-        changed, job_id = _complete_in_one_statement(execution_id, now=now, attempt=attempt)
+        changed, job_id = _complete_in_one_statement(
+            execution_id, now=now, attempt=attempt, result=result
+        )
         if not changed:
             return False
     else:
         with transaction.atomic(durable=True):
+            kept: dict[str, Any] = {}
+            if result is not None:
+                # Merged into what earlier attempts left (their errors), as on PostgreSQL.
+                before = Execution.objects.filter(pk=execution_id).values_list("result", flat=True)
+                kept["result"] = {**(before.first() or {}), **result}
             changed = Execution.objects.filter(
                 _attempt_running(execution_id, attempt),
                 pk=execution_id,
                 status=ExecutionStatus.RUNNING,
             ).update(
-                status=ExecutionStatus.COMPLETED, finished_at=now, last_error="", updated_at=now
+                status=ExecutionStatus.COMPLETED,
+                finished_at=now,
+                last_error="",
+                updated_at=now,
+                **kept,
             )
             if not changed:
                 return False
@@ -257,12 +287,18 @@ def complete_execution(*, execution_id: int, now: datetime, attempt: int | None 
 
 
 def _complete_in_one_statement(
-    execution_id: int, *, now: datetime, attempt: int | None
+    execution_id: int, *, now: datetime, attempt: int | None, result: dict[str, Any] | None
 ) -> tuple[bool, int | None]:
     """The completion as one PostgreSQL statement: (whether it was running, its job)."""
     row = sql.execute_hot(
         sql.COMPLETE_EXECUTION,
-        {**sql.COMPLETE_EXECUTION_VALUES, "id": execution_id, "now": now, "attempt": attempt},
+        {
+            **sql.COMPLETE_EXECUTION_VALUES,
+            "id": execution_id,
+            "now": now,
+            "attempt": attempt,
+            "result": result,
+        },
     )
     return (False, None) if row is None else (True, row[0])
 
@@ -271,6 +307,29 @@ def _finish_attempt(execution_id: int, outcome: str, error: str, now: datetime) 
     Attempt.objects.filter(execution_id=execution_id, outcome=AttemptOutcome.RUNNING).update(
         outcome=outcome, finished_at=now, error=error[:MAX_ERROR]
     )
+
+
+#: Attempts lost with their worker (killed, or shut down under them) that a Django task run
+#: gets again even when it asked for no retries: the framework's run must not be lost.
+LOST_OUTCOMES = (AttemptOutcome.ABANDONED, AttemptOutcome.INTERRUPTED)
+
+
+def retries_allowed(execution: Execution, outcome: str) -> int:
+    """How many retries ``execution`` may have after an attempt that ended with ``outcome``.
+
+    A job's executions follow the job's ``max_retries``. A run enqueued through Django's Tasks
+    framework follows its task's ``max_retries`` (0 unless the task opts in) for errors it
+    raised; an attempt lost with its worker is retried up to ``SCHEDULING_DEFAULT_MAX_RETRIES``
+    times whatever the task says, since the body may never have run. Ad-hoc runs take the
+    default.
+    """
+    default = int(conf.get("DEFAULT_MAX_RETRIES"))
+    if execution.job is not None:
+        return int(execution.job.max_retries)
+    if execution.call is not None:
+        asked = int(execution.call.get("max_retries", 0))
+        return max(asked, default) if outcome in LOST_OUTCOMES else asked
+    return default
 
 
 def fail_attempt(
@@ -284,6 +343,7 @@ def fail_attempt(
     from_statuses: Sequence[str] = (ExecutionStatus.RUNNING,),
     attempt: int | None = None,
     stale_before: datetime | None = None,
+    task_error: dict[str, str] | None = None,
 ) -> str | None:
     """End the running attempt with ``outcome``; retry the execution or fail it.
 
@@ -309,8 +369,11 @@ def fail_attempt(
         if execution is None:
             return None
         job = execution.job
-        max_retries = job.max_retries if job else conf.get("DEFAULT_MAX_RETRIES")
+        max_retries = retries_allowed(execution, outcome)
         execution.last_error = error[:MAX_ERROR]
+        if task_error is not None:
+            kept = execution.result or {}
+            execution.result = {**kept, "errors": [*kept.get("errors", []), task_error]}
         execution.updated_at = now
         if permanent or execution.retry_count >= max_retries:
             execution.status = ExecutionStatus.FAILED
@@ -340,6 +403,7 @@ def fail_attempt(
                 "finished_at",
                 "last_error",
                 "updated_at",
+                *(["result"] if task_error is not None else []),
             ]
         )
         _finish_attempt(execution_id, outcome, error, now)

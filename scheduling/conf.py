@@ -95,6 +95,22 @@ KNOBS: dict[str, Knob] = {
     "HEALTH_TICK_AGE": Knob(
         60.0, float, "/health/ fails when no scheduler has ticked for this many seconds."
     ),
+    "DASHBOARD_LAG_WARN": Knob(
+        5.0,
+        float,
+        "The dashboard shows a lag percentile (start minus due) amber from here, in seconds.",
+    ),
+    "DASHBOARD_LAG_ALERT": Knob(
+        30.0, float, "The dashboard shows a lag percentile red from here, in seconds."
+    ),
+    "DASHBOARD_FAILURES_WARN": Knob(
+        1,
+        int,
+        "The dashboard shows failures in 24 h (failed runs, failed items) amber from this many.",
+    ),
+    "DASHBOARD_FAILURES_ALERT": Knob(
+        10, int, "The dashboard shows failures in 24 h red from this many."
+    ),
     "CATCH_UP_LIMIT": Knob(
         100, int, "Missed occurrences a catch_up job with overlap=allow creates per claim."
     ),

@@ -62,3 +62,34 @@ class JobNames:
         if not name:
             return line
         return f"{line[: event.end()]} name={name}{line[event.end() :]}"
+
+
+#: Celery's own lines about each task, which repeat the engine's ``execution.started`` and
+#: ``execution.completed`` lines: said once is enough.
+_CELERY_TASK_LINE = re.compile(r"\bTask [\w.]+\[[0-9a-f-]+\] (received|succeeded in)\b")
+#: The prefix Celery puts on whatever a worker process writes to stderr (the project's own log
+#: lines, which already carry their time and level): ``[2030-… 09:00:00,123: WARNING/Fork…] ``.
+_REDIRECTED = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+: WARNING/[\w-]+\] ")
+
+
+class Quieter:
+    """What ``runstack`` drops from its children's output so each execution is printed once:
+    Celery's received/succeeded lines, its re-tagging of the project's own log lines as
+    WARNING (with a second timestamp), and the SecurityWarning block it prints when started
+    as root. One per child (the SecurityWarning block spans lines)."""
+
+    def __init__(self) -> None:
+        self._in_warning = False
+
+    def keep(self, line: str) -> str | None:
+        """``line`` as it should be printed, or None to drop it."""
+        if self._in_warning:
+            if not line.strip():
+                self._in_warning = False
+            return None
+        if "SecurityWarning" in line:
+            self._in_warning = True
+            return None
+        if _CELERY_TASK_LINE.search(line):
+            return None
+        return _REDIRECTED.sub("", line)

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from scheduling import conf, overview, ticks
+from scheduling import conf, overview, readable, ticks
 from scheduling.models import ExecutionStatus
 
 CHART_HEIGHT = 120
@@ -80,17 +80,47 @@ def chart(hours: list[tuple[datetime, dict[str, int]]]) -> dict[str, Any]:
     }
 
 
-def panels(*, now: datetime, owner_id: int | None) -> dict[str, Any]:
-    """Every panel's data; ``owner_id`` limits them to one owner's jobs."""
+def judge(value: float | None, *, warn: float, alert: float) -> str:
+    """A number against its two thresholds from settings: "ok", "warn" or "bad"."""
+    if value is None or value < warn:
+        return "ok"
+    return "bad" if value >= alert else "warn"
+
+
+def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> dict[str, Any]:
+    """Every panel's data; ``owner_id`` limits them to one owner's jobs, and the job panels
+    leave out the jobs made for a domain app on its own unless ``internal``."""
     lag = overview.lag_percentiles(now=now, owner_id=owner_id)
+    failures = overview.recent_failures(now=now, owner_id=owner_id)
+    items = overview.item_failures(now=now, owner_id=owner_id)
+    failed = failures.count + items.count
+    lag_warn, lag_alert = conf.get("DASHBOARD_LAG_WARN"), conf.get("DASHBOARD_LAG_ALERT")
     return {
-        "due_soon": overview.due_soon(now=now, owner_id=owner_id),
+        "due_soon": overview.due_soon(now=now, owner_id=owner_id, internal=internal),
         "running": overview.running(now=now, owner_id=owner_id),
         "stale": overview.stale(now=now, owner_id=owner_id),
-        "late": overview.late(now=now, owner_id=owner_id),
-        "failures": overview.recent_failures(now=now, owner_id=owner_id),
+        "late": overview.late(now=now, owner_id=owner_id, internal=internal),
+        "failures": failures,
+        "item_failures": items,
+        "failed_total": failed,
+        "failures_judged": judge(
+            failed,
+            warn=conf.get("DASHBOARD_FAILURES_WARN"),
+            alert=conf.get("DASHBOARD_FAILURES_ALERT"),
+        ),
         "chart": chart(overview.executions_per_hour(now=now, owner_id=owner_id)),
-        "lag": [(f"p{round(q * 100)}", seconds) for q, seconds in lag.items()],
+        "lag": [
+            (
+                f"p{round(q * 100)}",
+                None if seconds is None else readable.span(seconds),
+                judge(seconds, warn=lag_warn, alert=lag_alert),
+            )
+            for q, seconds in lag.items()
+        ],
+        "failures_warn": conf.get("DASHBOARD_FAILURES_WARN"),
+        "failures_alert": conf.get("DASHBOARD_FAILURES_ALERT"),
+        "lag_warn": readable.span(lag_warn),
+        "lag_alert": readable.span(lag_alert),
     }
 
 
@@ -99,6 +129,7 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
     user: Any = request.user
     owner_id = None if user.is_superuser else user.pk
     last_tick = ticks.last_tick()
+    internal = request.GET.get("internal") == "1"
     context = {
         **admin.site.each_context(request),
         "title": "Dashboard",
@@ -106,8 +137,10 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
         "scoped": owner_id is not None,
         "last_tick": last_tick,
         "tick_age": (now - last_tick).total_seconds() if last_tick else None,
+        "tick_ago": readable.ago(last_tick, now),
+        "internal": internal,
         "tick_age_limit": conf.get("HEALTH_TICK_AGE"),
-        **panels(now=now, owner_id=owner_id),
+        **panels(now=now, owner_id=owner_id, internal=internal),
     }
     return TemplateResponse(request, "scheduling/dashboard.html", context)
 

@@ -49,6 +49,22 @@ class LedgerCollector(Collector):
             recent.add_metric([status], count)
         yield recent
 
+        enqueued = GaugeMetricFamily(
+            "duecourse_django_task_runs_last_hour",
+            "Runs enqueued through Django's Tasks framework and due in the last hour, by status.",
+            labels=["status"],
+        )
+        for status, count in overview.enqueued_by_status(now=now, within=RECENT_WINDOW).items():
+            enqueued.add_metric([status], count)
+        yield enqueued
+
+        yield GaugeMetricFamily(
+            "duecourse_item_failures_last_day",
+            "Single items that failed inside runs due in the last 24 hours, as the runs "
+            "reported them (declined renewals, undelivered messages).",
+            value=overview.item_failures(now=now).count,
+        )
+
         lag = GaugeMetricFamily(
             "duecourse_dispatch_lag_seconds",
             "Start minus due time of executions due in the last hour, by quantile.",

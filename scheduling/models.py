@@ -19,7 +19,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.timezone import now as current_time
 
-from scheduling import schedules, validation
+from scheduling import readable, schedules, validation
 from scheduling.schedules import Misfire, ScheduleError, Timing
 
 
@@ -66,11 +66,11 @@ class Schedule(models.Model):
 
     def describe(self) -> str:
         if self.interval:
-            text = f"every {self.interval}"
+            text = readable.describe_interval(self.interval)
         elif self.cron:
             text = f"cron {self.cron!r} ({self.timezone})"
         else:
-            text = f"once at {self.run_at:%Y-%m-%d %H:%M:%S %Z}" if self.run_at else "once"
+            text = f"once at {readable.instant(self.run_at)}" if self.run_at else "once"
         return text
 
     @property
@@ -278,6 +278,31 @@ class Execution(models.Model):
     duplicates = models.PositiveIntegerField(
         default=0, help_text="Extra messages for this execution, acknowledged and ignored."
     )
+    call = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="A run enqueued through Django's Tasks framework: its arguments, queue, "
+        "priority, backend and retries (a job's executions take these from the job).",
+    )
+    result = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Django task runs: the return value ({'value': …}) and the errors raised.",
+    )
+    item_failures = models.PositiveIntegerField(
+        "failed items",
+        default=0,
+        db_default=0,
+        help_text="Single items that failed inside the run, as its runner reported them "
+        "(RunContext.report_failures): a renewal declined, a message not delivered.",
+    )
+    item_failure_detail = models.TextField(
+        "failed items: detail",
+        blank=True,
+        default="",
+        db_default="",
+        help_text="What the runner said about the failed items in its latest report.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -318,6 +343,13 @@ class Execution(models.Model):
             # it holds only failed rows and costs nothing when executions succeed.
             models.Index(
                 fields=["finished_at"], name="execution_failed_idx", condition=Q(status="failed")
+            ),
+            # overview.item_failures: "runs due in the last 24 h that reported failed items";
+            # partial, so it holds only those rows.
+            models.Index(
+                fields=["scheduled_for"],
+                name="execution_item_failures_idx",
+                condition=Q(item_failures__gt=0),
             ),
         ]
         ordering = ["-scheduled_for", "-id"]

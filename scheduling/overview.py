@@ -4,8 +4,9 @@ Every read is bounded in time or limited to a small partial index, so its cost f
 recent work, never the size of the history: ``due_soon`` reads ``job_due_idx``; ``running``
 and ``stale`` read ``execution_running_idx``; ``late`` reads ``job_due_idx`` and
 ``execution_waiting_idx`` / ``execution_retry_idx``; ``recent_failures`` reads
-``execution_failed_idx``; ``executions_per_hour`` and ``lag_percentiles`` read
-``execution_recent_idx`` alone. bench/dashboard.py times each with a million executions.
+``execution_failed_idx``; ``item_failures`` reads ``execution_item_failures_idx``;
+``executions_per_hour`` and ``lag_percentiles`` read ``execution_recent_idx`` alone.
+bench/dashboard.py times each with a million executions.
 
 ``owner_id`` limits a read to one owner's jobs (staff users who are not superusers).
 """
@@ -19,11 +20,11 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from scheduling import conf, sql
+from scheduling import conf, sql, tasktables
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
 
 DAY = timedelta(hours=24)
@@ -42,8 +43,8 @@ class Panel:
     rows: list[Any]
 
 
-def _jobs(owner_id: int | None) -> QuerySet[Job]:
-    rows = Job.objects.all()
+def _jobs(owner_id: int | None, *, internal: bool = True) -> QuerySet[Job]:
+    rows = Job.objects.all() if internal else Job.objects.exclude(tasktables.internal_jobs())
     return rows if owner_id is None else rows.filter(owner_id=owner_id)
 
 
@@ -52,9 +53,14 @@ def _executions(owner_id: int | None) -> QuerySet[Execution]:
     return rows if owner_id is None else rows.filter(job__owner_id=owner_id)
 
 
-def _waiting_jobs(owner_id: int | None) -> QuerySet[Job]:
-    """Active jobs not waiting on an execution: exactly the rows of ``job_due_idx``."""
-    return _jobs(owner_id).filter(status=JobStatus.ACTIVE, current_execution__isnull=True)
+def _waiting_jobs(owner_id: int | None, *, internal: bool = True) -> QuerySet[Job]:
+    """Active jobs not waiting on an execution: exactly the rows of ``job_due_idx``.
+
+    ``internal=False`` leaves out the jobs made for a domain app on its own (due batches).
+    """
+    return _jobs(owner_id, internal=internal).filter(
+        status=JobStatus.ACTIVE, current_execution__isnull=True
+    )
 
 
 def _panel(rows: QuerySet[Any], limit: int) -> Panel:
@@ -64,11 +70,16 @@ def _panel(rows: QuerySet[Any], limit: int) -> Panel:
 
 
 def due_soon(
-    *, now: datetime, within: timedelta = HOUR, limit: int = 10, owner_id: int | None = None
+    *,
+    now: datetime,
+    within: timedelta = HOUR,
+    limit: int = 10,
+    owner_id: int | None = None,
+    internal: bool = True,
 ) -> Panel:
     """Jobs whose next occurrence falls due between now and ``within`` from now."""
     rows = (
-        _waiting_jobs(owner_id)
+        _waiting_jobs(owner_id, internal=internal)
         .filter(next_due_at__gte=now, next_due_at__lt=now + within)
         .select_related("schedule")
         .order_by("next_due_at")
@@ -114,10 +125,16 @@ class Late:
         return self.jobs.count + self.executions.count
 
 
-def late(*, now: datetime, limit: int = 10, owner_id: int | None = None) -> Late:
+def late(
+    *, now: datetime, limit: int = 10, owner_id: int | None = None, internal: bool = True
+) -> Late:
     """Jobs still unclaimed and executions still unstarted past their due time plus grace."""
     cutoff = now - timedelta(seconds=conf.get("MISFIRE_GRACE"))
-    jobs = _waiting_jobs(owner_id).filter(next_due_at__lt=cutoff).order_by("next_due_at")
+    jobs = (
+        _waiting_jobs(owner_id, internal=internal)
+        .filter(next_due_at__lt=cutoff)
+        .order_by("next_due_at")
+    )
     waiting = (
         _executions(owner_id)
         .filter(
@@ -144,6 +161,29 @@ def recent_failures(
         .order_by("-finished_at")
     )
     return _panel(rows, limit)
+
+
+@dataclass(frozen=True)
+class ItemFailures:
+    """Single items that failed inside runs (``RunContext.report_failures``): how many in
+    all, and the runs that reported them, newest first."""
+
+    count: int
+    runs: Panel
+
+
+def item_failures(
+    *, now: datetime, within: timedelta = DAY, limit: int = 10, owner_id: int | None = None
+) -> ItemFailures:
+    """Failed items reported by runs due within ``within`` (``execution_item_failures_idx``)."""
+    rows = (
+        _executions(owner_id)
+        .filter(item_failures__gt=0, scheduled_for__gte=now - within)
+        .select_related("job")
+        .order_by("-scheduled_for")
+    )
+    total = rows.order_by().aggregate(n=Sum("item_failures"))["n"] or 0
+    return ItemFailures(count=int(total), runs=_panel(rows, limit))
 
 
 def executions_per_hour(
@@ -259,6 +299,26 @@ def recent_by_status(*, now: datetime, within: timedelta = HOUR) -> dict[str, in
     counts = dict.fromkeys(ExecutionStatus.values, 0)
     rows = (
         Execution.objects.filter(scheduled_for__gte=now - within, scheduled_for__lt=now)
+        .values("status")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for row in rows:
+        counts[row["status"]] = row["n"]
+    return counts
+
+
+def enqueued_by_status(*, now: datetime, within: timedelta = HOUR) -> dict[str, int]:
+    """Runs enqueued through Django's Tasks framework and due within ``within``, by status.
+
+    The same bounded range of the recent-executions index as ``recent_by_status``; only the
+    rows that carry a ``call`` (a job's executions do not) are counted.
+    """
+    counts = dict.fromkeys(ExecutionStatus.values, 0)
+    rows = (
+        Execution.objects.filter(
+            scheduled_for__gte=now - within, scheduled_for__lt=now, call__isnull=False
+        )
         .values("status")
         .annotate(n=Count("*"))
         .order_by()

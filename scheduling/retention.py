@@ -6,6 +6,11 @@ table for minutes, so ``prune_history`` deletes a bounded batch per short transa
 ``execution_recent_idx`` from the oldest row forward. Only finished executions go (never a
 pending, queued, retrying or running one), and the latest ``keep_last`` of every job stay
 whatever their age, so a job that ran once a year still shows its last run.
+
+The one-off jobs the engine made for a domain app on its own (``tasktables.internal_jobs``:
+subscriptions' due batches) would otherwise pile up, one per batch: once such a job is
+completed, its instant is older than the cutoff and nothing of it is unfinished, it goes with
+its whole history (``finished_one_offs``) and its schedule.
 """
 
 from __future__ import annotations
@@ -19,9 +24,17 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
-from scheduling.models import EXECUTION_FINISHED, Attempt, Execution, Job
+from scheduling import tasktables
+from scheduling.models import (
+    EXECUTION_FINISHED,
+    Attempt,
+    Execution,
+    Job,
+    JobStatus,
+    Schedule,
+)
 from scheduling.schedules import ScheduleError, parse_duration
 
 logger = logging.getLogger("scheduling")
@@ -59,6 +72,7 @@ class PruneReport:
     attempts: int = 0
     batches: int = 0
     finished: bool = True
+    one_offs: int = 0
     by_job: Counter[int | None] = field(default_factory=Counter)
 
     def as_dict(self, names: dict[int, str]) -> dict[str, object]:
@@ -69,6 +83,7 @@ class PruneReport:
             "attempts": self.attempts,
             "batches": self.batches,
             "finished": self.finished,
+            "one_offs": self.one_offs,
             "jobs": {
                 (names.get(job_id, f"#{job_id}") if job_id else "(ad hoc)"): count
                 for job_id, count in self.by_job.most_common()
@@ -91,6 +106,34 @@ def prunable(*, cutoff: datetime, keep_last: int) -> QuerySet[Execution]:
     return rows.exclude(
         pk__in=Job.objects.filter(current_execution__isnull=False).values("current_execution_id")
     )
+
+
+def finished_one_offs(*, cutoff: datetime) -> QuerySet[Job]:
+    """Internal one-off jobs that are done: completed, due before ``cutoff``, and with no
+    execution that is unfinished or due since."""
+    recent = Execution.objects.filter(job_id=OuterRef("pk")).filter(
+        ~Q(status__in=EXECUTION_FINISHED) | Q(scheduled_for__gte=cutoff)
+    )
+    return Job.objects.filter(
+        tasktables.internal_jobs(),
+        status=JobStatus.COMPLETED,
+        schedule__run_at__lt=cutoff,
+        current_execution__isnull=True,
+    ).exclude(Exists(recent))
+
+
+def _remove_one_offs(ids: list[int]) -> tuple[int, int]:
+    """Delete the jobs, their executions and attempts, and their schedules no other job uses,
+    in one transaction; returns (executions, attempts) deleted."""
+    with transaction.atomic():
+        schedules = list(Job.objects.filter(pk__in=ids).values_list("schedule_id", flat=True))
+        attempts = Attempt.objects.filter(execution__job_id__in=ids).delete()[0]
+        executions = Execution.objects.filter(job_id__in=ids).delete()[0]
+        Job.objects.filter(pk__in=ids).delete()
+        Schedule.objects.filter(pk__in=schedules).exclude(
+            Exists(Job.objects.filter(schedule=OuterRef("pk")))
+        ).delete()
+    return executions, attempts
 
 
 def prune_history(
@@ -119,7 +162,9 @@ def prune_history(
         ) from None
     report = PruneReport(cutoff=cutoff, keep_last=keep_last)
     rows = prunable(cutoff=report.cutoff, keep_last=keep_last)
+    one_offs = finished_one_offs(cutoff=cutoff)
     if dry_run:
+        report.one_offs = one_offs.count()
         for job_id, count in Counter(rows.values_list("job_id", flat=True).iterator()).items():
             report.by_job[job_id] = count
         report.executions = sum(report.by_job.values())
@@ -147,10 +192,23 @@ def prune_history(
         since = batch[-1][2]
         if len(batch) < batch_size:
             break
+    while report.finished:
+        if max_seconds is not None and time.monotonic() - started > max_seconds:
+            report.finished = False
+            break
+        ids = list(one_offs.order_by("pk").values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            break
+        executions, attempts = _remove_one_offs(ids)
+        report.executions += executions
+        report.attempts += attempts
+        report.one_offs += len(ids)
+        report.batches += 1
     logger.info(
-        "history.pruned executions=%s attempts=%s batches=%s cutoff=%s keep_last=%s",
+        "history.pruned executions=%s attempts=%s one_offs=%s batches=%s cutoff=%s keep_last=%s",
         report.executions,
         report.attempts,
+        report.one_offs,
         report.batches,
         report.cutoff.isoformat(),
         keep_last,

@@ -24,9 +24,9 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
-from scheduling import pgtimes, sql
+from scheduling import pgtimes, readable, sql
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
-from scheduling.schedules import ScheduleError, parse_duration
+from scheduling.readable import describe_interval
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -67,7 +67,7 @@ def job_summary(job: Job) -> dict[str, Any]:
             "at": _iso(schedule.run_at),
             "start": _iso(schedule.starts_at),
             "end": _iso(schedule.ends_at),
-            "description": schedule.describe(),
+            "description": describe_schedule(schedule),
         },
         "next_due_at": _iso(job.next_due_at),
         "next_occurrence_at": _iso(job.next_occurrence_at),
@@ -109,6 +109,11 @@ def execution_summary(execution: Execution, *, attempts: bool = False) -> dict[s
         "last_error": execution.last_error or None,
         "checkpoint": execution.checkpoint,
         "duplicates": execution.duplicates,
+        "item_failures": execution.item_failures,
+        "item_failure_detail": execution.item_failure_detail or None,
+        # Runs enqueued through Django's Tasks framework: arguments and return value or errors.
+        "call": execution.call,
+        "result": execution.result,
     }
     if attempts:
         data["attempts"] = [a.as_dict() for a in execution.attempts.all()]
@@ -202,23 +207,6 @@ _CRON_MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_UNITS = (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
-
-
-def describe_interval(text: str) -> str:
-    """``PT90M`` as "every 1 hour 30 minutes"; ``PT1H`` as "every hour"."""
-    try:
-        seconds = int(parse_duration(text).total_seconds())
-    except ScheduleError:
-        return f"every {text}"
-    parts = []
-    for unit, size in _UNITS:
-        count, seconds = divmod(seconds, size)
-        if count:
-            parts.append(f"{count} {unit}{'' if count == 1 else 's'}")
-    if len(parts) == 1 and parts[0].startswith("1 "):
-        return f"every {parts[0][2:]}"
-    return "every " + " ".join(parts)
 
 
 def describe_cron(expression: str) -> str:
@@ -239,7 +227,7 @@ def describe_schedule(schedule: Schedule) -> str:
     elif schedule.cron:
         text = f"{describe_cron(schedule.cron)} ({schedule.timezone})"
     elif schedule.run_at:
-        text = f"once at {schedule.run_at:%Y-%m-%d %H:%M} UTC"
+        text = f"once at {readable.instant(schedule.run_at)}"
     else:
         text = "once"
     if schedule.starts_at:

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Q
+
 #: The Celery task that runs a task-table row (``scheduling.tasks.run_task_row``).
 TASK_ROW_TASK = "scheduling.run_task_row"
 
@@ -82,3 +84,13 @@ def get(label: str) -> TaskTable:
 def registered() -> list[TaskTable]:
     """Every registered task table, by label."""
     return [_tables[label] for label in sorted(_tables)]
+
+
+def internal_jobs() -> Q:
+    """The jobs that the engine made for a domain app on its own: those that run a row of an
+    internal table (``@task_table(Model, internal=True)``: subscriptions' due batches).
+
+    The job and schedule lists and the dashboard's job panels leave them out by default; their
+    runs stay in the history, and ``prune_history`` removes them once they are finished.
+    """
+    return Q(task_table__in=[label for label in sorted(_tables) if _tables[label].internal])

@@ -14,14 +14,19 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
+from scheduling.api import ago, describe_interval, instant
 from subscriptions import services
 from subscriptions.models import (
+    FAILING,
     DueBatch,
     GatewayCharge,
     GatewayScript,
     JobStatus,
+    JobStep,
     Order,
     StaleJob,
     Subscription,
@@ -30,23 +35,64 @@ from subscriptions.models import (
     SubscriptionStatus,
 )
 
+#: How many of a subscription's orders and jobs its page shows; the rest are a link away.
+LATEST = 20
+
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def _when(moment: Any) -> str:
+    """A time as the engine's pages show it: relative, with the exact instant on hover."""
+    if moment is None:
+        return "-"
+    return format_html('<span title="{}">{}</span>', instant(moment), ago(moment, timezone.now()))
+
+
+def _status(job: SubscriptionJob) -> str:
+    label = f"{job.status} {JobStatus(job.status).label}"
+    return f"{label} (retry {job.retry_count})" if job.retry_count else label
+
+
+class LatestInline(admin.TabularInline):
+    """Only the subscription's latest ``LATEST`` rows; ``SubscriptionAdmin`` links to the rest."""
+
+    newest_first: tuple[str, ...] = ("-pk",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        rows = super().get_queryset(request)
+        match = request.resolver_match
+        parent = match.kwargs.get("object_id") if match else None
+        if parent is None:
+            return rows
+        latest = list(
+            rows.filter(subscription_id=parent)
+            .order_by(*self.newest_first)
+            .values_list("pk", flat=True)[:LATEST]
+        )
+        return rows.filter(pk__in=latest)
+
+
 class NeedsAttentionFilter(admin.SimpleListFilter):
-    """Subscriptions parked by a job that failed past its retries (Kill Bill's "parked")."""
+    """Subscriptions parked by a job that failed past its retries (Kill Bill's "parked"), and
+    those whose renewal is failing and being retried (past due)."""
 
     title = "needs attention"
     parameter_name = "attention"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Needs attention"), ("no", "Does not")]
+        return [
+            ("yes", "Needs attention"),
+            ("failing", "Failing (past due or needs attention)"),
+            ("no", "Does not"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() == "yes":
             return queryset.filter(status=SubscriptionStatus.NEEDS_ATTENTION)
+        if self.value() == "failing":
+            return queryset.filter(status__in=FAILING)
         if self.value() == "no":
             return queryset.exclude(status=SubscriptionStatus.NEEDS_ATTENTION)
         return queryset
@@ -103,11 +149,13 @@ class ItemInline(admin.TabularInline):
         return obj is None
 
 
-class OrderInline(admin.TabularInline):
+class OrderInline(LatestInline):
     model = Order
     fk_name = "subscription"
     extra = 0
     can_delete = False
+    verbose_name_plural = f"orders (the latest {LATEST})"
+    newest_first = ("-period_start", "-pk")
     fields = (
         "period_number",
         "period_start",
@@ -124,19 +172,19 @@ class OrderInline(admin.TabularInline):
         return False
 
 
-class JobInline(admin.TabularInline):
+class JobInline(LatestInline):
     model = SubscriptionJob
     extra = 0
     can_delete = False
+    verbose_name_plural = f"subscription jobs (the latest {LATEST})"
+    newest_first = ("-scheduled_id",)
     fields = (
         "scheduled_id",
         "action",
         "action_date",
         "status_name",
-        "parameter",
-        "retry_count",
-        "opt_counter",
-        "last_update",
+        "step",
+        "last_error",
     )
     readonly_fields = fields
     ordering = ("scheduled_id",)
@@ -144,15 +192,27 @@ class JobInline(admin.TabularInline):
 
     @admin.display(description="status")
     def status_name(self, job: SubscriptionJob) -> str:
-        return f"{job.status} {JobStatus(job.status).label}"
+        return _status(job)
+
+    @admin.display(description="last step")
+    def step(self, job: SubscriptionJob) -> str:
+        return _step(job.parameter)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
+def _step(parameter: str) -> str:
+    try:
+        return str(JobStep(parameter).label)
+    except ValueError:  # a value written by hand or by an import
+        return parameter
+
+
 @admin.register(Subscription)
 class SubscriptionAdmin(admin.ModelAdmin):
-    list_display = ("id", "customer", "status", "interval", "starts_at", "ends_at", "created_at")
+    # What decides a click; the dates are on the subscription's page.
+    list_display = ("id", "customer", "status", "every", "last_error")
     list_filter = (NeedsAttentionFilter, "status")
     search_fields = ("customer",)
     inlines = (ItemInline, OrderInline, JobInline)
@@ -166,13 +226,45 @@ class SubscriptionAdmin(admin.ModelAdmin):
         "attention_reason",
         "anchor",
         "cancelled_at",
+        "history",
     )
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return self.fields if obj is not None else self.fields[:-1]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         # What a subscription is cannot change once it bills; status changes by actions.
         if obj is None:
             return ("status", "attention_reason", "anchor", "cancelled_at")
         return self.fields
+
+    @admin.display(description="every", ordering="interval")
+    def every(self, subscription: Subscription) -> str:
+        return describe_interval(subscription.interval).removeprefix("every ")
+
+    @admin.display(description="last error")
+    def last_error(self, subscription: Subscription) -> str:
+        reason = subscription.attention_reason
+        if not reason:
+            return "-"
+        return format_html(
+            '<span title="{}">{}</span>', reason, reason if len(reason) < 60 else reason[:59] + "…"
+        )
+
+    @admin.display(description="all orders and jobs")
+    def history(self, subscription: Subscription) -> str:
+        orders = subscription.orders.count()
+        jobs = subscription.jobs.count()
+        return format_html(
+            '<a href="{}?subscription__id__exact={}">all {} orders</a> · '
+            '<a href="{}?subscription__id__exact={}">all {} subscription jobs</a>',
+            reverse("admin:subscriptions_order_changelist"),
+            subscription.pk,
+            orders,
+            reverse("admin:subscriptions_subscriptionjob_changelist"),
+            subscription.pk,
+            jobs,
+        )
 
     def save_model(self, request: HttpRequest, obj: Subscription, form: Any, change: bool) -> None:
         if not change:
@@ -280,18 +372,8 @@ class SubscriptionJobForm(forms.ModelForm):
 @admin.register(SubscriptionJob)
 class SubscriptionJobAdmin(admin.ModelAdmin):
     form = SubscriptionJobForm
-    list_display = (
-        "scheduled_id",
-        "subscription",
-        "action",
-        "action_date",
-        "status_name",
-        "parameter",
-        "retry_count",
-        "opt_counter",
-        "last_update",
-        "batch",
-    )
+    # What decides a click; the step, the counter and the batch are on the job's page.
+    list_display = ("scheduled_id", "customer", "action", "due", "status_name", "error")
     list_filter = ("status", "action")
     search_fields = ("subscription__customer",)
     list_select_related = ("subscription",)
@@ -305,6 +387,7 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
         "time_placed",
         "last_update",
         "retry_count",
+        "last_error",
         "batch",
         "custom_decimal",  # a copy of the order's amount; the charge never reads it
     )
@@ -318,7 +401,24 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_name(self, job: SubscriptionJob) -> str:
-        return f"{job.status} {JobStatus(job.status).label}"
+        return _status(job)
+
+    @admin.display(description="subscription", ordering="subscription_id")
+    def customer(self, job: SubscriptionJob) -> str:
+        return f"{job.subscription_id} ({job.subscription.customer})"
+
+    @admin.display(description="action date", ordering="action_date")
+    def due(self, job: SubscriptionJob) -> str:
+        return _when(job.action_date)
+
+    @admin.display(description="last error")
+    def error(self, job: SubscriptionJob) -> str:
+        text = job.last_error
+        if not text:
+            return "-"
+        return format_html(
+            '<span title="{}">{}</span>', text, text if len(text) < 50 else text[:49] + "…"
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # jobs are placed by subscriptions, never by hand
@@ -346,12 +446,35 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
             self.message_user(request, "; ".join(refused), level=messages.WARNING)
 
 
+@admin.register(Order)
+class OrderAdmin(admin.ModelAdmin):
+    """Read-only: orders are written by subscriptions and their renewals."""
+
+    list_display = ("id", "subscription_id", "period_number", "period", "amount", "status")
+    list_filter = ("status",)
+    search_fields = ("subscription__customer", "charge_reference")
+    ordering = ("-created_at", "-pk")
+
+    @admin.display(description="period", ordering="period_start")
+    def period(self, order: Order) -> str:
+        return _when(order.period_start)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(DueBatch)
 class DueBatchAdmin(admin.ModelAdmin):
     """Read-only: the batches whose engine jobs run subscription jobs (the engine's Jobs
     page shows each batch's runs as ``subscriptions.DueBatch:<id>``)."""
 
-    list_display = ("id", "due_at", "block", "job_count", "closed_at")
+    list_display = ("id", "due", "block", "job_count", "closed")
     list_filter = (("closed_at", admin.EmptyFieldListFilter),)
     date_hierarchy = "due_at"
 
@@ -361,6 +484,14 @@ class DueBatchAdmin(admin.ModelAdmin):
     @admin.display(description="jobs", ordering="job_count")
     def job_count(self, batch: Any) -> int:
         return int(batch.job_count)
+
+    @admin.display(description="due", ordering="due_at")
+    def due(self, batch: DueBatch) -> str:
+        return _when(batch.due_at)
+
+    @admin.display(description="closed", ordering="closed_at")
+    def closed(self, batch: DueBatch) -> str:
+        return _when(batch.closed_at)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

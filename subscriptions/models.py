@@ -24,6 +24,7 @@ OPT_COUNTER_MAX = 32767
 
 class SubscriptionStatus(models.TextChoices):
     ACTIVE = "active", "active"  # renews at every period start
+    PAST_DUE = "past_due", "past due"  # a renewal failed and is being retried (Stripe's word)
     PENDING_CANCEL = "pending_cancel", "pending cancel"  # ends at the current period's end
     CANCELLED = "cancelled", "cancelled"  # ended by a cancel; nothing more happens
     EXPIRED = "expired", "expired"  # reached its end date
@@ -31,7 +32,13 @@ class SubscriptionStatus(models.TextChoices):
 
 
 #: Statuses in which a renewal may still create an order.
-RENEWABLE = (SubscriptionStatus.ACTIVE, SubscriptionStatus.NEEDS_ATTENTION)
+RENEWABLE = (
+    SubscriptionStatus.ACTIVE,
+    SubscriptionStatus.PAST_DUE,
+    SubscriptionStatus.NEEDS_ATTENTION,
+)
+#: Statuses a confirmed renewal clears: the subscription is paid up again.
+FAILING = (SubscriptionStatus.PAST_DUE, SubscriptionStatus.NEEDS_ATTENTION)
 #: Statuses after which nothing happens any more.
 ENDED = (SubscriptionStatus.CANCELLED, SubscriptionStatus.EXPIRED)
 
@@ -58,7 +65,13 @@ class Subscription(models.Model):
     status = models.CharField(
         max_length=20, choices=SubscriptionStatus.choices, default=SubscriptionStatus.ACTIVE
     )
-    attention_reason = models.TextField(blank=True, default="")
+    attention_reason = models.TextField(
+        "last error",
+        blank=True,
+        default="",
+        help_text="Past due or needs attention: the failing renewal's last error, as the "
+        "gateway (or whatever failed) said it.",
+    )
     cancelled_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -275,6 +288,38 @@ class JobAction(models.TextChoices):
     EXPIRE = "Expire", "Expire"  # end a subscription at its end date
 
 
+class JobStep(models.TextChoices):
+    """What ``SubscriptionJob.parameter`` holds: the last step of the job that succeeded.
+
+    A CreateChildOrder moves through the four renewal steps in order (``RENEWAL_STEPS``); a
+    retried attempt resumes after the last one. A Cancel or Expire that ran says ``done``; a
+    job stopped before it ran (a cancel reached it) says ``cancelled``.
+    """
+
+    NONE = "", "not started"  # nothing done yet
+    PRICE = "price", "priced"  # the period's amount is known
+    CREATE_ORDER = "create_order", "order created"  # the period's order exists, pending payment
+    CHARGE = "charge", "charged"  # the gateway took the money; the reference is in field 3
+    CONFIRM = "confirm", "confirmed"  # the order is confirmed and the next job placed
+    DONE = "done", "done"  # a Cancel or an Expire ended its subscription
+    CANCELLED = "cancelled", "cancelled"  # stopped by a cancel before it ran
+
+
+#: A renewal's steps, in order.
+RENEWAL_STEPS = (JobStep.PRICE, JobStep.CREATE_ORDER, JobStep.CHARGE, JobStep.CONFIRM)
+
+
+def step_done(parameter: str, step: JobStep) -> bool:
+    """Whether a job whose last successful step is ``parameter`` has done ``step``."""
+    return parameter in RENEWAL_STEPS and RENEWAL_STEPS.index(
+        JobStep(parameter)
+    ) >= RENEWAL_STEPS.index(step)
+
+
+class UnhandledAction(Exception):
+    """A subscription job whose action no code runs: refused, never guessed at."""
+
+
 class JobStatus(models.IntegerChoices):
     """The seed's status codes (1 is unused there and here)."""
 
@@ -318,6 +363,8 @@ class DueBatch(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "due batch"
+        verbose_name_plural = "due batches"
         constraints = [
             models.UniqueConstraint(
                 fields=["due_at", "block"],
@@ -351,7 +398,8 @@ class SubscriptionJob(models.Model):
         max_length=254,
         blank=True,
         default="",
-        help_text="The last successful step of a multi-step run; a retry resumes after it.",
+        help_text="The last successful step of a multi-step run (JobStep); a retry resumes "
+        "after it.",
     )
     custom_integer = models.IntegerField(
         "field 1 (integer)", null=True, blank=True, help_text="CreateChildOrder: period number."
@@ -373,6 +421,12 @@ class SubscriptionJob(models.Model):
         help_text="CreateChildOrder: the charge reference; otherwise a note.",
     )
     retry_count = models.IntegerField(default=0)
+    last_error = models.TextField(
+        blank=True,
+        default="",
+        help_text="Why its last failed attempt failed (a decline: the gateway's reply). Not "
+        "one of the seed's columns.",
+    )
     opt_counter = models.SmallIntegerField("optimistic counter", default=0)
     batch = models.ForeignKey(
         DueBatch,

@@ -44,10 +44,12 @@ from scheduling.api import RunContext
 from subscriptions import batches, conf, payments, services, sql
 from subscriptions.models import (
     ENDED,
+    FAILING,
     JOB_RUNNABLE,
     RENEWABLE,
     JobAction,
     JobStatus,
+    JobStep,
     Order,
     OrderLine,
     OrderStatus,
@@ -55,6 +57,7 @@ from subscriptions.models import (
     Subscription,
     SubscriptionJob,
     SubscriptionStatus,
+    UnhandledAction,
     next_counter,
 )
 from subscriptions.services import done, idempotency_key
@@ -68,6 +71,25 @@ CHARGE_GROUP = 50
 Clock = Callable[[], datetime]
 #: Jobs that failed in a run, with why; each is recorded (retry or fail) when the run ends.
 Failures = list[tuple[SubscriptionJob, BaseException]]
+
+
+class Tally(Counter[str]):
+    """What a run did, in words ("renewed", "retry", "failed", ...), and the errors of the
+    jobs that failed, which the run reports to the engine (``RunContext.report_failures``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[str] = []
+
+    def record_failure(self, job: SubscriptionJob, exc: BaseException, *, now: datetime) -> None:
+        """Record the failed attempt (``services.record_failure``) and keep its error."""
+        outcome = services.record_failure(job.pk, exc, now=now)
+        self[outcome] += 1
+        if outcome in ("retry", "failed"):
+            self.errors.append(
+                f"{services.describe_error(exc)} (subscription {job.subscription_id}, "
+                f"{job.action} job {job.pk}: {outcome})"
+            )
 
 
 def _unflushed_commit() -> None:
@@ -118,14 +140,18 @@ def run_one(job_id: int, *, run: RunContext, clock: Clock) -> dict[str, Any]:
 def _run(
     jobs: Callable[[], Any], batch_id: int | None, run: RunContext, clock: Clock
 ) -> dict[str, Any]:
-    tally: Counter[str] = Counter()
+    tally = Tally()
     stuck: set[int] = set()
     while True:
         chunk = list(
             jobs().filter(status__in=JOB_RUNNABLE).exclude(pk__in=stuck).order_by("pk")[:CHUNK]
         )
         if chunk:
-            _run_chunk(chunk, clock=clock, tally=tally, stuck=stuck)
+            reported = len(tally.errors)
+            try:
+                _run_chunk(chunk, clock=clock, tally=tally, stuck=stuck)
+            finally:
+                _report(run, tally.errors[reported:])
             run.progress()
             continue
         pending = [] if batch_id is None else batches.close_if_done(batch_id, now=clock())
@@ -139,17 +165,31 @@ def _run(
             )
 
 
+def _report(run: RunContext, errors: Sequence[str]) -> None:
+    """Tell the engine how many jobs of the run failed, with the last few errors."""
+    if errors:
+        run.report_failures(len(errors), "; ".join(errors[-5:]))
+
+
+def _unhandled(job: SubscriptionJob) -> str:
+    raise UnhandledAction(
+        f"{job.action!r} is not an action this app runs (CreateChildOrder, Cancel, Expire)"
+    )
+
+
 def _run_chunk(
     chunk: Sequence[SubscriptionJob],
     *,
     clock: Clock,
-    tally: Counter[str],
+    tally: Tally,
     stuck: set[int],
 ) -> None:
     renewals = [j for j in chunk if j.action == JobAction.CREATE_CHILD_ORDER]
     for job in chunk:
-        if job.action != JobAction.CREATE_CHILD_ORDER:
+        if job.action in services.ENDINGS:
             _guarded(job, lambda j: services.end_subscription(j, clock=clock), clock, tally)
+        elif job.action != JobAction.CREATE_CHILD_ORDER:
+            _guarded(job, _unhandled, clock, tally)
     if renewals:
         _renew(renewals, clock=clock, tally=tally)
     # A job still runnable after its turn is not taken again by this run (see ``_run``).
@@ -160,32 +200,32 @@ def _run_chunk(
 
 
 def _guarded(
-    job: SubscriptionJob, work: Callable[[SubscriptionJob], str], clock: Clock, tally: Counter[str]
+    job: SubscriptionJob, work: Callable[[SubscriptionJob], str], clock: Clock, tally: Tally
 ) -> None:
     try:
         tally[work(job)] += 1
     except SoftTimeLimitExceeded:
         raise  # the run's time is up: the job did nothing wrong
     except Exception as exc:
-        tally[services.record_failure(job.pk, exc, now=clock())] += 1
+        tally.record_failure(job, exc, now=clock())
 
 
 # --- the renewal steps ----------------------------------------------------------------------
 
 
-def _renew(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Counter[str]) -> None:
+def _renew(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Tally) -> None:
     failed: Failures = []
     try:
         renewals = _begin(chunk, clock=clock, failed=failed, tally=tally)
-        _pause_if_asked(renewals, "create_order")
+        _pause_if_asked(renewals, JobStep.CREATE_ORDER)
         renewals = _charge(renewals, clock=clock, failed=failed, tally=tally)
-        _pause_if_asked(renewals, "charge")
+        _pause_if_asked(renewals, JobStep.CHARGE)
         _confirm(renewals, clock=clock, failed=failed, tally=tally)
     finally:
         # Also when the run is being stopped (its time limit): what failed is written down,
         # so a retry waits its delay instead of counting a lost run on top.
         for job, exc in failed:
-            tally[services.record_failure(job.pk, exc, now=clock())] += 1
+            tally.record_failure(job, exc, now=clock())
 
 
 def _begin(
@@ -213,7 +253,7 @@ def _begin(
         periods: set[tuple[int, int]] = set()
         for job in fresh:
             subscription = subscriptions[job.subscription_id]
-            charged = done(job.parameter, "charge")
+            charged = done(job.parameter, JobStep.CHARGE)
             if subscription.status not in RENEWABLE and not charged:
                 stop.append(job)
                 continue
@@ -294,16 +334,16 @@ def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
         order = existing.get((r.subscription.pk, r.start))
         if order is not None:
             r.amount = order.amount
-            if order.status == OrderStatus.CONFIRMED and not done(job.parameter, "charge"):
+            if order.status == OrderStatus.CONFIRMED and not done(job.parameter, JobStep.CHARGE):
                 # Paid already (by another job for the same period): only finish up.
-                job.parameter, job.custom_text = "charge", order.charge_reference
+                job.parameter, job.custom_text = JobStep.CHARGE, order.charge_reference
                 r.already_paid = True
-            elif not done(job.parameter, "create_order"):
-                job.parameter = "create_order"
+            elif not done(job.parameter, JobStep.CREATE_ORDER):
+                job.parameter = JobStep.CREATE_ORDER
         else:
             period = priced[(r.subscription.pk, r.number)]
             r.amount = period.amount
-            if not done(job.parameter, "charge"):
+            if not done(job.parameter, JobStep.CHARGE):
                 # Charged periods whose order is gone get it back at confirm.
                 order = Order(
                     subscription_id=r.subscription.pk,
@@ -316,7 +356,7 @@ def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
                     created_at=now,
                 )
                 new_orders.append((order, period))
-                job.parameter = "create_order"
+                job.parameter = JobStep.CREATE_ORDER
         job.custom_decimal = r.amount
     Order.objects.bulk_create([order for order, _ in new_orders])
     OrderLine.objects.bulk_create(
@@ -339,8 +379,8 @@ def _charge(
     read again: one cancelled since the first step is not charged.
     """
     gateway = payments.gateway()
-    paid = [r for r in renewals if done(r.job.parameter, "charge")]
-    due = [r for r in renewals if not done(r.job.parameter, "charge")]
+    paid = [r for r in renewals if done(r.job.parameter, JobStep.CHARGE)]
+    due = [r for r in renewals if not done(r.job.parameter, JobStep.CHARGE)]
     for first in range(0, len(due), CHARGE_GROUP):
         for r in _not_ended(due[first : first + CHARGE_GROUP], clock=clock, tally=tally):
             try:
@@ -402,12 +442,12 @@ def _confirm(
             [r for r in renewals if (r.subscription.pk, r.start) not in confirmed], now=now
         )
         for r in renewals:
-            r.job.status, r.job.parameter = JobStatus.COMPLETED, "confirm"
+            r.job.status, r.job.parameter = JobStatus.COMPLETED, JobStep.CONFIRM
         _write([r.job for r in renewals], now=now)
         flagged = {
             r.subscription.pk
             for r in renewals
-            if subscriptions[r.subscription.pk].status == SubscriptionStatus.NEEDS_ATTENTION
+            if subscriptions[r.subscription.pk].status in FAILING
         }
         if flagged:
             Subscription.objects.filter(pk__in=flagged).update(

@@ -43,6 +43,7 @@ def job_summary(job: SubscriptionJob) -> dict[str, Any]:
         "field2": _decimal(job.custom_decimal),
         "field3": job.custom_text,
         "retry_count": job.retry_count,
+        "last_error": job.last_error or None,
         "opt_counter": job.opt_counter,
         "batch_id": job.batch_id,
     }
@@ -88,6 +89,7 @@ def subscription_row(subscription: Subscription) -> dict[str, Any]:
         "starts_at": _iso(subscription.starts_at),
         "ends_at": _iso(subscription.ends_at),
         "attention_reason": subscription.attention_reason,
+        "last_error": subscription.attention_reason or None,
         "cancelled_at": _iso(subscription.cancelled_at),
     }
 

@@ -30,6 +30,7 @@ from subscriptions.models import (
     RENEWABLE,
     JobAction,
     JobStatus,
+    JobStep,
     Order,
     OrderLine,
     OrderStatus,
@@ -37,14 +38,19 @@ from subscriptions.models import (
     SubscriptionItem,
     SubscriptionJob,
     SubscriptionStatus,
+    UnhandledAction,
+    step_done,
 )
 
 logger = logging.getLogger("subscriptions")
 
-#: The steps of a CreateChildOrder run, in order; ``parameter`` holds the last one done.
-STEPS = ("price", "create_order", "charge", "confirm")
-#: ``parameter`` of a job stopped by a cancel before it ran.
-CANCELLED = "cancelled"
+#: What a Cancel or an Expire job does: the subscription statuses it acts on, and the status
+#: it leaves. An action that is neither these nor CreateChildOrder has no handler, and a job
+#: with it fails at once (``UnhandledAction``), never silently ending a subscription.
+ENDINGS: dict[str, tuple[tuple[str, ...], SubscriptionStatus]] = {
+    JobAction.CANCEL: ((SubscriptionStatus.PENDING_CANCEL,), SubscriptionStatus.CANCELLED),
+    JobAction.EXPIRE: ((*RENEWABLE, SubscriptionStatus.PENDING_CANCEL), SubscriptionStatus.EXPIRED),
+}
 
 
 @dataclass(frozen=True)
@@ -72,9 +78,7 @@ class Priced:
         ]
 
 
-def done(parameter: str, step: str) -> bool:
-    """Whether a job whose last successful step is ``parameter`` has done ``step``."""
-    return parameter in STEPS and STEPS.index(parameter) >= STEPS.index(step)
+done = step_done
 
 
 def idempotency_key(subscription_id: int, period_start: datetime) -> str:
@@ -321,12 +325,9 @@ def end_subscription(job: SubscriptionJob, *, clock: Callable[[], datetime]) -> 
         if job.status not in JOB_RUNNABLE:
             return "skipped"
         now = clock()
-        if job.action == JobAction.CANCEL:
-            expected: tuple[str, ...] = (SubscriptionStatus.PENDING_CANCEL,)
-            new_status = SubscriptionStatus.CANCELLED
-        else:
-            expected = (*RENEWABLE, SubscriptionStatus.PENDING_CANCEL)
-            new_status = SubscriptionStatus.EXPIRED
+        if job.action not in ENDINGS:
+            raise UnhandledAction(f"no handler for action {job.action!r} of job {job.pk}")
+        expected, new_status = ENDINGS[job.action]
         if subscription.status not in expected:
             stop_jobs([job], now=now)
             return "skipped"
@@ -339,7 +340,7 @@ def end_subscription(job: SubscriptionJob, *, clock: Callable[[], datetime]) -> 
         subscription.status = new_status
         subscription.cancelled_at = now if new_status == SubscriptionStatus.CANCELLED else None
         subscription.save(update_fields=["status", "cancelled_at", "updated_at"])
-        job.change(now=now, status=JobStatus.COMPLETED, parameter="done")
+        job.change(now=now, status=JobStatus.COMPLETED, parameter=JobStep.DONE)
     _pause_engine_jobs(stopped, reason=f"subscription {subscription.pk} {new_status}")
     logger.info("subscription.%s subscription=%s job=%s", new_status, subscription.pk, job.pk)
     return str(new_status)
@@ -347,8 +348,11 @@ def end_subscription(job: SubscriptionJob, *, clock: Callable[[], datetime]) -> 
 
 def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
     """A failed attempt of one job: RETRY with retry count + 1, placed again after the
-    action's delay, or FAILED past the maximum, with its subscription flagged as needing
-    attention. Returns "retry", "failed", or "finished" (done meanwhile: nothing to record)."""
+    action's delay, its subscription ``past_due`` with the error; or FAILED past the maximum
+    (at once for an action no code handles), with its subscription flagged as needing
+    attention. The error is kept on the job (``last_error``) and on the subscription
+    (``attention_reason``). Returns "retry", "failed", or "finished" (done meanwhile:
+    nothing to record)."""
     subscription_id = SubscriptionJob.objects.values_list("subscription_id", flat=True).get(
         pk=job_id
     )
@@ -358,18 +362,35 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
         job = SubscriptionJob.objects.select_for_update(no_key=True).get(pk=job_id)
         if job.status not in JOB_RUNNABLE:
             return "finished"  # cancelled, or completed by another run, meanwhile
-        error = f"{type(exc).__name__}: {exc}"
-        if job.retry_count < conf.max_retries(job.action):
+        error = describe_error(exc)
+        retryable = not isinstance(exc, UnhandledAction)
+        if retryable and job.retry_count < conf.max_retries(job.action):
             later = now + timedelta(seconds=conf.retry_delay(job.action))
-            _move(job, at=later, now=now, status=JobStatus.RETRY, retry_count=job.retry_count + 1)
+            _move(
+                job,
+                at=later,
+                now=now,
+                status=JobStatus.RETRY,
+                retry_count=job.retry_count + 1,
+                last_error=error,
+            )
+            reason = (
+                f"{error} ({job.action} job {job.pk} is retried ({job.retry_count} of "
+                f"{conf.max_retries(job.action)}) at {later:%Y-%m-%d %H:%M:%S} UTC)"
+            )
+            Subscription.objects.filter(pk=job.subscription_id, status__in=RENEWABLE).exclude(
+                status=SubscriptionStatus.NEEDS_ATTENTION
+            ).update(status=SubscriptionStatus.PAST_DUE, attention_reason=reason[:1000])
             outcome = "retry"
         else:
-            values: dict[str, Any] = {"status": JobStatus.FAILED}
-            if job.action == JobAction.CREATE_CHILD_ORDER and not done(job.parameter, "charge"):
+            values: dict[str, Any] = {"status": JobStatus.FAILED, "last_error": error}
+            if job.action == JobAction.CREATE_CHILD_ORDER and not done(
+                job.parameter, JobStep.CHARGE
+            ):
                 # Nothing was paid: the period has no order, and a retry-now starts over.
                 _delete_unpaid_order(job)
                 if job.parameter:
-                    values["parameter"] = "price"
+                    values["parameter"] = JobStep.PRICE
             job.change(now=now, **values)
             reason = f"{job.action} job {job.pk} failed after {job.retry_count} retries: {error}"
             Subscription.objects.filter(pk=job.subscription_id, status__in=RENEWABLE).update(
@@ -383,6 +404,12 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
             "renewal.retry job=%s retry_count=%s error=%s", job_id, job.retry_count, error
         )
     return outcome
+
+
+def describe_error(exc: BaseException) -> str:
+    """An attempt's error as it is kept and shown: its kind and its message (a decline says
+    the gateway's reply)."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _move(job: SubscriptionJob, *, at: datetime, now: datetime, **values: Any) -> None:
@@ -408,11 +435,11 @@ def stop_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[Subscri
     unpaid orders deleted. A job that has charged is left to confirm what was paid."""
     stopped = []
     for job in jobs:
-        if done(job.parameter, "charge"):
+        if done(job.parameter, JobStep.CHARGE):
             continue
         if job.action == JobAction.CREATE_CHILD_ORDER:
             _delete_unpaid_order(job)
-        job.change(now=now, status=JobStatus.COMPLETED, parameter=CANCELLED)
+        job.change(now=now, status=JobStatus.COMPLETED, parameter=JobStep.CANCELLED)
         stopped.append(job)
     return stopped
 

@@ -21,6 +21,7 @@ from subscriptions.models import (
     DueBatch,
     GatewayCharge,
     GatewayScript,
+    JobStep,
     Order,
     OrderStatus,
     SubscriptionJob,
@@ -147,14 +148,14 @@ def record_charge(job: SubscriptionJob, *, reference: str, now: datetime) -> boo
     counter = next_counter(job.opt_counter)
     if not postgres():
         written = SubscriptionJob.objects.filter(pk=job.pk, opt_counter=job.opt_counter).update(
-            parameter="charge", custom_text=reference, opt_counter=counter, last_update=now
+            parameter=JobStep.CHARGE, custom_text=reference, opt_counter=counter, last_update=now
         )
     else:
         with connection.cursor() as cursor:
             cursor.execute(
                 RECORD_CHARGE,
                 {
-                    "parameter": "charge",
+                    "parameter": JobStep.CHARGE.value,
                     "reference": reference,
                     "next": counter,
                     "now": now,
@@ -164,7 +165,7 @@ def record_charge(job: SubscriptionJob, *, reference: str, now: datetime) -> boo
             )
             written = cursor.rowcount
     if written:
-        job.parameter, job.custom_text = "charge", reference
+        job.parameter, job.custom_text = JobStep.CHARGE, reference
         job.opt_counter, job.last_update = counter, now
     return bool(written)
 

@@ -144,6 +144,7 @@ def begin(task: Any) -> bool:
         checkpoint=started.checkpoint,
         _save=_save_checkpoint,
         _keep_alive=_keep_alive,
+        _report=_report_failures,
     )
     heartbeat_thread.track(started.execution_id)
     return True
@@ -152,6 +153,12 @@ def begin(task: Any) -> bool:
 def _save_checkpoint(execution_id: int, value: Any) -> None:
     on_live_connection(
         lambda: attempts.save_checkpoint(execution_id=execution_id, checkpoint=value)
+    )
+
+
+def _report_failures(execution_id: int, count: int, detail: str) -> None:
+    on_live_connection(
+        lambda: attempts.record_item_failures(execution_id=execution_id, count=count, detail=detail)
     )
 
 

@@ -247,7 +247,7 @@ def test_the_list_shows_each_jobs_health_without_a_query_per_row(
     assert (row.last_status, row.last_retry_count, row.failures_24h) == ("failed", 3, 1)
     page = admin_client.get(JOBS).content.decode()
     assert "every 10 minutes" in page
-    assert "failing" in page and "lag +2.0 s" in page
+    assert "failing" in page and "lag +2 s" in page
 
 
 def test_filters_find_failing_late_and_paused_jobs(

@@ -53,7 +53,7 @@ def test_one_row_can_have_several_schedules(now: datetime) -> None:
     morning = api.schedule_row(chore, timing=api.Cron("0 9 * * *", tz="Europe/Berlin"), now=now)
     hourly = api.schedule_row(chore, timing=api.Every(timedelta(hours=1)), now=now)
     assert [j.id for j in api.jobs_for_row(chore)] == [morning.id, hourly.id]
-    assert hourly.schedule == "every PT1H"
+    assert hourly.schedule == "every hour"
 
 
 def test_policies_reach_the_job(now: datetime, owner: Any) -> None:

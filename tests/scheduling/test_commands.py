@@ -134,7 +134,7 @@ def test_jobs_add_without_owner_uses_the_first_superuser(django_user_model: Any)
 @db
 def test_jobs_add_in_text_says_what_was_created(owner: Any) -> None:
     out = call("jobs", "add", "report", "--task", NOOP, "--every", "PT3H")
-    assert out.startswith("created job 'report' (every PT3H), next due ")
+    assert out.startswith("created job 'report' (every 3 hours), next due ")
     assert out.count("\n") == 1
 
 
@@ -169,7 +169,7 @@ def test_jobs_list_shows_every_job(make_job: MakeJob, django_user_model: Any) ->
     assert text[0].split() == ["NAME", "OWNER", "STATUS", "SCHEDULE", "NEXT", "DUE", "RUNS"]
     assert text[1].split()[1] == "owner"
     assert text[1].startswith("a-job") and "paused" in text[1] and "Europe/Berlin" in text[1]
-    assert text[2].startswith("b-job") and "every PT3H" in text[2]
+    assert text[2].startswith("b-job") and "every 3 hours" in text[2]
 
 
 @db

@@ -277,7 +277,7 @@ def test_the_text_report_has_a_line_per_row_and_a_summary(importer: Any) -> None
     out = StringIO()
     call_command("import_beat", stdout=out)
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("created   ok: every PT2H")
+    assert lines[0].startswith("created   ok: every 2 hours")
     assert lines[1].startswith("skipped   sun: solar schedules")
     assert lines[-1] == "2 PeriodicTask row(s): 1 created, 0 updated, 0 unchanged, 1 skipped"
 

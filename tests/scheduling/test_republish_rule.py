@@ -141,7 +141,9 @@ def test_a_row_whose_task_is_not_schedulable_is_failed_as_the_claim_fails_a_job(
     row = Execution.objects.get(pk=bad)
     assert row.status == claimed.status == ExecutionStatus.FAILED
     assert row.last_error == claimed.last_error == f"task: {task!r} {reason}" + (
-        " (declare it with @schedulable_task)" if "registered but" in reason else ""
+        " (declare it with @schedulable_task, or a Django task with @task(schedulable=True))"
+        if "registered but" in reason
+        else ""
     )
 
 

@@ -156,3 +156,26 @@ def test_runstack_serves_a_styled_admin_and_names_jobs(
         timeout=60,
         message="a completed execution of the quick job, named",
     )
+
+
+def test_runstack_prints_each_execution_once_without_celerys_echoes() -> None:
+    from scheduling.console import Quieter
+
+    quiet = Quieter()
+    lines = [
+        "[2030-01-07 09:00:00,001: INFO/MainProcess] Task scheduling.run_task_row"
+        "[0b6f1c2e-1111-2222-3333-444455556666] received",
+        "[2030-01-07 09:00:00,100: WARNING/ForkPoolWorker-1] 2030-01-07 09:00:00,099 INFO "
+        "scheduling execution.started execution=7 job=3",
+        "[2030-01-07 09:00:00,300: INFO/ForkPoolWorker-1] Task scheduling.run_task_row"
+        "[0b6f1c2e-1111-2222-3333-444455556666] succeeded in 0.2s: None",
+        "/venv/lib/python3.11/site-packages/celery/platforms.py:829: SecurityWarning: You're "
+        "running the worker with superuser privileges: this is",
+        "absolutely not recommended!",
+        "",
+        "2030-01-07 09:00:00,400 INFO scheduling execution.completed execution=7 job=3",
+    ]
+    assert [kept for line in lines if (kept := quiet.keep(line)) is not None] == [
+        "2030-01-07 09:00:00,099 INFO scheduling execution.started execution=7 job=3",
+        "2030-01-07 09:00:00,400 INFO scheduling execution.completed execution=7 job=3",
+    ]

@@ -36,6 +36,7 @@ class Command(DuecourseCommand):
                 f"{e['scheduled_for']} {e['job'] or e['task']:24.24} {e['status']:9} "
                 f"retries={e['retry_count']} worker={e['worker'] or '-'} "
                 f"started={e['started_at'] or '-'} finished={e['finished_at'] or '-'} "
-                f"heartbeat={e['last_heartbeat_at'] or '-'} task_id={e['task_id']} {error}"
+                f"heartbeat={e['last_heartbeat_at'] or '-'} task_id={e['task_id']}"
+                f"{f' failed_items={n}' if (n := e['item_failures']) else ''} {error}"
             )
         self.emit(data, "\n".join(lines) or "no executions", as_json=o["json"])

@@ -14,7 +14,7 @@ from scheduling.management.base import DuecourseCommand, positive_int, positive_
 class Command(DuecourseCommand):
     help = (
         "Delete finished executions older than a duration, in small batches, keeping the "
-        "latest N of every job."
+        "latest N of every job; finished internal one-off jobs (due batches) go whole."
     )
     option_names = {"older_than": "--older-than", "keep_last": "--keep-last"}
 
@@ -60,7 +60,8 @@ class Command(DuecourseCommand):
         lines = [
             f"{verb} {report.executions} execution(s) and {report.attempts} attempt(s) due "
             f"before {report.cutoff:%Y-%m-%d %H:%M:%S %Z} in {report.batches} batch(es), "
-            f"keeping the latest {report.keep_last} of every job"
+            f"keeping the latest {report.keep_last} of every job; "
+            f"{report.one_offs} finished internal one-off job(s) went whole"
             + ("" if report.finished else "; stopped at --max-seconds, run again to go on")
         ]
         lines += [f"  {name}: {count}" for name, count in data["jobs"].items()]  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ from django.urls import NoReverseMatch, reverse
 
 from scheduling import conf
 from scheduling.celeryapp import app_path
-from scheduling.console import JobNames
+from scheduling.console import JobNames, Quieter
 from scheduling.management.base import DuecourseCommand, positive_int
 
 STOP_TIMEOUT = 20.0
@@ -199,8 +199,11 @@ class Command(DuecourseCommand):
             raise CommandError("; ".join(died))
 
     def _relay(self, label: str, stream: IO[str], names: JobNames) -> None:
+        quiet = Quieter()
         for line in stream:
-            self.stdout.write(f"[{label}] {names.annotate(line.rstrip())}")
+            kept = quiet.keep(line.rstrip())
+            if kept is not None:
+                self.stdout.write(f"[{label}] {names.annotate(kept)}")
 
     def _stop(self, children: dict[str, subprocess.Popen[str]]) -> None:
         for child in children.values():

@@ -8,14 +8,27 @@ is a ScheduledTask; ``bench.bare_noop`` is a plain ``@app.task``).
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from config.celery import app
 
-__all__ = ["app", "bare_noop"]
+__all__ = ["app", "bare_noop", "bare_sleepy"]
 
 
 @app.task(name="bench.bare_noop", acks_late=True)
 def bare_noop(*args: Any, **kwargs: Any) -> str:
     """Return at once: the cost of a trivial acks_late task with no history at all."""
     return "ok"
+
+
+@app.task(name="bench.bare_sleepy", acks_late=True)
+def bare_sleepy(seconds: float) -> str:
+    """For the crash scenario: note the body's start and end, as ``djtasks.sleepy`` does."""
+    with open(os.environ["BENCH_BODY_LOG"], "a") as handle:
+        handle.write("start\n")
+    time.sleep(seconds)
+    with open(os.environ["BENCH_BODY_LOG"], "a") as handle:
+        handle.write("end\n")
+    return "slept"

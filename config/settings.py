@@ -68,6 +68,24 @@ INSTALLED_APPS = [
     "subscriptions",
 ]
 
+# Django's Tasks framework (built into Django 6; the django-tasks backport on 5.2) runs its
+# @task functions on this project's Celery workers, with the ledger's history.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    try:
+        import django_tasks  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        INSTALLED_APPS.append("django_tasks")
+TASKS = {
+    "default": {
+        "BACKEND": "scheduling.tasks_backend.DuecourseTaskBackend",
+        "QUEUES": [q for q in env_str("TASKS_QUEUES", "default").split(",") if q],
+    }
+}
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Serves the admin's styles from STATIC_ROOT without DEBUG (collected by `make run`).

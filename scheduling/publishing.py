@@ -28,7 +28,7 @@ from scheduling.models import (
     ExecutionStatus,
     Job,
 )
-from scheduling.validation import arguments_error, target_error
+from scheduling.validation import arguments_error, enqueued_error, target_error
 
 logger = logging.getLogger("scheduling")
 
@@ -39,6 +39,8 @@ def _lock(queryset: Any) -> Any:
 
 
 def _doorbell(execution: Execution, job: Job | None) -> Doorbell:
+    if job is None and execution.call is not None:
+        return call_doorbell(execution)
     return Doorbell(
         execution_id=execution.pk,
         task_id=str(execution.task_id),
@@ -49,6 +51,38 @@ def _doorbell(execution: Execution, job: Job | None) -> Doorbell:
         priority=job.priority if job else None,
         timeout=job.timeout if job else conf.get("DEFAULT_TIMEOUT"),
     )
+
+
+def call_doorbell(execution: Execution) -> Doorbell:
+    """The message of a run enqueued through Django's Tasks framework: all of it is on the row."""
+    return doorbell_of_call(
+        execution_id=execution.pk,
+        task_id=str(execution.task_id),
+        task=execution.task,
+        call=execution.call or {},
+    )
+
+
+def doorbell_of_call(
+    *, execution_id: int, task_id: str, task: str, call: dict[str, Any]
+) -> Doorbell:
+    return Doorbell(
+        execution_id=execution_id,
+        task_id=task_id,
+        task=task,
+        args=list(call.get("args", [])),
+        kwargs=dict(call.get("kwargs", {})),
+        queue=str(call.get("queue") or "celery"),
+        priority=call.get("broker_priority"),
+        timeout=int(call.get("timeout") or conf.get("DEFAULT_TIMEOUT")),
+    )
+
+
+def hand_to_scheduler(*, execution_ids: Iterable[int], now: datetime) -> int:
+    """QUEUED rows whose message did not reach the broker: PENDING, for the scheduler to send."""
+    return Execution.objects.filter(
+        pk__in=list(execution_ids), status=ExecutionStatus.QUEUED
+    ).update(status=ExecutionStatus.PENDING, queued_at=now, updated_at=now)
 
 
 def mark_queued(*, execution_ids: Iterable[int], now: datetime) -> int:
@@ -206,6 +240,8 @@ def send_error(execution: Execution, targets: dict[tuple[Any, ...], str]) -> str
     its job's task-table row), then the job's arguments.
     """
     job = execution.job
+    if job is None and execution.call is not None:
+        return enqueued_error(execution.task)
     key = (
         execution.task,
         job.task_table if job else "",

@@ -44,7 +44,8 @@ def get_schedulable(name: str) -> Any:
         raise UnknownTask(f"{name!r} is not a registered Celery task")
     if not getattr(task, "schedulable", False):
         raise UnknownTask(
-            f"{name!r} is registered but not schedulable (declare it with @schedulable_task)"
+            f"{name!r} is registered but not schedulable (declare it with @schedulable_task, "
+            "or a Django task with @task(schedulable=True))"
         )
     return task  # type: ignore[no-any-return]
 
@@ -53,3 +54,15 @@ def schedulable_names() -> list[str]:
     """Every schedulable task's name, sorted: the choices a job's target may take."""
     app = _load_tasks()
     return sorted(name for name, task in app.tasks.items() if getattr(task, "schedulable", False))
+
+
+def get_ledger_task(name: str) -> Any:
+    """The task called ``name`` whose runs the ledger keeps (a ``ScheduledTask``, whether or
+    not jobs may target it: a Django task enqueued without opting in to schedules), or raise
+    UnknownTask."""
+    task = _load_tasks().tasks.get(name)
+    if task is None:
+        raise UnknownTask(f"{name!r} is not a registered Celery task")
+    if not getattr(task, "ledger", False):
+        raise UnknownTask(f"{name!r} is registered but its runs are not kept in the ledger")
+    return task

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 from django.db import connection
+from psycopg.types.json import Jsonb
 from psycopg.types.numeric import Int8
 
 from scheduling import conf
@@ -130,12 +131,25 @@ START_EXECUTION_VALUES = {
     "attempt_running": AttemptOutcome.RUNNING.value,
 }
 
+# -- enqueued.write_run: one run enqueued through Django's Tasks framework (caller's transaction).
+INSERT_ENQUEUED = f"""
+    INSERT INTO {EXECUTION}
+           (task, scheduled_for, status, retry_count, task_id, worker, created_at, queued_at,
+            retry_at, last_error, duplicates, call, updated_at)
+    VALUES (%(task)s, %(scheduled_for)s, %(status)s, 0, %(task_id)s, '', %(now)s,
+            %(queued_at)s::timestamptz, %(retry_at)s::timestamptz, '', 0, %(call)s::jsonb,
+            %(now)s)
+    RETURNING id
+    """
+
 # -- attempts.complete_execution: the successful end of the running attempt.
 COMPLETE_EXECUTION = f"""
     WITH done AS (
         UPDATE {EXECUTION}
            SET status = %(completed)s, finished_at = %(now)s, last_error = '',
-               updated_at = %(now)s
+               updated_at = %(now)s,
+               result = CASE WHEN %(result)s::jsonb IS NULL THEN result
+                             ELSE COALESCE(result, '{{}}'::jsonb) || %(result)s::jsonb END
          WHERE id = %(id)s AND status = %(running)s
            AND (%(attempt)s::int IS NULL OR EXISTS (
                 SELECT 1 FROM {ATTEMPT} a
@@ -157,6 +171,7 @@ COMPLETE_EXECUTION = f"""
 
     """
 COMPLETE_EXECUTION_VALUES = {
+    "result": None,
     "completed": ExecutionStatus.COMPLETED.value,
     "running": ExecutionStatus.RUNNING.value,
     "attempt_completed": AttemptOutcome.COMPLETED.value,
@@ -212,6 +227,8 @@ def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     transaction, with errors mapped to Django's as any query's are. ``PREPARE_STATEMENTS``
     off (for a pooler that cannot keep prepared statements) takes Django's cursor instead.
     """
+    # A dict is a JSON document (a Django task's result): sent as jsonb on either path.
+    params = {k: Jsonb(v) if type(v) is dict else v for k, v in params.items()}
     if not conf.get("PREPARE_STATEMENTS"):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)

@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 
 from scheduling import conf, tasktables
 from scheduling.celeryapp import celery_app
-from scheduling.registry import UnknownTask, get_schedulable
+from scheduling.registry import UnknownTask, get_ledger_task, get_schedulable
 from scheduling.tasktables import TASK_ROW_TASK
 
 if TYPE_CHECKING:
@@ -102,6 +102,15 @@ def arguments_error(args: Any, kwargs: Any) -> str:
     """``argument_errors`` as the one line recorded on a row that cannot be sent, or ""."""
     errors = argument_errors(args, kwargs)
     return "; ".join(f"{field}: {reason}" for field, reason in errors.items())
+
+
+def enqueued_error(task: str) -> str:
+    """Why a run enqueued through Django's Tasks framework cannot be sent, or ""."""
+    try:
+        get_ledger_task(task)
+    except UnknownTask as exc:
+        return f"task: {exc}"
+    return ""
 
 
 def target_error(*, task: str, task_table: str, task_row_id: int | None) -> str:

@@ -69,7 +69,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     sdist = next(where.glob("duecourse-*.tar.gz"))
     venv = where / "venv"
     run([sys.executable, "-m", "venv", str(venv)], cwd=where, env=clean)
-    run([str(venv / "bin" / "pip"), "install", "--quiet", str(wheel)], cwd=where, env=clean)
+    wanted = f"duecourse[tasks] @ {wheel.as_uri()}"  # with the Django Tasks backport
+    run([str(venv / "bin" / "pip"), "install", "--quiet", wanted], cwd=where, env=clean)
     return Built(wheel=wheel, sdist=sdist, venv=venv)
 
 
@@ -159,6 +160,34 @@ def host(built: Built, tmp_path: Path) -> Iterator[Host]:
     project.drop()
 
 
+ENQUEUE = """
+import os, django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+django.setup()
+from django.db import transaction
+from hostproj.billing.tasks import send_receipt
+with transaction.atomic():
+    result = send_receipt.enqueue(42)
+print(result.id)
+"""
+
+RESULT = """
+import json, os, time, django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+django.setup()
+from hostproj.billing.tasks import send_receipt
+deadline = time.monotonic() + 60
+result = send_receipt.get_result(%r)
+while not result.is_finished and time.monotonic() < deadline:
+    time.sleep(0.2)
+    result.refresh()
+print(json.dumps({
+    "status": str(result.status),
+    "value": result.return_value if result.status == "SUCCESSFUL" else None,
+    "workers": result.worker_ids,
+}))
+"""
+
 ADMIN_PAGES = """
 import json, os, django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -213,6 +242,8 @@ def test_a_host_project_runs_its_own_task_on_a_schedule_from_the_wheel(
         env=host.env, name="host-beat", cwd=host.root,
     )  # fmt: skip
 
+    enqueued = host.python(ENQUEUE).splitlines()[-1]
+
     def bodies() -> list[str]:
         return host.run_log.read_text().splitlines() if host.run_log.exists() else []
 
@@ -239,6 +270,11 @@ def test_a_host_project_runs_its_own_task_on_a_schedule_from_the_wheel(
     assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(due)), (
         "no occurrence lost between the first and the last"
     )
+
+    receipt = json.loads(host.python(RESULT % (enqueued,)).splitlines()[-1])
+    assert receipt["status"] == "SUCCESSFUL", receipt
+    assert receipt["value"] == {"order": 42, "sent": True}
+    assert receipt["workers"][0].startswith("host@")
 
     pages = admin_pages(
         host,

@@ -34,6 +34,9 @@ class RedisFastPath:
         self.app = app
         self.producer = producer
         self._client: Any = None
+        # One envelope per shape of message, kept for this channel's life: building one costs
+        # more than a whole message, which matters where batches are small (one enqueue).
+        self._templates: dict[tuple[str, str, int | None, int, int], _Template] = {}
 
     @staticmethod
     def supports(producer: Any) -> bool:
@@ -73,13 +76,14 @@ class RedisFastPath:
         transactional and not retried: on an error the whole batch counts as unpublished and
         its rows are published again later.
         """
-        templates: dict[tuple[str, str, int | None, int], _Template] = {}
+        templates = self._templates
         by_key: dict[str, list[str]] = {}
         for bell in bells:
             shape = (bell.task, bell.queue, bell.priority, bell.timeout)
-            template = templates.get(shape)
+            template = templates.get((*shape, grace))
             if template is None:
-                template = templates[shape] = _Template.build(self.app, self.producer, bell, grace)
+                template = _Template.build(self.app, self.producer, bell, grace)
+                templates[(*shape, grace)] = template
             key, message = template.message(bell)
             by_key.setdefault(key, []).append(message)
         pipe = self.client().pipeline(transaction=False)

@@ -48,7 +48,8 @@ def _execution_for(request: Any, task_id: str | None = None) -> int | None:
 
 
 def _is_schedulable(task: Any) -> bool:
-    return bool(getattr(task, "schedulable", False))
+    """Whether ``task``'s runs are in the ledger (a ``ScheduledTask``)."""
+    return bool(getattr(task, "ledger", False))
 
 
 @signals.task_success.connect
@@ -64,6 +65,7 @@ def on_task_success(sender: Any = None, **_: Any) -> None:
             execution_id=execution_id,
             now=timezone.now(),
             attempt=getattr(sender.request, "duecourse_attempt", None),
+            result=getattr(sender.request, "duecourse_result", None),
         ),
         execution_id=execution_id,
         what="completed",
@@ -103,6 +105,8 @@ def on_task_failure(
         statuses = EXECUTION_STARTABLE
         error = f"failed before the attempt started: {error}"
 
+    task_error = _task_error(sender, request, exception, traceback)
+
     def write() -> str | None:
         return attempts.fail_attempt(
             execution_id=execution_id,
@@ -113,6 +117,7 @@ def on_task_failure(
             retry_in=0 if outcome == AttemptOutcome.ABANDONED else None,
             from_statuses=statuses,
             attempt=getattr(request, "duecourse_attempt", None),
+            task_error=task_error,
         )
 
     if started_here:
@@ -123,6 +128,26 @@ def on_task_failure(
         # serving its other tasks; the reaper covers an end it could not write.
         runtime.on_live_connection(write)
     runtime.end(execution_id)
+
+
+def _task_error(
+    task: Any, request: Any, exception: BaseException | None, traceback: Any
+) -> dict[str, str] | None:
+    """The error a Django task run keeps in its result (class path and traceback), or None.
+
+    The runner records what its body raised (``duecourse_task_error``); a hard time limit or a
+    lost pool process is reported here, in the worker's main process, with the exception alone.
+    """
+    recorded = getattr(request, "duecourse_task_error", None)
+    if recorded is not None:
+        return dict(recorded)
+    if not getattr(task, "keeps_errors", False) or exception is None:
+        return None
+    kind = type(exception)
+    return {
+        "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
+        "traceback": format_error(exception, traceback),
+    }
 
 
 def _classify(task: Any, exception: BaseException | None) -> tuple[str, bool]:

@@ -23,7 +23,10 @@ from scheduling.worker import runtime
 class ScheduledTask(Task):
     """Base class of schedulable tasks; see the module docstring."""
 
+    #: Jobs may target it (a Django task's runner says so only when the task opts in).
     schedulable = True
+    #: Its runs are kept in the ledger: claimed at start, their ends recorded by the receivers.
+    ledger = True
     #: Exception classes that fail an execution at once, without retries.
     permanent_errors: tuple[type[BaseException], ...] = (PermanentError,)
     #: Only superusers may point a job at this task (the engine's maintenance tasks).

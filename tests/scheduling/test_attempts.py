@@ -93,6 +93,7 @@ class _Request:
 
 class _Task:
     schedulable = True
+    ledger = True
     permanent_errors: tuple[type[BaseException], ...] = ()
     request = _Request()
 

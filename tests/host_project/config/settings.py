@@ -15,6 +15,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django_tasks",
     "hostproj.billing",
     "scheduling",
     *[app for app in os.environ.get("HOST_EXTRA_APPS", "").split(",") if app],
@@ -61,3 +62,5 @@ CELERY_BROKER_URL = os.environ["HOST_BROKER_URL"]
 CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": os.environ["HOST_BROKER_PREFIX"]}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+
+TASKS = {"default": {"BACKEND": "scheduling.tasks_backend.DuecourseTaskBackend"}}

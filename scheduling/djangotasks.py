@@ -1,0 +1,50 @@
+"""Django's Tasks framework, from Django itself where it has it, else the ``django-tasks`` backport.
+
+Django 6 ships ``django.tasks``; on Django 5.2 the ``django-tasks`` package (the
+``duecourse[tasks]`` extra) provides the same names under ``django_tasks``. Everything in the
+engine that speaks the framework's language imports it from here, so that choice is made once.
+"""
+
+from __future__ import annotations
+
+try:  # Django 6.0 and later
+    from django.tasks import DEFAULT_TASK_QUEUE_NAME, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError:  # Django 5.2 with the backport
+    from django_tasks import DEFAULT_TASK_QUEUE_NAME, task_backends  # type: ignore[no-redef]
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
+    from django_tasks.base import (  # type: ignore[no-redef]
+        Task,
+        TaskContext,
+        TaskError,
+        TaskResult,
+        TaskResultStatus,
+    )
+    from django_tasks.exceptions import (  # type: ignore[no-redef]
+        InvalidTaskError,
+        TaskResultDoesNotExist,
+    )
+    from django_tasks.signals import (  # type: ignore[no-redef]
+        task_enqueued,
+        task_finished,
+        task_started,
+    )
+
+__all__ = [
+    "DEFAULT_TASK_QUEUE_NAME",
+    "BaseTaskBackend",
+    "InvalidTaskError",
+    "Task",
+    "TaskContext",
+    "TaskError",
+    "TaskResult",
+    "TaskResultDoesNotExist",
+    "TaskResultStatus",
+    "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
+]

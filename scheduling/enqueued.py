@@ -1,0 +1,127 @@
+"""Runs enqueued through Django's Tasks framework: their rows in the ledger.
+
+An enqueued run is an execution without a job. Everything its message needs (arguments, queue,
+priority, time limit, retries) is on the row itself, in ``call``, so the scheduler can publish it
+again exactly as it publishes a job's execution: a run is never only in the broker. The row is
+written on Django's connection, inside whatever transaction the caller has open; it is
+published only after that transaction commits (``scheduling.outbox``), and a rollback takes
+the row with it, so the run never happens and has no result.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from scheduling import sql
+from scheduling.claims import Doorbell
+from scheduling.models import Attempt, Execution, ExecutionStatus
+from scheduling.publishing import doorbell_of_call
+
+
+@dataclass(frozen=True)
+class Written:
+    """A run's row as written: what its message and its first result need."""
+
+    execution_id: int
+    task_id: str
+    created_at: datetime
+    due_now: bool
+
+    def doorbell(self, *, task: str, call: dict[str, Any]) -> Doorbell:
+        return doorbell_of_call(
+            execution_id=self.execution_id, task_id=self.task_id, task=task, call=call
+        )
+
+
+def write_run(*, task: str, call: dict[str, Any], run_after: datetime | None) -> Written:
+    """Insert the run's row in the caller's transaction; it waits for ``run_after`` if given.
+
+    A run due now is written QUEUED: its message goes out right after the commit
+    (``scheduling.outbox``), and no second write marks it sent. A publish that fails puts the
+    row back to PENDING for the scheduler; a message lost with its process (a crash between the
+    commit and the publish) is found by the republish rule's evidence, as any lost message is
+    (docs/architecture.md, *The republish rule*). A deferred run waits as a retry that is due
+    at ``run_after`` (retry count 0), the state in which the scheduler publishes a row at a
+    given time. On PostgreSQL the row goes in through one prepared statement: an enqueue is
+    a request's cost, where the ORM's own work would be a third of it.
+    """
+    now = timezone.now()
+    deferred = run_after is not None and run_after > now
+    values: dict[str, Any] = {
+        "task": task,
+        "scheduled_for": run_after if deferred else now,
+        "status": ExecutionStatus.RETRY if deferred else ExecutionStatus.QUEUED,
+        "task_id": uuid.uuid4(),
+        "queued_at": None if deferred else now,
+        "retry_at": run_after if deferred else None,
+        "call": call,
+        "now": now,
+    }
+    if connection.vendor == "postgresql":
+        row = sql.execute_hot(
+            sql.INSERT_ENQUEUED, {**values, "status": str(values["status"].value)}
+        )
+        assert row is not None
+        execution_id = int(row[0])
+    else:
+        execution_id = Execution.objects.create(
+            task=task,
+            scheduled_for=values["scheduled_for"],
+            status=values["status"],
+            task_id=values["task_id"],
+            queued_at=values["queued_at"],
+            retry_at=values["retry_at"],
+            call=call,
+            created_at=now,
+            updated_at=now,
+        ).pk
+    return Written(
+        execution_id=execution_id,
+        task_id=str(values["task_id"]),
+        created_at=now,
+        due_now=not deferred,
+    )
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What the framework's ``TaskResult`` is built from."""
+
+    execution: Execution
+    args: list[Any]
+    kwargs: dict[str, Any]
+    backend: str | None
+    workers: list[str]
+    last_attempted_at: datetime | None
+
+
+def find_run(result_id: str) -> RunView | None:
+    """The run whose result id (its execution's ``task_id``) is ``result_id``, or None."""
+    try:
+        task_id = uuid.UUID(str(result_id))
+    except ValueError:
+        return None
+    execution = Execution.objects.select_related("job").filter(task_id=task_id).first()
+    if execution is None:
+        return None
+    attempts = list(
+        Attempt.objects.filter(execution=execution)
+        .order_by("number")
+        .values_list("worker", "started_at")
+    )
+    call = execution.call or {}
+    job = execution.job
+    return RunView(
+        execution=execution,
+        args=list(call.get("args", job.args if job else [])),
+        kwargs=dict(call.get("kwargs", job.kwargs if job else {})),
+        backend=call.get("backend"),
+        workers=[worker for worker, _ in attempts],
+        last_attempted_at=attempts[-1][1] if attempts else None,
+    )

@@ -1,0 +1,114 @@
+"""The outbox: messages of committed enqueues, published from a thread of the enqueuing process.
+
+An enqueue commits its row as QUEUED (``scheduling.enqueued``) and hands the message here.
+A thread per process publishes whatever has gathered as one batch (one Redis pipeline), so a
+burst of enqueues costs a request its insert and commit alone. Nothing here is needed for
+correctness: a batch the broker refused is put back to PENDING, and the scheduler publishes it
+after ``SCHEDULING_PENDING_GRACE``; a message lost with its process finds its way back through
+the republish rule's evidence (a later message on its queue started, or the queue is empty).
+At interpreter exit the outbox is flushed for a few seconds, so a management command that
+enqueues and returns has its messages sent.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import threading
+import time
+
+from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
+
+from scheduling.celeryapp import celery_app
+from scheduling.claims import Doorbell
+from scheduling.publishing import hand_to_scheduler
+from scheduling.scheduler.publisher import Publisher
+
+logger = logging.getLogger("scheduling")
+
+BATCH = 500
+#: Seconds the thread waits for more messages before it publishes what it has.
+LINGER = 0.005
+EXIT_FLUSH = 5.0
+
+
+class Outbox:
+    """One publishing thread per process (made again after a fork); see the module docstring."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Doorbell] = queue.Queue()
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+
+    def put(self, bell: Doorbell) -> None:
+        if self._pid != os.getpid():
+            self._start()
+        self._queue.put(bell)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every message handed over has been dealt with; False at the deadline."""
+        done = threading.Event()
+
+        def wait() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=wait, daemon=True).start()
+        return done.wait(timeout)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            self._queue = queue.Queue()  # a forked child does not inherit its parent's backlog
+            self._pid = os.getpid()
+            threading.Thread(target=self._run, name="duecourse-outbox", daemon=True).start()
+            atexit.register(self.flush, EXIT_FLUSH)
+
+    def _run(self) -> None:
+        publisher: Publisher | None = None
+        made_for: tuple[str, str] | None = None
+        while True:
+            batch = [self._queue.get()]
+            # A moment for a burst to gather: one pipeline for many messages costs the
+            # enqueuing threads far less than one each, for LINGER of latency at most.
+            deadline = time.monotonic() + LINGER
+            while len(batch) < BATCH:
+                left = deadline - time.monotonic()
+                try:
+                    batch.append(
+                        self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                    )
+                except queue.Empty:
+                    break
+            # A new publisher when the app's broker settings changed (a test's key prefix).
+            conf = celery_app().conf
+            wanted = (str(conf.broker_url), repr(conf.broker_transport_options))
+            if publisher is None or wanted != made_for:
+                if publisher is not None:
+                    publisher.close()
+                publisher, made_for = Publisher(celery_app()), wanted
+            try:
+                self._publish(publisher, batch)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    @staticmethod
+    def _publish(publisher: Publisher, batch: list[Doorbell]) -> None:
+        done = set(publisher.publish(batch))
+        failed = [bell.execution_id for bell in batch if bell.execution_id not in done]
+        if not failed:
+            return
+        close_old_connections()
+        try:
+            hand_to_scheduler(execution_ids=failed, now=timezone.now())
+        except DatabaseError as exc:
+            # Still QUEUED without a message: the republish rule finds them by its evidence.
+            logger.warning("outbox.handover_failed executions=%s error=%r", len(failed), exc)
+
+
+outbox = Outbox()

@@ -1,0 +1,192 @@
+"""Django's Tasks framework on the ledger: ``TASKS = {"default": {"BACKEND":
+"scheduling.tasks_backend.DuecourseTaskBackend"}}``.
+
+``enqueue`` writes the run into the ledger inside the caller's transaction and publishes it to
+Celery once that transaction commits; the stock Celery workers run it as a ledger task (claimed
+once, heartbeat, history), and ``get_result`` reads the ledger. docs/django-tasks.md has the
+semantics side by side with the peers'.
+
+Tasks declared for this backend take three options of Duecourse's beyond the framework's:
+``@task(max_retries=N)`` (retries after an error, with the engine's backoff; 0 by default, as
+the framework promises nothing), ``@task(timeout=S)`` (seconds per attempt; the engine's
+default otherwise) and ``@task(schedulable=True)`` (jobs may run it on a schedule: the
+allowlist, as ``@schedulable_task`` is for Celery tasks).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils.module_loading import import_string
+
+from scheduling import conf, enqueued
+from scheduling.celeryapp import celery_app
+from scheduling.djangotasks import (
+    DEFAULT_TASK_QUEUE_NAME,
+    BaseTaskBackend,
+    InvalidTaskError,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+)
+from scheduling.models import ExecutionStatus
+from scheduling.outbox import outbox
+from scheduling.worker.django_tasks import register_runner
+
+STATUS = {
+    ExecutionStatus.PENDING: TaskResultStatus.READY,
+    ExecutionStatus.QUEUED: TaskResultStatus.READY,
+    ExecutionStatus.RETRY: TaskResultStatus.READY,
+    ExecutionStatus.RUNNING: TaskResultStatus.RUNNING,
+    ExecutionStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    ExecutionStatus.FAILED: TaskResultStatus.FAILED,
+    ExecutionStatus.SKIPPED: TaskResultStatus.FAILED,
+    ExecutionStatus.CANCELLED: TaskResultStatus.FAILED,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DuecourseTask(Task):  # type: ignore[misc]
+    """The framework's ``Task`` with Duecourse's options; see the module docstring."""
+
+    max_retries: int = 0
+    timeout: int | None = None
+    schedulable: bool = False
+
+    def __post_init__(self) -> None:
+        # Zero-argument super() does not work in a slotted dataclass.
+        Task.__post_init__(self)
+        if type(self.max_retries) is not int or self.max_retries < 0:
+            raise InvalidTaskError("max_retries must be a whole number of 0 or more.")
+        if self.timeout is not None and (type(self.timeout) is not int or self.timeout <= 0):
+            raise InvalidTaskError("timeout must be a positive whole number of seconds.")
+        register_runner(self)
+
+
+def broker_priority(priority: int, broker_url: str) -> int | None:
+    """The framework's priority (-100 … 100, higher runs first) as the broker's.
+
+    RabbitMQ: 0 … 9, higher first (the queue needs ``x-max-priority``). Redis: kombu's lanes
+    run 0 first and put a message without a priority in lane 0 too, so priority 0 and above
+    share the first lane and only a lower priority can be expressed (lanes 3, 6, 9). Other
+    brokers: none.
+    """
+    if priority == 0:
+        return None
+    if broker_url.startswith(("amqp", "pyamqp")):
+        return round((priority + 100) * 9 / 200)
+    if broker_url.startswith(("redis", "rediss")):
+        if priority > 0:
+            return None
+        return 3 if priority >= -33 else 6 if priority >= -66 else 9
+    return None
+
+
+class DuecourseTaskBackend(BaseTaskBackend):
+    """Runs the framework's tasks on the project's Celery workers with Duecourse's ledger."""
+
+    task_class = DuecourseTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def celery_queue(self, queue_name: str) -> str:
+        """The framework's queue as a Celery queue: ``default`` is the app's default queue."""
+        if queue_name == DEFAULT_TASK_QUEUE_NAME:
+            return str(celery_app().conf.task_default_queue or "celery")
+        return queue_name
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[override]
+        self.validate_task(task)
+        call_args, call_kwargs = _json_arguments(args, kwargs)
+        name = register_runner(task)
+        broker_url = str(celery_app().conf.broker_url or "")
+        call = {
+            "backend": self.alias,
+            "args": call_args,
+            "kwargs": call_kwargs,
+            "queue": self.celery_queue(task.queue_name),
+            "queue_name": task.queue_name,
+            "priority": task.priority,
+            "broker_priority": broker_priority(task.priority, broker_url),
+            "max_retries": int(getattr(task, "max_retries", 0)),
+            "timeout": getattr(task, "timeout", None) or int(conf.get("DEFAULT_TIMEOUT")),
+        }
+        written = enqueued.write_run(task=name, call=call, run_after=task.run_after)
+        result = TaskResult(
+            task=task,
+            id=written.task_id,
+            status=TaskResultStatus.READY,
+            enqueued_at=written.created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=call_args,
+            kwargs=call_kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        bell = written.doorbell(task=name, call=call) if written.due_now else None
+
+        def after_commit() -> None:
+            if bell is not None:
+                outbox.put(bell)
+            task_enqueued.send(type(self), task_result=result)
+
+        transaction.on_commit(after_commit)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        run = enqueued.find_run(result_id)
+        if run is None:
+            raise TaskResultDoesNotExist(result_id)
+        execution = run.execution
+        try:
+            task = import_string(execution.task)
+        except ImportError:
+            raise TaskResultDoesNotExist(
+                f"{result_id}: its task {execution.task!r} can no longer be imported"
+            ) from None
+        if not isinstance(task, Task):
+            raise TaskResultDoesNotExist(f"{result_id}: {execution.task!r} is not a Django task")
+        status = STATUS[ExecutionStatus(execution.status)]
+        stored = execution.result or {}
+        result = TaskResult(
+            task=task,
+            id=str(execution.task_id),
+            status=status,
+            enqueued_at=execution.created_at,
+            started_at=execution.started_at,
+            finished_at=execution.finished_at if status in _FINISHED else None,
+            last_attempted_at=run.last_attempted_at,
+            args=run.args,
+            kwargs=run.kwargs,
+            backend=run.backend or self.alias,
+            errors=[TaskError(**error) for error in stored.get("errors", [])],
+            worker_ids=run.workers,
+        )
+        if status == TaskResultStatus.SUCCESSFUL:
+            object.__setattr__(result, "_return_value", stored.get("value"))
+        return result
+
+
+_FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+
+
+def _json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments as JSON gives them back; anything else is refused before it is stored."""
+    try:
+        return (
+            json.loads(json.dumps(list(args), allow_nan=False)),
+            json.loads(json.dumps(dict(kwargs), allow_nan=False)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidTaskError(f"Task arguments must round-trip through JSON: {exc}") from None

@@ -1,0 +1,132 @@
+"""The worker side of Django's Tasks framework: each ``@task`` function runs as a ledger task.
+
+Every task declared for Duecourse's backend gets a Celery task of its own, named by the
+function's module path (``billing.tasks.close_books``) with ``ScheduledTask`` as its base, so a
+run is claimed before its body starts, keeps a heartbeat, and has its end written by the same
+receivers as any scheduled occurrence. Named by path, a run shows its task in the history,
+the admin and the metrics, and a task that opts in to schedules is a job's target like any
+``@schedulable_task``. The body calls the framework's task, sends its signals, and leaves the
+return value (or the error) on the request for the receiver that writes the end, so the value
+is committed in the same statement as the completion.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from typing import Any
+
+from celery import shared_task
+from celery.exceptions import Ignore, Reject, Retry
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from scheduling.djangotasks import (
+    Task,
+    TaskContext,
+    TaskResult,
+    TaskResultStatus,
+    task_finished,
+    task_started,
+)
+from scheduling.registry import PermanentError
+from scheduling.worker.taskbase import ScheduledTask
+
+#: Celery's own control flow, which is not an error of the task.
+_CONTROL = (Ignore, Reject, Retry)
+
+_registered: set[str] = set()
+
+
+class DjangoTaskRunner(ScheduledTask):
+    """Base of the Celery task that runs one Django task; see the module docstring."""
+
+    abstract = True
+    #: Errors are kept in the run's result (class path and traceback), as the framework asks.
+    keeps_errors = True
+    #: Jobs may target it only when the Django task opted in (``@task(schedulable=True)``).
+    schedulable = False
+
+
+def register_runner(task: Any) -> str:
+    """Make sure the Celery task that runs ``task`` exists; return its name (the module path)."""
+    name = str(task.module_path)
+    if name in _registered:
+        return name
+    schedulable = bool(getattr(task, "schedulable", False))
+
+    def run(runner: Any, *args: Any, **kwargs: Any) -> Any:
+        return run_django_task(runner, name, list(args), dict(kwargs))
+
+    run.__module__ = task.func.__module__
+    run.__qualname__ = run.__name__ = f"{task.func.__name__}_runner"
+    shared_task(
+        bind=True, name=name, base=DjangoTaskRunner, acks_late=True, schedulable=schedulable
+    )(run)
+    _registered.add(name)
+    return name
+
+
+def _task_result(
+    task: Any, runner: Any, args: list[Any], kwargs: dict[str, Any], status: str
+) -> Any:
+    run = runner.run_context
+    now = timezone.now()
+    attempt = run.attempt if run is not None else 1
+    worker = runner.request.hostname or ""
+    return TaskResult(
+        task=task,
+        id=str(runner.request.id),
+        status=status,
+        enqueued_at=run.scheduled_for if run is not None else None,
+        started_at=now,
+        finished_at=None,
+        last_attempted_at=now,
+        args=args,
+        kwargs=kwargs,
+        backend=task.backend,
+        errors=[],
+        worker_ids=[worker] * attempt,
+    )
+
+
+def run_django_task(runner: Any, path: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call the Django task at ``path`` with the run's arguments; see the module docstring."""
+    task = import_string(path)
+    if not isinstance(task, Task):
+        raise PermanentError(f"task: {path!r} is not a Django task (declare it with @task)")
+    backend = type(task.get_backend())
+    result = _task_result(task, runner, args, kwargs, TaskResultStatus.RUNNING)
+    task_started.send(sender=backend, task_result=result)
+    try:
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=result), *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        value = _json_round_trip(value)
+    except _CONTROL:
+        raise
+    except BaseException as exc:
+        kind = type(exc)
+        runner.request.duecourse_task_error = {
+            "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        object.__setattr__(result, "finished_at", timezone.now())
+        task_finished.send(sender=backend, task_result=result)
+        raise
+    runner.request.duecourse_result = {"value": value}
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender=backend, task_result=result)
+    return value
+
+
+def _json_round_trip(value: Any) -> Any:
+    """The return value as JSON gives it back, as the framework requires of results."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"return value: must round-trip through JSON ({exc})") from None

@@ -1,0 +1,304 @@
+"""Django's Tasks framework on the ledger: ``scheduling.tasks_backend.DuecourseTaskBackend``.
+
+The in-process part pins the framework's contract (validation, transactional enqueue, results,
+signals); the worker part runs real ``celery worker`` processes and the scheduler, and kills
+one mid-run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import transaction
+from django.utils import timezone
+
+from scheduling.djangotasks import (
+    InvalidTaskError,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+)
+from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.tasks_backend import DuecourseTask, broker_priority
+from tests.conftest import Processes, scheduler_command, wait_for
+from tests.scheduling.test_worker_lifecycle import SLOW, launch_worker, wait_ready
+from tests.tasktable_app import tasks
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+db = pytest.mark.django_db
+
+
+def module_level_function(x: int) -> int:
+    return x
+
+
+# --- the contract, in process --------------------------------------------------------------
+
+
+@db
+def test_an_enqueue_writes_a_ready_run_into_the_ledger(
+    django_capture_on_commit_callbacks: Any, publish_under_prefix: str
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        result = tasks.add.enqueue(2, 3)
+    assert result.status == TaskResultStatus.READY
+    assert (result.args, result.kwargs, result.backend) == ([2, 3], {}, "default")
+    execution = Execution.objects.get(task_id=result.id)
+    assert execution.task == "tests.tasktable_app.tasks.add"
+    assert execution.job is None and execution.status == ExecutionStatus.QUEUED
+    fetched = tasks.add.get_result(result.id)
+    assert fetched.status == TaskResultStatus.READY
+    assert fetched.enqueued_at == execution.created_at and fetched.worker_ids == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_enqueue_rolled_back_never_runs_and_has_no_result(publish_under_prefix: str) -> None:
+    enqueued: list[Any] = []
+    task_enqueued.connect(lambda **kw: enqueued.append(kw["task_result"]), weak=False)
+    try:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            result = tasks.add.enqueue(1, 1)
+            raise RuntimeError("the view failed after enqueueing")
+        assert not Execution.objects.filter(task_id=result.id).exists()
+        with pytest.raises(TaskResultDoesNotExist):
+            tasks.add.get_result(result.id)
+        assert enqueued == [], "no signal for a run that never was"
+
+        with transaction.atomic():
+            kept = tasks.add.enqueue(1, 2)
+            assert enqueued == [], "the signal waits for the commit"
+        assert [r.id for r in enqueued] == [kept.id]
+    finally:
+        task_enqueued.receivers.clear()
+        task_enqueued.sender_receivers_cache.clear()
+
+
+@db
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: DuecourseTask(func=lambda: None), "module level"),
+        (lambda: tasks.add.using(priority=101), "priority must be a whole number"),
+        (lambda: tasks.add.using(queue_name="nowhere"), "Queue 'nowhere' is not valid"),
+        (
+            lambda: tasks.add.using(run_after=timezone.now().replace(tzinfo=None)),
+            "run_after must be an aware datetime",
+        ),
+        (lambda: task(max_retries=-1)(module_level_function), "max_retries must be"),
+        (lambda: task(timeout=0)(module_level_function), "timeout must be"),
+    ],
+)
+def test_bad_tasks_are_refused_with_the_framework_s_exception(make: Any, message: str) -> None:
+    with pytest.raises(InvalidTaskError, match=message):
+        make()
+
+
+@db
+def test_arguments_that_do_not_round_trip_through_json_are_refused() -> None:
+    with pytest.raises(InvalidTaskError, match="round-trip through JSON"):
+        tasks.echo.enqueue(object())
+    with pytest.raises(InvalidTaskError, match="round-trip through JSON"):
+        tasks.echo.enqueue(float("nan"))
+    assert not Execution.objects.exists()
+
+
+@db
+def test_an_unknown_or_malformed_result_id_does_not_exist() -> None:
+    for result_id in ("not-a-uuid", "00000000-0000-0000-0000-000000000000"):
+        with pytest.raises(TaskResultDoesNotExist):
+            tasks.add.get_result(result_id)
+
+
+@db
+def test_a_deferred_run_waits_in_the_ledger_until_run_after() -> None:
+    later = timezone.now() + timedelta(hours=1)
+    result = tasks.add.using(run_after=later).enqueue(1, 2)
+    execution = Execution.objects.get(task_id=result.id)
+    assert (execution.status, execution.retry_at, execution.retry_count) == ("retry", later, 0)
+    assert tasks.add.get_result(result.id).status == TaskResultStatus.READY
+
+
+@pytest.mark.django_db(transaction=True)
+def test_aenqueue_and_aget_result(publish_under_prefix: str) -> None:
+    async def both() -> tuple[Any, Any]:
+        result = await tasks.add.aenqueue(4, 5)
+        return result, await tasks.add.aget_result(result.id)
+
+    result, fetched = asyncio.run(both())
+    assert fetched.id == result.id and fetched.args == [4, 5]
+
+
+def test_priorities_map_onto_the_broker_s() -> None:
+    assert broker_priority(0, "redis://x") is None
+    assert broker_priority(50, "redis://x") is None  # Redis's first lane is the default one
+    assert [broker_priority(p, "redis://x") for p in (-1, -50, -100)] == [3, 6, 9]
+    assert [broker_priority(p, "amqp://x") for p in (-100, 100)] == [0, 9]
+    assert broker_priority(10, "filesystem://") is None
+
+
+@db
+def test_only_tasks_that_opt_in_may_be_scheduled(admin_user: Any) -> None:
+    call_command(
+        "jobs", "add", "ticking", "--task", "tests.tasktable_app.tasks.tick", "--every", "PT1M"
+    )
+    assert Job.objects.get(name="ticking").task == "tests.tasktable_app.tasks.tick"
+    with pytest.raises(CommandError, match="not schedulable"):
+        call_command(
+            "jobs", "add", "adding", "--task", "tests.tasktable_app.tasks.add", "--every", "PT1M"
+        )
+
+
+# --- on real workers --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def body_log(tmp_path: Path, process_env: dict[str, str]) -> Path:
+    path = tmp_path / "bodies.log"
+    process_env["DUECOURSE_TEST_BODY_LOG"] = str(path)
+    return path
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def finished(result: Any) -> Any:
+    def check() -> Any:
+        fresh = tasks.add.get_backend().get_result(result.id)
+        return fresh if fresh.is_finished else None
+
+    return check
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_runs_complete_once_on_stock_workers_with_results_errors_and_signals(
+    processes: Processes, process_env: dict[str, str], publish_under_prefix: str, body_log: Path
+) -> None:
+    worker = launch_worker(processes, process_env, "tasks")
+    processes.start(scheduler_command(), env=process_env, name="scheduler")
+    wait_ready(processes, worker)
+    added = [tasks.add.enqueue(i, 10) for i in range(5)]
+    failed = tasks.explode.enqueue("on purpose")
+    context = tasks.who_am_i.enqueue()
+    deferred = tasks.add.using(run_after=timezone.now() + timedelta(seconds=3)).enqueue(7, 7)
+
+    for result in [*added, failed, context, deferred]:
+        wait_for(finished(result), timeout=SLOW, message=f"run {result.id} finishes")
+
+    for i, result in enumerate(added):
+        done = tasks.add.get_result(result.id)
+        assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == i + 10
+        assert done.started_at and done.finished_at and done.last_attempted_at
+        assert len(done.worker_ids) == 1 and done.worker_ids[0].startswith("tasks@")
+    assert sorted(line for line in lines(body_log) if line.startswith("add")) == sorted(
+        [f"add {i} 10" for i in range(5)] + ["add 7 7"]
+    ), "each enqueue ran exactly once"
+
+    bad = tasks.explode.get_result(failed.id)
+    assert bad.status == TaskResultStatus.FAILED
+    [error] = bad.errors
+    assert error.exception_class_path == "builtins.ValueError"
+    assert "exploded: on purpose" in error.traceback and error.exception_class is ValueError
+    with pytest.raises(ValueError, match="Task failed"):
+        _ = bad.return_value
+
+    assert tasks.who_am_i.get_result(context.id).return_value == {"id": context.id, "attempt": 1}
+    late = tasks.add.get_result(deferred.id)
+    assert late.started_at >= deferred.enqueued_at + timedelta(seconds=3)
+
+    signals = [line for line in lines(body_log) if line.startswith("signal")]
+    assert f"signal started {failed.id}" in signals
+    assert f"signal finished {failed.id} FAILED" in signals
+    assert f"signal finished {added[0].id} SUCCESSFUL" in signals
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_task_that_opts_in_to_retries_is_retried_and_one_that_does_not_is_not(
+    processes: Processes,
+    process_env: dict[str, str],
+    publish_under_prefix: str,
+    tmp_path: Path,
+) -> None:
+    env = {
+        **process_env,
+        "SCHEDULING_RETRY_BACKOFF_BASE": "0.2",
+        "SCHEDULING_RETRY_BACKOFF_CAP": "1",
+    }
+    worker = launch_worker(processes, env, "retries")
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    wait_ready(processes, worker)
+    counter = tmp_path / "flaky.count"
+    flaky = tasks.flaky.enqueue(str(counter))
+    once = tasks.explode.enqueue("no retries asked")
+    wait_for(finished(flaky), timeout=SLOW, message="the flaky task ends")
+    wait_for(finished(once), timeout=SLOW, message="the exploding task ends")
+
+    done = tasks.flaky.get_result(flaky.id)
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == "ok after 3"
+    assert [e.exception_class_path for e in done.errors] == ["builtins.RuntimeError"] * 2
+    assert len(done.worker_ids) == 3
+    assert len(tasks.explode.get_result(once.id).worker_ids) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_run_neither_loses_nor_doubles_the_run(
+    processes: Processes, process_env: dict[str, str], publish_under_prefix: str, body_log: Path
+) -> None:
+    victim = launch_worker(processes, process_env, "victim")
+    processes.start(scheduler_command(), env=process_env, name="scheduler")
+    wait_ready(processes, victim)
+    result = tasks.slow.enqueue("only", 4)
+    wait_for(lambda: "start only" in lines(body_log), timeout=SLOW, message="the body starts")
+    processes.kill(victim)  # SIGKILL to the whole process group
+    victim.wait(timeout=10)
+    survivor = launch_worker(processes, process_env, "survivor")
+    wait_ready(processes, survivor)
+
+    done = wait_for(finished(result), timeout=2 * SLOW, message="the survivor completes it")
+    assert done.status == TaskResultStatus.SUCCESSFUL and done.return_value == "only"
+    assert [w.split("@")[0] for w in done.worker_ids] == ["victim", "survivor"]
+    assert lines(body_log).count("end only") == 1, "the body completed exactly once"
+    execution = Execution.objects.get(task_id=result.id)
+    assert [a.outcome for a in execution.attempts.order_by("number")] == [
+        "abandoned",
+        "completed",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_schedulable_django_task_runs_on_a_schedule(
+    processes: Processes,
+    process_env: dict[str, str],
+    publish_under_prefix: str,
+    body_log: Path,
+    admin_user: Any,
+) -> None:
+    call_command(
+        "jobs", "add", "ticking", "--task", "tests.tasktable_app.tasks.tick",
+        "--kwargs", '{"label": "each-second"}', "--every", "PT1S",
+    )  # fmt: skip
+    worker = launch_worker(processes, process_env, "ticks")
+    processes.start(scheduler_command(), env=process_env, name="scheduler")
+    wait_ready(processes, worker)
+    wait_for(
+        lambda: lines(body_log).count("tick each-second") >= 3,
+        timeout=SLOW,
+        message="three occurrences of the Django task",
+    )
+    runs = Execution.objects.filter(job__name="ticking", status="completed")
+    assert runs.count() >= 3
+    assert {r.result["value"] for r in runs} == {"each-second"}

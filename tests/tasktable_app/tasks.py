@@ -1,0 +1,88 @@
+"""Django's Tasks framework's ``@task`` functions for the backend's specifications.
+
+Workers import this module through Celery's autodiscovery of ``tasks`` modules, as a host
+project's workers import theirs. Bodies that need to be seen from outside append a line to the
+file named by ``DUECOURSE_TEST_BODY_LOG``; the framework's signals do the same when fired in a
+worker, so a test can tell that they were sent where the run happened.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from django.dispatch import receiver
+
+from scheduling.djangotasks import TaskContext, task_finished, task_started
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+
+def _note(line: str) -> None:
+    path = os.environ.get("DUECOURSE_TEST_BODY_LOG")
+    if path:
+        with open(path, "a") as handle:
+            handle.write(line + "\n")
+
+
+@task
+def add(a: int, b: int) -> int:
+    _note(f"add {a} {b}")
+    return a + b
+
+
+@task
+def echo(value: Any) -> Any:
+    return value
+
+
+@task
+def explode(reason: str) -> None:
+    raise ValueError(f"exploded: {reason}")
+
+
+@task(takes_context=True)
+def who_am_i(context: TaskContext) -> dict[str, Any]:
+    return {"id": context.task_result.id, "attempt": context.attempt}
+
+
+@task(timeout=60)
+def slow(label: str, seconds: float) -> str:
+    _note(f"start {label}")
+    time.sleep(seconds)
+    _note(f"end {label}")
+    return label
+
+
+@task(max_retries=2)
+def flaky(path: str) -> str:
+    """Fails until it has run twice (counted in the file ``path``), then succeeds."""
+    with open(path, "a") as handle:
+        handle.write("x")
+    with open(path) as handle:
+        runs = len(handle.read())
+    if runs < 3:
+        raise RuntimeError(f"flaky: try {runs}")
+    return f"ok after {runs}"
+
+
+@task(schedulable=True)
+def tick(label: str) -> str:
+    _note(f"tick {label}")
+    return label
+
+
+@receiver(task_started)
+def _started(sender: Any, task_result: Any, **_: Any) -> None:
+    _note(f"signal started {task_result.id}")
+
+
+@receiver(task_finished)
+def _finished(sender: Any, task_result: Any, **_: Any) -> None:
+    _note(f"signal finished {task_result.id} {task_result.status}")
+
+

@@ -24,7 +24,8 @@ def _env(var_dir: Path) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in ("DATABASE_URL", "CELERY_BROKER_URL") and not key.startswith("SCHEDULING_")
+        if key not in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY")
+        and not key.startswith("SCHEDULING_")
     }
     env.update(DUECOURSE_VAR_DIR=str(var_dir), PYTHONUNBUFFERED="1")
     return env

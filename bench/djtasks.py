@@ -7,8 +7,7 @@ sides enqueue the very same functions.
 
 from __future__ import annotations
 
-import os
-import time
+from sleepbody import sleep_noting
 
 try:
     from django.tasks import task
@@ -24,9 +23,4 @@ def noop() -> None:
 @task
 def sleepy(seconds: float) -> str:
     """For the crash scenario: note the start and the end of the body in a file."""
-    with open(os.environ["BENCH_BODY_LOG"], "a") as handle:
-        handle.write("start\n")
-    time.sleep(seconds)
-    with open(os.environ["BENCH_BODY_LOG"], "a") as handle:
-        handle.write("end\n")
-    return "slept"
+    return sleep_noting(seconds)

@@ -8,9 +8,9 @@ is a ScheduledTask; ``bench.bare_noop`` is a plain ``@app.task``).
 
 from __future__ import annotations
 
-import os
-import time
 from typing import Any
+
+from sleepbody import sleep_noting
 
 from config.celery import app
 
@@ -26,9 +26,4 @@ def bare_noop(*args: Any, **kwargs: Any) -> str:
 @app.task(name="bench.bare_sleepy", acks_late=True)
 def bare_sleepy(seconds: float) -> str:
     """For the crash scenario: note the body's start and end, as ``djtasks.sleepy`` does."""
-    with open(os.environ["BENCH_BODY_LOG"], "a") as handle:
-        handle.write("start\n")
-    time.sleep(seconds)
-    with open(os.environ["BENCH_BODY_LOG"], "a") as handle:
-        handle.write("end\n")
-    return "slept"
+    return sleep_noting(seconds)

@@ -446,18 +446,8 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
             self.message_user(request, "; ".join(refused), level=messages.WARNING)
 
 
-@admin.register(Order)
-class OrderAdmin(admin.ModelAdmin):
-    """Read-only: orders are written by subscriptions and their renewals."""
-
-    list_display = ("id", "subscription_id", "period_number", "period", "amount", "status")
-    list_filter = ("status",)
-    search_fields = ("subscription__customer", "charge_reference")
-    ordering = ("-created_at", "-pk")
-
-    @admin.display(description="period", ordering="period_start")
-    def period(self, order: Order) -> str:
-        return _when(order.period_start)
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows that only the app's own services write: the admin shows them and changes nothing."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -469,8 +459,22 @@ class OrderAdmin(admin.ModelAdmin):
         return False
 
 
+@admin.register(Order)
+class OrderAdmin(ReadOnlyAdmin):
+    """Read-only: orders are written by subscriptions and their renewals."""
+
+    list_display = ("id", "subscription_id", "period_number", "period", "amount", "status")
+    list_filter = ("status",)
+    search_fields = ("subscription__customer", "charge_reference")
+    ordering = ("-created_at", "-pk")
+
+    @admin.display(description="period", ordering="period_start")
+    def period(self, order: Order) -> str:
+        return _when(order.period_start)
+
+
 @admin.register(DueBatch)
-class DueBatchAdmin(admin.ModelAdmin):
+class DueBatchAdmin(ReadOnlyAdmin):
     """Read-only: the batches whose engine jobs run subscription jobs (the engine's Jobs
     page shows each batch's runs as ``subscriptions.DueBatch:<id>``)."""
 
@@ -492,15 +496,6 @@ class DueBatchAdmin(admin.ModelAdmin):
     @admin.display(description="closed", ordering="closed_at")
     def closed(self, batch: DueBatch) -> str:
         return _when(batch.closed_at)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(GatewayCharge)

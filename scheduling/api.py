@@ -48,6 +48,7 @@ from scheduling import jobs as _jobs
 from scheduling import permissions, tasktables
 from scheduling.celeryapp import celery_app
 from scheduling.cli import OneLineCommand, positive_int
+from scheduling.errors import Fenced
 from scheduling.readable import ago, describe_interval, instant, span
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
@@ -61,6 +62,7 @@ __all__ = [
     "Cron",
     "Every",
     "ExecutionInfo",
+    "Fenced",
     "JobInfo",
     "Once",
     "OneLineCommand",

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Case, Exists, F, Q, Value, When
+from django.db.models.expressions import Combinable
 
 from scheduling import conf, schedules, sql
 from scheduling.errors import MAX_ERROR
@@ -311,7 +312,7 @@ def _finish_attempt(execution_id: int, outcome: str, error: str, now: datetime) 
 
 #: Attempts lost with their worker (killed, or shut down under them) that a Django task run
 #: gets again even when it asked for no retries: the framework's run must not be lost.
-LOST_OUTCOMES = (AttemptOutcome.ABANDONED, AttemptOutcome.INTERRUPTED)
+LOST_OUTCOMES = (AttemptOutcome.ABANDONED, AttemptOutcome.INTERRUPTED, AttemptOutcome.FENCED)
 
 
 def retries_allowed(execution: Execution, outcome: str) -> int:
@@ -342,7 +343,7 @@ def fail_attempt(
     retry_in: float | None = None,
     from_statuses: Sequence[str] = (ExecutionStatus.RUNNING,),
     attempt: int | None = None,
-    stale_before: datetime | None = None,
+    stale_before: datetime | Combinable | None = None,
     task_error: dict[str, str] | None = None,
 ) -> str | None:
     """End the running attempt with ``outcome``; retry the execution or fail it.
@@ -420,6 +421,38 @@ def fail_attempt(
         error.splitlines()[0] if error else "",
     )
     return execution.status
+
+
+def fence_attempt(
+    *, execution_id: int, attempt: int | None, error: str, now: datetime
+) -> str | None:
+    """Record that the worker stopped attempt ``attempt``'s body: its lease could not be renewed.
+
+    While the attempt is still the running one the execution is retried at once under its
+    job's rules (``fail_attempt``, outcome ``fenced``). A worker cut off for longer than the
+    lease reaches the database after the reaper gave the attempt up as ``abandoned``; the
+    attempt is then relabelled ``fenced`` (its body did stop, on purpose) and the execution,
+    already retried, is left alone. Returns the execution's new status, or None.
+    """
+    status = fail_attempt(
+        execution_id=execution_id,
+        error=error,
+        outcome=AttemptOutcome.FENCED,
+        now=now,
+        retry_in=0,
+        attempt=attempt,
+    )
+    if status is None and attempt is not None:
+        relabelled = Attempt.objects.filter(
+            execution_id=execution_id, number=attempt, outcome=AttemptOutcome.ABANDONED
+        ).update(outcome=AttemptOutcome.FENCED, error=error[:MAX_ERROR])
+        if relabelled:
+            logger.warning(
+                "execution.fenced_late execution=%s attempt=%s: reaped meanwhile",
+                execution_id,
+                attempt,
+            )
+    return status
 
 
 def cancel_execution(*, execution_id: int, now: datetime, reason: str = "cancelled") -> bool:

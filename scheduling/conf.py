@@ -40,8 +40,16 @@ KNOBS: dict[str, Knob] = {
     "STALE_AFTER": Knob(
         60.0,
         float,
-        "A running execution whose heartbeat is older than this is reaped (never within this "
-        "long of the scheduler's start or of its regaining the database).",
+        "The lease of a running execution: one whose heartbeat is older than this on the "
+        "database's clock is reaped (never within this long of the scheduler's start or of its "
+        "regaining the database).",
+    ),
+    "FENCE_AT": Knob(
+        0.5,
+        float,
+        "The fraction of STALE_AFTER after which a worker that could not renew a run's lease "
+        "(on its own monotonic clock) stops the body (Fenced); the process exits at halfway "
+        "from there to the full lease if the body has not stopped. Below 1.",
     ),
     "MISFIRE_GRACE": Knob(
         60.0,

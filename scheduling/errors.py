@@ -5,7 +5,21 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from billiard.exceptions import SoftTimeLimitExceeded
+
 MAX_ERROR = 4000
+
+
+class Fenced(SoftTimeLimitExceeded):
+    """Raised in a running body whose worker could not renew its lease in time.
+
+    The worker lost the database for a part of ``SCHEDULING_STALE_AFTER`` (``FENCE_AT``) and
+    so can no longer prove the run is its own: the reaper may hand it to another worker once the
+    lease runs out, and the body must be stopped before then. A task with cleanup to do catches
+    it (or Celery's ``SoftTimeLimitExceeded``, its base), cleans up quickly and re-raises; a body
+    still running halfway from there to the end of the lease is ended with its process. The
+    attempt is recorded as ``fenced`` and the execution retried under its job's rules.
+    """
 
 
 def format_error(exc: BaseException | None, tb: Any = None, *, limit: int = 6) -> str:

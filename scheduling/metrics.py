@@ -54,7 +54,8 @@ class LedgerCollector(Collector):
             "Runs enqueued through Django's Tasks framework and due in the last hour, by status.",
             labels=["status"],
         )
-        for status, count in overview.enqueued_by_status(now=now, within=RECENT_WINDOW).items():
+        runs = overview.recent_by_status(now=now, within=RECENT_WINDOW, enqueued_only=True)
+        for status, count in runs.items():
             enqueued.add_metric([status], count)
         yield enqueued
 

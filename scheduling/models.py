@@ -366,6 +366,7 @@ class AttemptOutcome(models.TextChoices):
     TIMEOUT = "timeout"  # exceeded the job's timeout
     ABANDONED = "abandoned"  # its worker died; found by a stale heartbeat or a lost worker
     INTERRUPTED = "interrupted"  # the worker shut down under it; retried at once
+    FENCED = "fenced"  # its worker could not renew the lease, so it stopped the body; retried
     CANCELLED = "cancelled"  # revoked
 
 

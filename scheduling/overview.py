@@ -294,36 +294,19 @@ def unfinished_by_status() -> dict[str, int]:
     return {str(k): v for k, v in counts.items()}
 
 
-def recent_by_status(*, now: datetime, within: timedelta = HOUR) -> dict[str, int]:
-    """Executions due within ``within`` before now, by status (every status, zero included)."""
-    counts = dict.fromkeys(ExecutionStatus.values, 0)
-    rows = (
-        Execution.objects.filter(scheduled_for__gte=now - within, scheduled_for__lt=now)
-        .values("status")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
-    for row in rows:
-        counts[row["status"]] = row["n"]
-    return counts
+def recent_by_status(
+    *, now: datetime, within: timedelta = HOUR, enqueued_only: bool = False
+) -> dict[str, int]:
+    """Executions due within ``within`` before now, by status (every status, zero included).
 
-
-def enqueued_by_status(*, now: datetime, within: timedelta = HOUR) -> dict[str, int]:
-    """Runs enqueued through Django's Tasks framework and due within ``within``, by status.
-
-    The same bounded range of the recent-executions index as ``recent_by_status``; only the
-    rows that carry a ``call`` (a job's executions do not) are counted.
+    ``enqueued_only`` counts only runs enqueued through Django's Tasks framework (the rows
+    that carry a ``call``; a job's executions do not), in the same bounded index range.
     """
     counts = dict.fromkeys(ExecutionStatus.values, 0)
-    rows = (
-        Execution.objects.filter(
-            scheduled_for__gte=now - within, scheduled_for__lt=now, call__isnull=False
-        )
-        .values("status")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
-    for row in rows:
+    recent = Execution.objects.filter(scheduled_for__gte=now - within, scheduled_for__lt=now)
+    if enqueued_only:
+        recent = recent.filter(call__isnull=False)
+    for row in recent.values("status").annotate(n=Count("*")).order_by():
         counts[row["status"]] = row["n"]
     return counts
 

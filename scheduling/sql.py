@@ -91,12 +91,14 @@ WRITE_CLAIM = f"""
     """
 
 # -- attempts.start_execution: the worker's claim of one attempt (compare-and-set), its
-#    attempt row and the job's keep-alive; an expired occurrence does not start.
+#    attempt row and the job's keep-alive; an expired occurrence does not start. The lease
+#    starts on the database's clock (a worker's clock running behind must not start it old).
 START_EXECUTION = f"""
     WITH started AS (
         UPDATE {EXECUTION}
            SET status = %(running)s, started_at = %(now)s, finished_at = NULL,
-               last_heartbeat_at = %(now)s, retry_at = NULL, worker = %(worker)s,
+               last_heartbeat_at = GREATEST(%(now)s, now()), retry_at = NULL,
+               worker = %(worker)s,
                updated_at = %(now)s
          WHERE id = %(id)s
            AND (status IN (%(pending)s, %(queued)s)
@@ -117,7 +119,7 @@ START_EXECUTION = f"""
           FROM started s
      RETURNING number
     ), keepalive AS (
-        UPDATE {JOB} j SET last_keepalive_at = %(now)s
+        UPDATE {JOB} j SET last_keepalive_at = GREATEST(%(now)s, now())
           FROM started s WHERE j.id = s.job_id
     )
     SELECT s.job_id, s.checkpoint, (SELECT number FROM attempt), s.scheduled_for FROM started s

@@ -89,11 +89,15 @@ class Dispatcher:
         self.publisher.close()
 
     def tick(self, now: datetime | None = None) -> float:
-        """Do one round of work; return how long to sleep before the next."""
+        """Do one round of work; return how long to sleep before the next.
+
+        ``now`` is for tests with a fixed clock: the reaper then judges staleness on it. Without
+        it the reaper reads the database's clock, the one the heartbeats were stamped with.
+        """
         started = time.monotonic()
         try:
             close_old_connections()
-            sleep = self._tick(now or timezone.now())
+            sleep = self._tick(now or timezone.now(), database_clock=now is None)
             ticks.record_tick(stats=self.stats, seconds=time.monotonic() - started)
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1
@@ -124,7 +128,7 @@ class Dispatcher:
         """
         return min(self.max_sleep * 2 ** min(self._failures, 10), BACKOFF_MAX)
 
-    def _tick(self, now: datetime) -> float | None:
+    def _tick(self, now: datetime, *, database_clock: bool = True) -> float | None:
         """One round; returns the sleep it asks for, or None when the broker failed.
 
         One probe statement says which of claim, republish and reap have work, so an idle
@@ -156,7 +160,7 @@ class Dispatcher:
         if probe.stale and self._may_reap():
             with self.timer("reap"):
                 reaped = liveness.reap_stale_executions(
-                    now=now, stale_after=conf.get("STALE_AFTER")
+                    now=now, stale_after=conf.get("STALE_AFTER"), database_clock=database_clock
                 )
             self.stats["reaped"] += len(reaped)
         # Straight on while there was work; rows that are only waiting (a backlog not yet

@@ -23,7 +23,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from scheduling import attempts
-from scheduling.errors import format_error
+from scheduling.errors import Fenced, format_error
 from scheduling.models import EXECUTION_STARTABLE, AttemptOutcome, Execution, ExecutionStatus
 from scheduling.worker import runtime
 from scheduling.worker.heartbeat import heartbeat_thread
@@ -57,6 +57,7 @@ def on_task_success(sender: Any = None, **_: Any) -> None:
     execution_id = getattr(sender.request, "duecourse_execution_id", None) if sender else None
     if execution_id is None:
         return
+    runtime.body_ended(execution_id)
     close_old_connections()
     # The connection may have died while the task ran (a database restart), or the database
     # may be away right now: the outcome is kept until it is written (runtime.write_until_done).
@@ -87,10 +88,13 @@ def on_task_failure(
     execution_id = _execution_for(request, task_id)
     if execution_id is None:
         return
+    runtime.body_ended(execution_id)
     close_old_connections()
     outcome, permanent = _classify(sender, exception)
     error = format_error(exception, traceback)
-    if outcome == AttemptOutcome.TIMEOUT:
+    if outcome == AttemptOutcome.FENCED:
+        error = f"fenced: the worker could not renew the lease, so it stopped the body ({error})"
+    elif outcome == AttemptOutcome.TIMEOUT:
         error = f"timeout: {error}"
     elif outcome == AttemptOutcome.ABANDONED:
         error = f"abandoned: the pool process running it died ({error})"
@@ -108,6 +112,13 @@ def on_task_failure(
     task_error = _task_error(sender, request, exception, traceback)
 
     def write() -> str | None:
+        if outcome == AttemptOutcome.FENCED and started_here:
+            return attempts.fence_attempt(
+                execution_id=execution_id,
+                attempt=getattr(request, "duecourse_attempt", None),
+                error=error,
+                now=timezone.now(),
+            )
         return attempts.fail_attempt(
             execution_id=execution_id,
             error=error,
@@ -151,6 +162,8 @@ def _task_error(
 
 
 def _classify(task: Any, exception: BaseException | None) -> tuple[str, bool]:
+    if isinstance(exception, Fenced):
+        return AttemptOutcome.FENCED, False
     if isinstance(exception, SoftTimeLimitExceeded | TimeLimitExceeded):
         return AttemptOutcome.TIMEOUT, False
     if isinstance(exception, WorkerLostError):
@@ -165,6 +178,7 @@ def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, *
     execution_id = getattr(request, "duecourse_execution_id", None)
     if execution_id is None:
         return
+    runtime.body_ended(execution_id)
     close_old_connections()
     now = timezone.now()
     retry_in: float | None = None
@@ -215,6 +229,7 @@ def on_task_postrun(sender: Any = None, state: str | None = None, **_: Any) -> N
     execution_id = getattr(getattr(sender, "request", None), "duecourse_execution_id", None)
     if execution_id is None:
         return
+    runtime.body_ended(execution_id)
     close_old_connections()
     now = timezone.now()
     if state is None:

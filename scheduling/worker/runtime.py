@@ -19,8 +19,10 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 from scheduling import attempts, conf, liveness
+from scheduling.errors import Fenced
 from scheduling.registry import EXECUTION_HEADER
 from scheduling.runs import RunContext
+from scheduling.worker import heartbeat
 from scheduling.worker.heartbeat import heartbeat_thread
 
 logger = logging.getLogger("scheduling")
@@ -104,6 +106,9 @@ def begin(task: Any) -> bool:
     """Start the attempt this message asks for; False means: acknowledge and skip the body."""
     request = task.request
     close_old_connections()
+    # The lease starts when the start is sent, on this process's monotonic clock: the database
+    # stamps the start's heartbeat no earlier than that.
+    sent = time.monotonic()
     now = timezone.now()
     worker = request.hostname or ""
     execution_id = execution_id_of(request)
@@ -135,6 +140,15 @@ def begin(task: Any) -> bool:
         return False
     request.duecourse_execution_id = started.execution_id
     request.duecourse_attempt = started.attempt
+    heartbeat_thread.track(started.execution_id, lease_from=sent)
+    waited = time.monotonic() - sent
+    if waited >= heartbeat.fence_limits()[0]:
+        # The start's answer came so late (a link that stalled mid-statement) that the lease it
+        # began may be spent: the body must not start at all.
+        raise Fenced(
+            f"execution {started.execution_id}: the start took {waited:.1f}s; "
+            "its lease cannot be trusted"
+        )
     request.duecourse_checkpoint = started.checkpoint
     request.duecourse_run = RunContext(
         execution_id=started.execution_id,
@@ -146,7 +160,6 @@ def begin(task: Any) -> bool:
         _keep_alive=_keep_alive,
         _report=_report_failures,
     )
-    heartbeat_thread.track(started.execution_id)
     return True
 
 
@@ -163,9 +176,12 @@ def _report_failures(execution_id: int, count: int, detail: str) -> None:
 
 
 def _keep_alive(execution_id: int) -> None:
-    on_live_connection(
-        lambda: liveness.record_heartbeat(execution_ids=[execution_id], now=timezone.now())
-    )
+    on_live_connection(lambda: liveness.record_heartbeat(execution_ids=[execution_id]))
+
+
+def body_ended(execution_id: int) -> None:
+    """The body returned or raised: its end is written next, and it is no longer fenced."""
+    heartbeat_thread.body_ended(execution_id)
 
 
 def end(execution_id: int) -> None:

@@ -29,7 +29,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 TASKS = 4
 TASK_SECONDS = 4
-STALE_AFTER = 5
+# The lease: a body still running FENCE_AT (half) of it after its last renewal is fenced, so
+# the bodies here (TASK_SECONDS) end well inside half of it; the outage outlasts all of it.
+STALE_AFTER = 10
 OUTAGE = STALE_AFTER + 4  # seconds the database stays away
 
 

@@ -24,5 +24,7 @@ class Command(DuecourseCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         stale_after = o["stale_after"] if o["stale_after"] is not None else conf.get("STALE_AFTER")
-        reaped = liveness.reap_stale_executions(now=timezone.now(), stale_after=stale_after)
+        reaped = liveness.reap_stale_executions(
+            now=timezone.now(), stale_after=stale_after, database_clock=True
+        )
         self.emit({"reaped": reaped}, f"reaped {len(reaped)} execution(s)", as_json=o["json"])

@@ -1,0 +1,582 @@
+"""Never two bodies of one execution at once, on separate hosts that the network cuts apart.
+
+Each host is a network namespace this module makes itself: a switch namespace holds a bridge,
+and every host namespace is wired to it by a veth pair, with addresses that exist only inside
+those namespaces (the machine's own interfaces are never touched). PostgreSQL runs on the
+``db`` host, Redis on ``mq``, real ``celery worker`` processes on ``w1`` and ``w2`` and the
+schedulers on ``s1`` and ``s2``. A cut is a blackhole route inside one host (to one peer) or
+its switch port taken down (from everything).
+
+The task body appends a line for every half second it runs, and one when it stops, with
+``time.monotonic()`` (CLOCK_MONOTONIC is the machine's, shared by every namespace), so any
+overlap between two attempts of one execution is measured, not guessed. In every case: no
+overlap, no occurrence lost, none completed twice, nothing running after the heal.
+
+Root and ``ip netns`` are required; without them the tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from scheduling.worker.taskbase import schedulable_task
+from tests.conftest import Processes, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.netns]
+
+PG_BINS = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+SUBNET = "10.77.{n}.{host}"
+HOSTS = {"db": 2, "mq": 3, "w1": 11, "w2": 12, "s1": 21, "s2": 22}
+LEASE = 8  # SCHEDULING_STALE_AFTER: bodies are fenced after 4 s unrenewed, ended after 6 s
+SLOW = 60.0
+
+
+# --- the task -------------------------------------------------------------------------------
+
+
+@schedulable_task(name="tests.partitions.record", bind=True)
+def record(self: Any, path: str, seconds: float) -> float:
+    """Append ``<execution> <attempt> <worker> tick|stop <monotonic>`` every half second."""
+    attempt = getattr(self.request, "duecourse_attempt", 0)
+    who = f"{self.execution_id} {attempt} {self.request.hostname}"
+    deadline = time.monotonic() + float(seconds)
+    with open(path, "a") as out:
+        try:
+            while True:
+                out.write(f"{who} tick {time.monotonic():.3f}\n")
+                out.flush()
+                if time.monotonic() >= deadline:
+                    return float(seconds)
+                time.sleep(0.5)
+        finally:
+            out.write(f"{who} stop {time.monotonic():.3f}\n")
+            out.flush()
+
+
+# --- the network ------------------------------------------------------------------------------
+
+
+def _run(*command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, check=check, capture_output=True, text=True, timeout=30)
+
+
+def _netns_available() -> str | None:
+    """Why these tests cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root to make network namespaces"
+    if shutil.which("ip") is None:
+        return "needs iproute2's ip"
+    probe = f"dcprobe{uuid.uuid4().hex[:6]}"
+    made = _run("ip", "netns", "add", probe, check=False)
+    if made.returncode != 0:
+        return f"ip netns is unavailable: {made.stderr.strip()}"
+    _run("ip", "netns", "del", probe, check=False)
+    if not PG_BINS or shutil.which("redis-server") is None or shutil.which("runuser") is None:
+        return "needs PostgreSQL's binaries, redis-server and runuser"
+    return None
+
+
+class Network:
+    """Host namespaces on one bridge; cut and heal links between them."""
+
+    def __init__(self) -> None:
+        self.tag = uuid.uuid4().hex[:5]
+        self.n = 100 + int(self.tag, 16) % 150
+        self.switch = f"dc{self.tag}sw"
+        self.made: list[str] = []
+        self.cuts: list[tuple[str, ...]] = []
+
+    def ns(self, host: str) -> str:
+        return f"dc{self.tag}{host}"
+
+    def address(self, host: str) -> str:
+        return SUBNET.format(n=self.n, host=HOSTS[host])
+
+    def build(self) -> None:
+        _run("ip", "netns", "add", self.switch)
+        self.made.append(self.switch)
+        _run("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", self.switch, "link", "set", "br0", "up")
+        _run("ip", "-n", self.switch, "link", "set", "lo", "up")
+        for host in HOSTS:
+            ns = self.ns(host)
+            _run("ip", "netns", "add", ns)
+            self.made.append(ns)
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            # Made inside the switch namespace, its peer straight inside the host's.
+            _run(
+                "ip", "-n", self.switch, "link", "add", f"p-{host}", "type", "veth",
+                "peer", "name", "eth0", "netns", ns,
+            )  # fmt: skip
+            _run("ip", "-n", self.switch, "link", "set", f"p-{host}", "master", "br0")
+            _run("ip", "-n", self.switch, "link", "set", f"p-{host}", "up")
+            _run("ip", "-n", ns, "addr", "add", f"{self.address(host)}/24", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+
+    def reaches(self, host: str, peer: str, port: int) -> bool:
+        """Whether a TCP connection from ``host`` to ``peer``'s ``port`` opens."""
+        code = (
+            "import socket, sys; socket.create_connection"
+            f"(({self.address(peer)!r}, {port}), timeout=2); sys.exit(0)"
+        )
+        probe = ["ip", "netns", "exec", self.ns(host), sys.executable, "-c", code]
+        return _run(*probe, check=False).returncode == 0
+
+    def cut(self, host: str, peer: str) -> None:
+        """Drop everything ``host`` sends to ``peer`` (a blackhole route inside ``host``)."""
+        route = ("ip", "-n", self.ns(host), "route", "add", "blackhole", f"{self.address(peer)}/32")
+        _run(*route)
+        self.cuts.append(route)
+
+    def isolate(self, host: str) -> None:
+        """Take ``host``'s switch port down: it reaches nothing and nothing reaches it."""
+        _run("ip", "-n", self.switch, "link", "set", f"p-{host}", "down")
+        self.cuts.append(("ip", "-n", self.switch, "link", "set", f"p-{host}", "down"))
+
+    def heal(self) -> None:
+        for cut in reversed(self.cuts):
+            if "blackhole" in cut:
+                _run(*[("del" if part == "add" else part) for part in cut], check=False)
+            else:
+                _run(*cut[:-1], "up", check=False)
+        self.cuts = []
+
+    def destroy(self) -> None:
+        for ns in reversed(self.made):
+            _run("ip", "netns", "del", ns, check=False)
+        self.made = []
+
+
+# --- the hosts' servers ---------------------------------------------------------------------
+
+
+class Cluster:
+    """PostgreSQL on ``db``, Redis on ``mq``, and the processes each test starts on the others."""
+
+    def __init__(self, net: Network, root: Path, processes: Processes) -> None:
+        self.net = net
+        self.root = root
+        self.processes = processes
+        self.database = ""
+        self.redis_db = 0
+        self.work = root / "work"
+
+    # PostgreSQL: server keepalives and a user timeout end the session of a client that was
+    # cut off mid-transaction, so its row locks do not outlive the cut by hours.
+    def start_postgres(self) -> None:
+        bin_dir = PG_BINS[-1]
+        data = self.root / "pg"
+        account = pwd.getpwnam("postgres")
+        os.chown(self.root, account.pw_uid, account.pw_gid)
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+        env = {**os.environ, "LC_ALL": "C"}
+        subprocess.run(
+            [*as_postgres, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U",
+             "postgres", "-E", "UTF8"],
+            check=True, capture_output=True, env=env, timeout=120,
+        )  # fmt: skip
+        with (data / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {SUBNET.format(n=self.net.n, host=0)}/24 trust\n")
+        server = [
+            "ip", "netns", "exec", self.net.ns("db"), *as_postgres, str(bin_dir / "postgres"),
+            "-D", str(data), "-p", "5432", "-k", str(self.root),
+            "-c", f"listen_addresses={self.net.address('db')}", "-c", "fsync=off",
+            "-c", "max_connections=200", "-c", "tcp_keepalives_idle=2",
+            "-c", "tcp_keepalives_interval=1", "-c", "tcp_keepalives_count=3",
+            "-c", "tcp_user_timeout=4000",
+        ]  # fmt: skip
+        self.processes.start(server, env=env, name="postgres")
+        wait_for(self._accepts, timeout=SLOW, message="PostgreSQL accepts connections")
+        wait_for(
+            lambda: self.net.reaches("w1", "db", 5432),
+            timeout=SLOW,
+            message="the worker hosts reach the database host",
+        )
+
+    def _accepts(self) -> bool:
+        try:
+            with self.connect("postgres"):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def connect(self, name: str) -> psycopg.Connection[Any]:
+        """A connection from the test itself, over the server's Unix socket (no network)."""
+        return psycopg.connect(
+            host=str(self.root), port=5432, user="postgres", dbname=name, autocommit=True
+        )
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with self.connect(self.database) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def start_redis(self) -> None:
+        command = [
+            "ip", "netns", "exec", self.net.ns("mq"), "redis-server", "--bind",
+            self.net.address("mq"), "--port", "6379", "--save", "", "--appendonly", "no",
+            "--protected-mode", "no",
+            "--unixsocket", str(self.root / "redis.sock"), "--unixsocketperm", "777",
+            "--databases", "64",
+        ]  # fmt: skip
+        self.processes.start(command, env=dict(os.environ), name="redis")
+        wait_for(lambda: (self.root / "redis.sock").exists(), timeout=SLOW, message="Redis is up")
+
+    def env(self) -> dict[str, str]:
+        db = self.net.address("db")
+        timeouts = (
+            "connect_timeout=2&keepalives=1&keepalives_idle=2&keepalives_interval=1"
+            "&keepalives_count=2&tcp_user_timeout=4000"
+        )
+        return {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATABASE_URL": f"postgres://postgres@{db}:5432/{self.database}?{timeouts}",
+            "CELERY_BROKER_URL": f"redis://{self.net.address('mq')}:6379/{self.redis_db}",
+            "CELERY_VISIBILITY_TIMEOUT": "300",
+            "SCHEDULING_DEFAULT_TIMEOUT": "120",
+            "CELERY_UNACKED_RESTORE_INTERVAL": "1",
+            "SCHEDULING_HEARTBEAT_INTERVAL": "1",
+            "SCHEDULING_STALE_AFTER": str(LEASE),
+            "SCHEDULING_PENDING_GRACE": "3",
+            "SCHEDULING_RETRY_BACKOFF_BASE": "0.5",
+            "SCHEDULING_RETRY_BACKOFF_CAP": "2",
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def on(self, host: str, command: list[str], name: str, **extra: str) -> Any:
+        env = {**self.env(), **extra}
+        return self.processes.start(
+            ["ip", "netns", "exec", self.net.ns(host), *command], env=env, name=name
+        )
+
+    def manage(self, *args: str) -> None:
+        """``manage.py`` on the database host (the test's own host has no route to it)."""
+        child = self.on("db", [sys.executable, "manage.py", *args], name="manage")
+        assert child.wait(timeout=SLOW * 2) == 0, self.processes.log_of(child)
+
+    def worker(self, host: str) -> Any:
+        command = [
+            sys.executable, "-m", "celery", "-A", "config", "worker", "-P", "prefork", "-c", "1",
+            "-n", f"{host}@dc", "-I", __name__, "--without-mingle", "--without-gossip",
+            "--loglevel", "INFO",
+        ]  # fmt: skip
+        worker = self.on(host, command, name=f"worker-{host}")
+        wait_for(
+            lambda: "worker.ready" in self.processes.log_of(worker) or worker.poll() is not None,
+            timeout=SLOW,
+            message=f"the worker on {host} is ready",
+        )
+        assert worker.poll() is None, self.processes.log_of(worker)
+        return worker
+
+    def scheduler(self, host: str, **extra: str) -> Any:
+        code = (
+            "import os, django; django.setup();"
+            f"import {__name__};"
+            "from django.core.management import call_command; call_command('runscheduler')"
+        )
+        return self.on(host, [sys.executable, "-c", code], name=f"scheduler-{host}", **extra)
+
+    def add_job(self, name: str, *, every: str, seconds: float, **options: Any) -> None:
+        path = self.work / f"{name}.ticks"
+        extra = "".join(f", {key}={value!r}" for key, value in options.items())
+        code = (
+            "from django.contrib.auth import get_user_model; from django.utils import timezone;"
+            "from scheduling.jobs import create_job;"
+            "owner, _ = get_user_model().objects.get_or_create(username='owner');"
+            f"create_job(owner=owner, name={name!r}, task='tests.partitions.record',"
+            f" kwargs={{'path': {str(path)!r}, 'seconds': {seconds}}}, every={every!r},"
+            f" timeout=120, max_retries=5, now=timezone.now(){extra})"
+        )
+        self.manage("shell", "-c", f"import {__name__}; {code}")
+
+    def attempts(self) -> list[tuple[Any, ...]]:
+        return self.query(
+            """
+            SELECT e.id, e.status, a.number, a.worker, a.outcome
+              FROM scheduling_execution e JOIN scheduling_attempt a ON a.execution_id = e.id
+             ORDER BY e.id, a.number
+            """
+        )
+
+    def running_on(self, worker: str) -> list[int]:
+        rows = self.query(
+            "SELECT execution_id FROM scheduling_attempt WHERE outcome = 'running'"
+            " AND worker LIKE %s",
+            f"{worker}@%",
+        )
+        return [row[0] for row in rows]
+
+
+@pytest.fixture(scope="module")
+def network() -> Iterator[Network]:
+    """The hosts and their switch, made once for the module and always removed."""
+    reason = _netns_available()
+    if reason:
+        pytest.skip(reason)
+    net = Network()
+    try:
+        net.build()
+        yield net
+    finally:
+        net.heal()
+        net.destroy()
+
+
+@pytest.fixture
+def cluster(network: Network, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Fresh servers for each test (a cut may leave sessions behind), healed and stopped after."""
+    net = network
+    root = Path(tempfile.mkdtemp(prefix="duecourse-netns-"))
+    processes = Processes(tmp_path)
+    cluster = Cluster(net, root, processes)
+    cluster.work.mkdir()
+    os.chmod(cluster.work, 0o777)
+    try:
+        cluster.start_postgres()
+        cluster.start_redis()
+        cluster.database = "duecourse"
+        with cluster.connect("postgres") as conn:
+            conn.execute("CREATE DATABASE duecourse")
+        cluster.manage("migrate", "--noinput", "-v0")
+        yield cluster
+    finally:
+        net.heal()
+        processes.stop_all()
+        # Anything still alive in the hosts' namespaces (a pool process that escaped its
+        # group) goes with them.
+        for host in HOSTS:
+            pids = _run("ip", "netns", "pids", net.ns(host), check=False).stdout.split()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+        failed = getattr(request.node, "rep_call", None)
+        if failed is not None and failed.failed:
+            for child, log in processes.children:
+                sys.stderr.write(f"\n----- {log.name} (exit {child.returncode}) -----\n")
+                sys.stderr.write(log.read_text(errors="replace")[-5000:])
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- what the bodies recorded ---------------------------------------------------------------
+
+
+def body_spans(work: Path) -> dict[int, list[tuple[str, float, float]]]:
+    """Each attempt's body, per execution: (attempt@worker, first tick, stop)."""
+    seen: dict[tuple[int, str], list[float]] = defaultdict(list)
+    stopped: dict[tuple[int, str], float] = {}
+    for file in work.glob("*.ticks"):
+        for line in file.read_text().splitlines():
+            execution, attempt, worker, kind, at = line.split()
+            key = (int(execution), f"{attempt}@{worker}")
+            if kind == "stop":
+                stopped[key] = float(at)
+            else:
+                seen[key].append(float(at))
+    spans: dict[int, list[tuple[str, float, float]]] = defaultdict(list)
+    for key, ticks in seen.items():
+        # A body ended with its process wrote no stop line: it ran at most half a second on.
+        end = stopped.get(key, max(ticks) + 0.5)
+        spans[key[0]].append((key[1], min(ticks), end))
+    return spans
+
+
+def assert_no_overlap(work: Path) -> dict[int, list[tuple[str, float, float]]]:
+    spans = body_spans(work)
+    for execution, bodies in spans.items():
+        bodies.sort(key=lambda body: body[1])
+        for before, after in itertools.pairwise(bodies):
+            gap = after[1] - before[2]
+            assert gap > 0, f"execution {execution}: {before} and {after} overlap by {-gap:.2f}s"
+    return spans
+
+
+def assert_all_done_once(cluster: Cluster) -> None:
+    """Every execution completed by exactly one attempt; nothing running; counts agree."""
+    rows = cluster.query(
+        """
+        SELECT e.id, e.status, count(a.id) FILTER (WHERE a.outcome = 'completed'),
+               count(a.id) FILTER (WHERE a.outcome = 'running')
+          FROM scheduling_execution e LEFT JOIN scheduling_attempt a ON a.execution_id = e.id
+         GROUP BY e.id ORDER BY e.id
+        """
+    )
+    assert rows, "no execution at all"
+    assert all(row[1] == "completed" and row[2] == 1 and row[3] == 0 for row in rows), rows
+    ((executions, counted),) = cluster.query(
+        "SELECT (SELECT count(*) FROM scheduling_execution),"
+        " (SELECT sum(execute_count) FROM scheduling_job)"
+    )
+    assert executions == counted
+
+
+def wait_settled(cluster: Cluster, timeout: float) -> None:
+    def settled() -> bool:
+        rows = cluster.query("SELECT status FROM scheduling_execution")
+        return bool(rows) and all(row[0] == "completed" for row in rows)
+
+    wait_for(settled, timeout=timeout, interval=0.5, message="every execution completed")
+
+
+def assert_no_gaps(cluster: Cluster, job: str, every: float) -> None:
+    """Every occurrence of ``job`` from its first to its last has its execution."""
+    times = [
+        row[0]
+        for row in cluster.query(
+            "SELECT e.scheduled_for FROM scheduling_execution e JOIN scheduling_job j"
+            " ON j.id = e.job_id WHERE j.name = %s ORDER BY 1",
+            job,
+        )
+    ]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
+    assert all(abs(gap - every) < 0.01 for gap in gaps), gaps
+
+
+def hold(seconds: float, *alive: Any) -> None:
+    """Let a cut last ``seconds`` (a duration, not a wait for a condition), watching processes."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        for child in alive:
+            assert child.poll() is None
+        time.sleep(0.5)
+
+
+# --- the cases ----------------------------------------------------------------------------------
+
+
+def test_a_worker_cut_off_from_the_database_is_fenced_before_another_runs_its_body(
+    cluster: Cluster,
+) -> None:
+    """w1 loses PostgreSQL (the broker stays reachable) for longer than the lease.
+
+    Its body is fenced after half the lease unrenewed, the reaper gives the run back after the
+    full lease (on the database's clock), and w2 runs it; the bodies never overlap. After the
+    heal w1 records its attempt as ``fenced``.
+    """
+    w1 = cluster.worker("w1")
+    scheduler = cluster.scheduler("s1")
+    cluster.add_job("long", every="PT1H", seconds=14)
+    wait_for(lambda: cluster.running_on("w1"), timeout=SLOW, message="w1 runs the body")
+    w2 = cluster.worker("w2")
+    cluster.net.cut("w1", "db")
+    hold(LEASE * 2, w1, w2, scheduler)
+    cluster.net.heal()
+    wait_settled(cluster, timeout=SLOW)
+    wait_for(
+        lambda: "fenced" in {row[4] for row in cluster.attempts()},
+        timeout=SLOW,
+        message="w1 recorded its attempt as fenced",
+    )
+    spans = assert_no_overlap(cluster.work)
+    assert_all_done_once(cluster)
+    [(_execution, bodies)] = spans.items()
+    assert [worker.split("@", 1)[1] for worker, _, _ in sorted(bodies)] == ["w1@dc", "w2@dc"]
+    outcomes = [(row[3], row[4]) for row in cluster.attempts()]
+    assert outcomes == [("w1@dc", "fenced"), ("w2@dc", "completed")], outcomes
+    assert "execution.fenced" in cluster.processes.log_of(w1)
+    assert w1.poll() is None and w2.poll() is None
+
+
+def test_a_worker_cut_off_from_the_broker_keeps_or_hands_back_its_run(cluster: Cluster) -> None:
+    """w1 loses Redis while PostgreSQL stays reachable: its heartbeats go on, so nobody else
+    may take the run while its body lives; every run ends completed once."""
+    w1 = cluster.worker("w1")
+    scheduler = cluster.scheduler("s1")
+    cluster.add_job("long", every="PT1H", seconds=10)
+    wait_for(lambda: cluster.running_on("w1"), timeout=SLOW, message="w1 runs the body")
+    w2 = cluster.worker("w2")
+    cluster.net.cut("w1", "mq")
+    hold(LEASE * 2, w2, scheduler)
+    cluster.net.heal()
+    wait_settled(cluster, timeout=SLOW * 2)
+    assert_no_overlap(cluster.work)
+    assert_all_done_once(cluster)
+    assert w2.poll() is None
+    wait_for(lambda: not cluster.running_on("w1"), timeout=SLOW, message="nothing left on w1")
+    assert w1.poll() is None or "fence_exit" not in cluster.processes.log_of(w1)
+
+
+def test_a_worker_host_cut_off_from_everything_for_a_minute(cluster: Cluster) -> None:
+    """w1's link goes down for 60 s under a long body and a job due every 5 s: no overlap, no
+    lost occurrence, none completed twice, and nothing running once the link is back."""
+    cluster.worker("w1")
+    scheduler = cluster.scheduler("s1")
+    cluster.add_job("long", every="PT1H", seconds=12)
+    wait_for(lambda: cluster.running_on("w1"), timeout=SLOW, message="w1 runs the body")
+    w2 = cluster.worker("w2")
+    cluster.add_job("often", every="PT5S", seconds=1)
+    cluster.net.isolate("w1")
+    hold(60, w2, scheduler)
+    cluster.net.heal()
+    # Let the frequent job go on after the heal (a duration), then stop it and let all finish.
+    hold(10, w2, scheduler)
+    cluster.manage("shell", "-c", "from scheduling.models import Job; Job.objects.filter("
+                   "name='often').update(status='paused')")  # fmt: skip
+    wait_settled(cluster, timeout=SLOW)
+    assert_no_overlap(cluster.work)
+    assert_all_done_once(cluster)
+    assert_no_gaps(cluster, "often", 5)
+    assert not cluster.query("SELECT 1 FROM scheduling_attempt WHERE outcome = 'running'")
+    assert w2.poll() is None and scheduler.poll() is None
+    wait_for(lambda: not cluster.running_on("w1"), timeout=SLOW, message="nothing left on w1")
+
+
+def test_a_scheduler_cut_off_from_the_database_mid_claim(cluster: Cluster) -> None:
+    """s1 is inside a claim (its insert waits on a lock the test holds) when it loses
+    PostgreSQL; s2 goes on. The cut session's rows never commit, its job locks go with the
+    session, and every occurrence is claimed once, by s2."""
+    cluster.worker("w1")
+    cluster.add_job("often", every="PT3S", seconds=0.5)
+    cluster.add_job("also", every="PT3S", seconds=0.5)
+    blocker = cluster.connect(cluster.database)
+    s1_address = cluster.net.address("s1")
+    try:
+        blocker.autocommit = False
+        blocker.execute("LOCK TABLE scheduling_execution IN SHARE MODE")
+        s1 = cluster.scheduler("s1")
+        wait_for(
+            lambda: cluster.query(
+                "SELECT 1 FROM pg_stat_activity WHERE client_addr = %s"
+                " AND wait_event_type = 'Lock' AND query ILIKE '%%INSERT INTO%%'",
+                s1_address,
+            ),
+            timeout=SLOW,
+            message="s1 waits mid-claim",
+        )
+        cluster.net.cut("s1", "db")
+        blocker.rollback()
+    finally:
+        blocker.close()
+    s2 = cluster.scheduler("s2")
+    hold(LEASE * 2, s2)
+    cluster.net.heal()
+    hold(6, s1, s2)
+    cluster.manage("shell", "-c", "from scheduling.models import Job; Job.objects.update("
+                   "status='paused')")  # fmt: skip
+    wait_settled(cluster, timeout=SLOW)
+    assert_no_overlap(cluster.work)
+    assert_all_done_once(cluster)
+    assert_no_gaps(cluster, "often", 3)
+    assert_no_gaps(cluster, "also", 3)
+    assert not cluster.query(
+        "SELECT 1 FROM pg_stat_activity WHERE client_addr = %s AND state LIKE 'idle in%%'",
+        s1_address,
+    )
+    assert s1.poll() is None and s2.poll() is None

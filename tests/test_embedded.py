@@ -6,6 +6,8 @@ private ``var`` directory and waits for the demo's quick job to complete on a re
 
 from __future__ import annotations
 
+import email
+import email.policy
 import json
 import os
 import signal
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, Processes, wait_for
+from tests.conftest import ROOT, Processes, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +26,8 @@ def _env(var_dir: Path) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY")
+        if key not in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "SITE_URL",
+                       "EMAILER_SITE_URL")
         and not key.startswith("SCHEDULING_")
     }
     env.update(DUECOURSE_VAR_DIR=str(var_dir), PYTHONUNBUFFERED="1")
@@ -62,7 +65,10 @@ def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> Non
     ]
 
     group = Processes(tmp_path)
-    stack = group.start([sys.executable, "manage.py", "runstack"], env=env, name="runstack")
+    port = free_port()  # not 8000: links in mail must follow the port the stack serves
+    stack = group.start(
+        [sys.executable, "manage.py", "runstack", "--port", str(port)], env=env, name="runstack"
+    )
     try:
 
         def quick_completed() -> bool:
@@ -78,7 +84,12 @@ def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> Non
             interval=1,
             message="the demo invitation written under var/mail",
         )
-        assert "Subject:" in next(f for f in mail.iterdir() if f.stat().st_size).read_text()
+        written = next(f for f in mail.iterdir() if f.stat().st_size).read_text()
+        first = email.message_from_string(written.split("-" * 79)[0], policy=email.policy.default)
+        assert first["Subject"]
+        link = f"http://127.0.0.1:{port}/emailer/unsubscribe/"
+        assert link in first["List-Unsubscribe"]
+        assert link in first.get_body(("plain",)).get_content()
         output = group.log_of(stack)
         assert "execution.started" in output
         assert "execution.completed" in output

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandParser
 
-from scheduling import selectors
+from scheduling import readable, selectors
 from scheduling.management.base import DuecourseCommand
 
 
@@ -32,11 +33,22 @@ class Command(DuecourseCommand):
         lines = []
         for e in data:
             error = (e["last_error"] or "").splitlines()[0][:60] if e["last_error"] else ""
+            due = _moment(e["scheduled_for"])
             lines.append(
-                f"{e['scheduled_for']} {e['job'] or e['task']:24.24} {e['status']:9} "
+                f"{readable.instant(due)} {e['job'] or e['task']:24.24} {e['status']:9} "
                 f"retries={e['retry_count']} worker={e['worker'] or '-'} "
-                f"started={e['started_at'] or '-'} finished={e['finished_at'] or '-'} "
-                f"heartbeat={e['last_heartbeat_at'] or '-'} task_id={e['task_id']}"
+                f"started={_after(e['started_at'], due)} "
+                f"finished={_after(e['finished_at'], due)} "
+                f"heartbeat={_after(e['last_heartbeat_at'], due)} task_id={e['task_id']}"
                 f"{f' failed_items={n}' if (n := e['item_failures']) else ''} {error}"
             )
         self.emit(data, "\n".join(lines) or "no executions", as_json=o["json"])
+
+
+def _moment(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def _after(text: str | None, due: datetime | None) -> str:
+    moment = _moment(text)
+    return readable.lag(moment - due) if moment and due else "-"

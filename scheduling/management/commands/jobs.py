@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import api, jobs, permissions, pgtimes, selectors
+from scheduling import api, jobs, permissions, readable, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
@@ -260,7 +260,7 @@ class Command(DuecourseCommand):
         rows = [selectors.job_summary(job) for job in jobs]
         lines = [f"{'NAME':30} {'OWNER':16} {'STATUS':10} {'SCHEDULE':32} {'NEXT DUE':26} RUNS"]
         for job in jobs:
-            due = pgtimes.describe(job.next_due_at, timespec="seconds") or "-"
+            due = readable.instant(job.next_due_at)
             lines.append(
                 f"{job.name[:30]:30} {job.owner.get_username()[:16]:16} {job.status:10} "
                 f"{job.schedule.describe()[:32]:32} {due:26} {job.execute_count}"
@@ -291,7 +291,8 @@ class Command(DuecourseCommand):
             f"{key}: {value}" for key, value in data.items() if key != "recent_executions"
         )
         text += "\nrecent executions:\n" + "\n".join(
-            f"  {e['scheduled_for']} {e['status']:9} retries={e['retry_count']} "
+            f"  {readable.instant(datetime.fromisoformat(e['scheduled_for']))} {e['status']:9} "
+            f"retries={e['retry_count']} "
             f"{(e['last_error'] or '').splitlines()[0] if e['last_error'] else ''}"
             for e in data["recent_executions"]
         )

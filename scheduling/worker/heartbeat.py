@@ -162,8 +162,10 @@ class HeartbeatThread:
                 if not interruptible:
                     logger.debug("execution.fence_by_async_exception execution=%s", execution_id)
                 self._kernel_timer = signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+                # No wake-up for the fence thread: a new lease ends later than any it already
+                # watches, and it looks again well within a lease (``_watch``), so a task
+                # costs no thread switch here.
                 self._arm_locked()
-                self._changed.notify_all()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="duecourse-heartbeat", daemon=True
@@ -180,7 +182,6 @@ class HeartbeatThread:
         with self._lock:
             lease = self._leases.pop(execution_id, None)
             self._arm_locked()
-            self._changed.notify_all()
         return lease
 
     def untrack(self, execution_id: int) -> None:
@@ -188,7 +189,6 @@ class HeartbeatThread:
             self._running.discard(execution_id)
             if self._leases.pop(execution_id, None) is not None:
                 self._arm_locked()
-                self._changed.notify_all()
 
     def running(self) -> list[int]:
         with self._lock:
@@ -228,7 +228,8 @@ class HeartbeatThread:
                 elif execution_id in renewed:
                     lease.renewed_at = max(lease.renewed_at, sent)
             self._arm_locked()
-            self._changed.notify_all()
+            if lost & self._leases.keys():
+                self._changed.notify_all()  # a lost run's body is fenced now, not on the next look
 
     def _arm_locked(self) -> None:
         """Point the kernel's timer at the earliest hard deadline (none: disarmed)."""
@@ -265,7 +266,9 @@ class HeartbeatThread:
                 if self._pid != pid:
                     return
                 now = time.monotonic()
-                wait = 1.0
+                # Nobody wakes this thread for a new lease: it looks again at least this often,
+                # well before any new lease can reach its fence point.
+                wait = min(1.0, soft / 2)
                 for execution_id, lease in self._leases.items():
                     unrenewed = now - lease.renewed_at
                     if unrenewed >= hard:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections, connection
 
 from scheduling import conf, liveness
@@ -48,11 +49,22 @@ FENCE_SIGNAL = signal.SIGUSR1
 FENCED_EXIT = 70
 
 
+_limits: tuple[int, tuple[float, float]] | None = None
+
+
 def fence_limits() -> tuple[float, float]:
-    """Seconds without renewal after which a body is fenced, and its process ended."""
-    lease = float(conf.get("STALE_AFTER"))
-    fence_at = min(float(conf.get("FENCE_AT")), 0.95)
-    return fence_at * lease, (1 + fence_at) / 2 * lease
+    """Seconds without renewal after which a body is fenced, and its process ended.
+
+    Asked several times per task; read from the settings again only when they were replaced
+    (``override_settings`` swaps the object behind ``django.conf.settings``).
+    """
+    global _limits
+    key = id(getattr(settings, "_wrapped", settings))
+    if _limits is None or _limits[0] != key:
+        lease = float(conf.get("STALE_AFTER"))
+        fence_at = min(float(conf.get("FENCE_AT")), 0.95)
+        _limits = (key, (fence_at * lease, (1 + fence_at) / 2 * lease))
+    return _limits[1]
 
 
 def liveness_timeout() -> float:
@@ -143,6 +155,7 @@ class HeartbeatThread:
         self._thread: threading.Thread | None = None
         self._fence: threading.Thread | None = None
         self._kernel_timer = False
+        self._armed = False
         self._pid = os.getpid()
 
     def track(self, execution_id: int, *, lease_from: float | None = None) -> None:
@@ -201,6 +214,7 @@ class HeartbeatThread:
             self._leases = {}
             self._thread = None
             self._fence = None
+            self._armed = False  # a forked child starts with no interval timer
             self._wake = threading.Event()
 
     def beat_once(self) -> int:
@@ -236,11 +250,14 @@ class HeartbeatThread:
         if not self._kernel_timer:
             return
         if not self._leases:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            if self._armed:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                self._armed = False
             return
         _, hard = fence_limits()
         deadline = min(lease.renewed_at for lease in self._leases.values()) + hard
         signal.setitimer(signal.ITIMER_REAL, max(0.001, deadline - time.monotonic()))
+        self._armed = True
 
     def _run(self) -> None:
         wake = self._wake

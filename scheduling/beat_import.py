@@ -24,16 +24,19 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django_celery_beat.models import PeriodicTask
 
 from scheduling import jobs
 from scheduling.models import Job, JobStatus, Schedule
 from scheduling.schedules import Misfire, ScheduleError, timing_from
 from scheduling.validation import first_error
+
+if TYPE_CHECKING:
+    from django_celery_beat.models import PeriodicTask
 
 MARK = "Imported from django-celery-beat"
 SOURCE_DISABLED = "(its PeriodicTask was disabled on import)"
@@ -326,24 +329,36 @@ def _disable(row: PeriodicTask, job: Job) -> None:
     Job.objects.filter(pk=job.pk).update(note=note)
 
 
+def _source() -> Any:
+    """django-celery-beat's PeriodicTask model, looked up when needed: the app is optional, and
+    its models cannot even be imported where it is not installed."""
+    return apps.get_model("django_celery_beat", "PeriodicTask")
+
+
 #: The schedule tables a PeriodicTask row points at (read with it by ``periodic_tasks``).
-_SCHEDULE_FIELDS = [
-    PeriodicTask._meta.get_field(name) for name in ("interval", "crontab", "solar", "clocked")
-]
+_SCHEDULE_TABLES = ("interval", "crontab", "solar", "clocked")
 
 
 def periodic_tasks() -> Iterator[PeriodicTask]:
     return (
-        PeriodicTask.objects.select_related("interval", "crontab", "solar", "clocked")
+        _source().objects.select_related(*_SCHEDULE_TABLES)
         .order_by("name")
         .iterator()
     )
 
 
 def check_source() -> None:
-    """Refuse, naming what is missing, when this database has no django-celery-beat tables."""
-    needed = [PeriodicTask._meta.db_table]
-    needed += [f.related_model._meta.db_table for f in _SCHEDULE_FIELDS]
+    """Refuse, naming what is missing: the app itself, or its tables in this database."""
+    if not apps.is_installed("django_celery_beat"):
+        raise ValidationError(
+            {
+                "source": "django-celery-beat is not in INSTALLED_APPS; add "
+                '"django_celery_beat" there to read its PeriodicTask rows'
+            }
+        )
+    model = _source()
+    needed = [model._meta.db_table]
+    needed += [model._meta.get_field(n).related_model._meta.db_table for n in _SCHEDULE_TABLES]
     present = set(connection.introspection.table_names())
     missing = [table for table in needed if table not in present]
     if missing:

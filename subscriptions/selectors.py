@@ -108,6 +108,11 @@ def subscription_detail(subscription: Subscription) -> dict[str, Any]:
     }
 
 
+def subscriptions() -> QuerySet[Subscription]:
+    """Every subscription, oldest first."""
+    return Subscription.objects.order_by("pk")
+
+
 def jobs(*, subscription_id: int | None = None, status: int | None = None) -> QuerySet[Any]:
     rows = SubscriptionJob.objects.order_by("scheduled_id")
     if subscription_id is not None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from django.apps import apps
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import jobs
+from scheduling import beat_import, jobs
 from scheduling.management.base import DuecourseCommand
 
 
@@ -34,14 +33,6 @@ class Command(DuecourseCommand):
         )
 
     def handle(self, *args: Any, **o: Any) -> None:
-        if not apps.is_installed("django_celery_beat"):
-            raise CommandError(
-                "source: django-celery-beat is not in INSTALLED_APPS; add "
-                '"django_celery_beat" there to read its PeriodicTask rows'
-            )
-        # Its models can be imported only once the app is known to be installed.
-        from scheduling import beat_import
-
         results = beat_import.import_beat(
             owner=jobs.owner_for(o["owner"]),
             now=timezone.now(),

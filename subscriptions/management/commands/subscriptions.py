@@ -155,9 +155,7 @@ class Command(OneLineCommand):
         return data, self._describe(data)
 
     def do_list(self, o: dict[str, Any]) -> tuple[Any, str]:
-        from subscriptions.models import Subscription
-
-        data = [selectors.subscription_row(s) for s in Subscription.objects.order_by("pk")]
+        data = [selectors.subscription_row(s) for s in selectors.subscriptions()]
         lines = [
             f"{s['id']:>6} {s['customer']:20.20} {s['status']:15} every {s['interval']:8} "
             f"from {s['starts_at']} to {s['ends_at'] or '-'}"

@@ -36,18 +36,22 @@ def _load_tasks() -> Any:
     return app
 
 
-def get_schedulable(name: str) -> Any:
-    """Return the schedulable task called ``name``, or raise UnknownTask with the reason."""
-    app = _load_tasks()
-    task = app.tasks.get(name)
+def _registered(name: str) -> Any:
+    task = _load_tasks().tasks.get(name)
     if task is None:
         raise UnknownTask(f"{name!r} is not a registered Celery task")
+    return task
+
+
+def get_schedulable(name: str) -> Any:
+    """Return the schedulable task called ``name``, or raise UnknownTask with the reason."""
+    task = _registered(name)
     if not getattr(task, "schedulable", False):
         raise UnknownTask(
             f"{name!r} is registered but not schedulable (declare it with @schedulable_task, "
             "or a Django task with @task(schedulable=True))"
         )
-    return task  # type: ignore[no-any-return]
+    return task
 
 
 def schedulable_names() -> list[str]:
@@ -60,9 +64,7 @@ def get_ledger_task(name: str) -> Any:
     """The task called ``name`` whose runs the ledger keeps (a ``ScheduledTask``, whether or
     not jobs may target it: a Django task enqueued without opting in to schedules), or raise
     UnknownTask."""
-    task = _load_tasks().tasks.get(name)
-    if task is None:
-        raise UnknownTask(f"{name!r} is not a registered Celery task")
+    task = _registered(name)
     if not getattr(task, "ledger", False):
         raise UnknownTask(f"{name!r} is registered but its runs are not kept in the ledger")
     return task

@@ -229,11 +229,10 @@ def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     transaction, with errors mapped to Django's as any query's are. ``PREPARE_STATEMENTS``
     off (for a pooler that cannot keep prepared statements) takes Django's cursor instead.
     """
-    # A dict is a JSON document (a Django task's result): sent as jsonb on either path.
-    params = {k: Jsonb(v) if type(v) is dict else v for k, v in params.items()}
+    # A dict is a JSON document (a Django task's call or result): sent as jsonb on either path.
     if not conf.get("PREPARE_STATEMENTS"):
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql, {k: Jsonb(v) if type(v) is dict else v for k, v in params.items()})
             return cursor.fetchone()
     connection.ensure_connection()
     raw = connection.connection
@@ -247,7 +246,10 @@ def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         raw.prepare_threshold = HOT_PREPARE_THRESHOLD
     # Integers go as int8 whatever their size, so each statement is prepared once, not once
     # per combination of int2/int4/int8 parameters.
-    values = {k: Int8(v) if type(v) is int else v for k, v in params.items()}
+    values = {
+        k: Int8(v) if type(v) is int else Jsonb(v) if type(v) is dict else v
+        for k, v in params.items()
+    }
     with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
         cursor.execute(sql, values, prepare=True)
         return cursor.fetchone()

@@ -2,9 +2,12 @@
 
 This is the scheduler's hot path, so it works on plain rows instead of model instances: one
 ``SELECT … FOR NO KEY UPDATE SKIP LOCKED`` (the row locks that keep two schedulers apart), the
-timing decisions of ``scheduling.schedules.plan_claim`` (the only place they live), then one
-write. On PostgreSQL that write is a single statement inserting the executions and moving the
-jobs; SQLite, which serialises writers anyway, uses the ORM's bulk methods.
+timing decisions of ``scheduling.schedules.plan_claim``, then one write. On PostgreSQL the
+locking statement also plans and writes the common case itself (an interval job due once,
+moved one interval on: ``_claim_pg`` lists the conditions, and the specification tests check
+it against ``plan_claim`` case by case); every other row is planned here and written by a
+second statement. SQLite, which serialises writers anyway, locks, plans every row here and
+writes with the ORM's bulk methods.
 The claim commits on its own (``atomic(durable=True)``): inside a caller's transaction its row
 locks would be held, and its rows invisible to workers, for as long as the caller runs.
 Nothing is published here: the scheduler loop (``scheduling.scheduler.loop``) does that after
@@ -15,10 +18,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -26,7 +30,9 @@ from django.db import connection, transaction
 from scheduling import conf, schedules, sql
 from scheduling.ids import uuid4_text
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap
+from scheduling.registry import schedulable_names
 from scheduling.schedules import Misfire, ScheduleError, Timing
+from scheduling.tasktables import TASK_ROW_TASK
 from scheduling.validation import arguments_error, target_error
 
 logger = logging.getLogger("scheduling")
@@ -85,6 +91,46 @@ _TIME_FIELDS = (
 )
 
 
+# The rows ``CLAIM_DUE_JOBS`` plans have every time within these bounds: far from the ends of
+# the calendar, where Python cannot read a time and a step could run past the year 9999.
+PLANNED_EARLIEST = datetime(1000, 1, 1, tzinfo=UTC)
+PLANNED_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+# The longest interval planned in SQL, in microseconds (142 years): PostgreSQL multiplies an
+# interval in double precision, exact for whole numbers below 2**53.
+MAX_PLANNED_STEP = 2**52
+# Distinct interval texts remembered; a process meeting more plans the others in Python.
+MAX_KNOWN_STEPS = 1000
+
+
+class _Steps:
+    """Interval texts this process has read (``schedules.parse_duration``), in microseconds.
+
+    ``CLAIM_DUE_JOBS`` plans a job only when its schedule's interval text is here, so what an
+    interval means is decided in one place, Python, and SQL only adds it. The claim learns a
+    text the first time it plans a row with it in Python (a new interval's first batch goes
+    that way). Read by every flood lane at once: a new text replaces the whole JSON document,
+    never edits it in place.
+    """
+
+    def __init__(self) -> None:
+        self.known: dict[str, int] = {}
+        self.text = "{}"
+        self._lock = threading.Lock()
+
+    def learn(self, interval: str, step: timedelta) -> None:
+        """Remember that ``interval`` (a schedule's stored text) parses to ``step``."""
+        micros = step // timedelta(microseconds=1)
+        if interval in self.known or not 0 < micros <= MAX_PLANNED_STEP:
+            return
+        with self._lock:
+            if interval not in self.known and len(self.known) < MAX_KNOWN_STEPS:
+                self.known = {**self.known, interval: micros}
+                self.text = json.dumps(self.known)
+
+
+_STEPS = _Steps()
+
+
 @dataclass
 class _Due:
     """One locked due job, as plain values, and what the claim decides for it."""
@@ -117,38 +163,130 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
     """
     grace = timedelta(seconds=conf.get("MISFIRE_GRACE"))
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
-    postgres = connection.vendor == "postgresql"
+    if connection.vendor == "postgresql":
+        return _claim_pg(now, limit, grace, catch_up_limit)
     with transaction.atomic(durable=True):
-        rows = _lock_due_pg(now, limit) if postgres else _lock_due_orm(now, limit)
+        rows = _lock_due_orm(now, limit)
         if not rows:
             return Claim([], 0)
         timings: dict[tuple[Any, ...], Timing | ScheduleError] = {}
         targets: dict[tuple[Any, ...], str] = {}
         due = [_plan(row, now, grace, catch_up_limit, timings, targets) for row in rows]
-        if postgres:
-            _write_pg(due, now=now)
-        else:
-            _write_orm(due, now=now)
-    logger.info(
-        "dispatch.claimed jobs=%s executions=%s",
-        len(due),
-        sum(len(item.executions) for item in due),
+        _write_orm(due, now=now)
+    _log_claimed(len(due), sum(len(item.executions) for item in due))
+    return Claim(_bells(due), len(due))
+
+
+def _claim_pg(now: datetime, limit: int, grace: timedelta, catch_up_limit: int) -> Claim:
+    """``claim_due_jobs`` on PostgreSQL: the common case planned in the locking statement.
+
+    ``CLAIM_DUE_JOBS`` locks the batch and plans, in SQL, every job whose claim is the plain
+    one: an interval schedule whose step this process has already read (``_STEPS``), in UTC,
+    without cron, instant, jitter or task table, a schedulable task, ``args`` a list and
+    ``kwargs`` an object, every time of the row in the calendar's middle (no 'infinity', no
+    year the arithmetic could overflow), its occurrence on the schedule's grid, not after its
+    due time and not late (or late under ``catch_up``), and its next occurrence inside the
+    window and, with overlap allowed, after ``now``. For such a job ``schedules.plan_claim``
+    runs the occurrence alone and moves the job one interval on, ``due_time`` adds no jitter
+    and the target and argument checks find nothing: the statement writes exactly what
+    ``_plan`` and ``_write_pg`` would, and no row's JSON or times travel through Python.
+    Every other row comes back whole and goes through ``_plan`` and ``_write_pg`` as before,
+    in the same transaction, so a bad row still fails or pauses alone.
+    """
+    steps = _STEPS.text
+    tasks = [name for name in schedulable_names() if name != TASK_ROW_TASK]
+    with transaction.atomic(durable=True):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.CLAIM_DUE_JOBS,
+                {
+                    "now": now,
+                    "limit": limit,
+                    "steps": steps,
+                    "tasks": tasks,
+                    "active": JobStatus.ACTIVE.value,
+                    "pending": ExecutionStatus.PENDING.value,
+                    "forbid": Overlap.FORBID.value,
+                    "catch_up": Misfire.CATCH_UP.value,
+                    "misfires": [policy.value for policy in Misfire],
+                    "overlaps": Overlap.values,
+                    "on_time_from": now - grace,
+                    "earliest": PLANNED_EARLIEST,
+                    "latest": PLANNED_LATEST,
+                    "max_step": MAX_PLANNED_STEP,
+                },
+            )
+            rows = cursor.fetchall()
+        if not rows:
+            return Claim([], 0)
+        bells: list[Doorbell] = []
+        rest: list[_Due] = []
+        timings: dict[tuple[Any, ...], Timing | ScheduleError] = {}
+        targets: dict[tuple[Any, ...], str] = {}
+        verbose = logger.isEnabledFor(logging.DEBUG)
+        for row in rows:
+            if not row[0]:
+                due_row = _read_times(dict(zip(_DUE_FIELDS, row[4:], strict=True)))
+                rest.append(_plan(due_row, now, grace, catch_up_limit, timings, targets))
+                continue
+            if row[1] is None:
+                _log_exists(row[4], datetime.fromisoformat(row[3]))
+                continue
+            if verbose:
+                _log_execution(
+                    row[4], row[1], datetime.fromisoformat(row[3]), ExecutionStatus.PENDING
+                )
+            bells.append(
+                Doorbell(
+                    execution_id=row[1],
+                    task_id=row[2],
+                    task=row[11],
+                    args=_json(row[12]),
+                    kwargs=_json(row[13]),
+                    queue=row[14],
+                    priority=row[15],
+                    timeout=row[16],
+                )
+            )
+        if rest:
+            _write_pg(rest, now=now)
+    _log_claimed(len(rows), len(bells) + sum(len(item.executions) for item in rest))
+    # Rows planned in Python follow those planned in SQL: a batch is published as one.
+    bells.extend(_bells(rest))
+    return Claim(bells, len(rows))
+
+
+def _log_claimed(jobs: int, executions: int) -> None:
+    logger.info("dispatch.claimed jobs=%s executions=%s", jobs, executions)
+
+
+def _log_execution(job_id: int, execution_id: int, at: datetime, status: str) -> None:
+    logger.debug(
+        "job.claimed job=%s execution=%s scheduled_for=%s status=%s",
+        job_id,
+        execution_id,
+        at.isoformat(),
+        status,
     )
+
+
+def _log_exists(job_id: int, at: datetime) -> None:
+    logger.info("job.occurrence_exists job=%s scheduled_for=%s", job_id, at.isoformat())
+
+
+def _bells(due: Sequence[_Due]) -> list[Doorbell]:
+    """The doorbells of the PENDING executions planned in Python (logged at DEBUG)."""
     verbose = logger.isEnabledFor(logging.DEBUG)
     bells = []
     for item in due:
         for execution in item.executions:
             if verbose:
-                logger.debug(
-                    "job.claimed job=%s execution=%s scheduled_for=%s status=%s",
-                    item.row["pk"],
-                    execution["id"],
-                    execution["scheduled_for"].isoformat(),
-                    execution["status"],
+                _log_execution(
+                    item.row["pk"], execution["id"], execution["scheduled_for"], execution["status"]
                 )
             if execution["status"] == ExecutionStatus.PENDING:
                 bells.append(_bell(item.row, execution))
-    return Claim(bells, len(due))
+    return bells
 
 
 def _lock_due_orm(now: datetime, limit: int) -> list[dict[str, Any]]:
@@ -162,29 +300,22 @@ def _lock_due_orm(now: datetime, limit: int) -> list[dict[str, Any]]:
     )
 
 
-def _lock_due_pg(now: datetime, limit: int) -> list[dict[str, Any]]:
-    """The ORM query of ``_lock_due_orm`` in plain SQL, reading JSON and times as text.
+def _read_times(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of ``CLAIM_DUE_JOBS`` with its times read from text, in place.
 
     Decoding jsonb and timestamptz values through the driver's Python-level loaders costs more
     than the rest of the claim's Python work together. As text, the common empty ``args`` and
     ``kwargs`` need no decoding at all (``_json``) and a time is one ``fromisoformat`` call
     (the text is ISO 8601: psycopg requires the server's ISO ``DateStyle`` anyway).
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql.LOCK_DUE_JOBS,
-            [JobStatus.ACTIVE.value, now, limit],
-        )
-        rows = [dict(zip(_DUE_FIELDS, row, strict=True)) for row in cursor.fetchall()]
-    for row in rows:
-        for name in _TIME_FIELDS:
-            if row[name] is not None:
-                try:
-                    row[name] = datetime.fromisoformat(row[name])
-                except ValueError:  # 'infinity', '-infinity', years past 9999: raw SQL only
-                    row.setdefault("bad_times", {})[name] = row[name]
-                    row[name] = None
-    return rows
+    for name in _TIME_FIELDS:
+        if row[name] is not None:
+            try:
+                row[name] = datetime.fromisoformat(row[name])
+            except ValueError:  # 'infinity', '-infinity', years past 9999: raw SQL only
+                row.setdefault("bad_times", {})[name] = row[name]
+                row[name] = None
+    return row
 
 
 def _bell(row: dict[str, Any], execution: dict[str, Any]) -> Doorbell:
@@ -227,9 +358,12 @@ def _timing(row: dict[str, Any], cache: dict[tuple[Any, ...], Timing | ScheduleE
     )
     if key not in cache:
         try:
-            cache[key] = schedules.timing_from(*key)
+            timing = cache[key] = schedules.timing_from(*key)
         except ScheduleError as exc:
             cache[key] = exc
+        else:
+            if timing.interval is not None:
+                _STEPS.learn(row["schedule__interval"], timing.interval)
     return cache[key]
 
 
@@ -479,11 +613,7 @@ def _keep_inserted(due: Sequence[_Due], ids: dict[str, int]) -> None:
         for row in item.executions:
             pk = ids.get(row["task_id"])
             if pk is None:
-                logger.info(
-                    "job.occurrence_exists job=%s scheduled_for=%s",
-                    row["job_id"],
-                    row["scheduled_for"].isoformat(),
-                )
+                _log_exists(row["job_id"], row["scheduled_for"])
                 continue
             row["id"] = pk
             kept.append(row)

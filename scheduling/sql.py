@@ -32,19 +32,103 @@ SCHEDULE = Schedule._meta.db_table
 EXECUTION = Execution._meta.db_table
 ATTEMPT = Attempt._meta.db_table
 
-# -- claims._lock_due_pg: due active jobs not waiting on an execution, oldest first, locked
-#    against other schedulers; JSON and times read as text (see its docstring).
-LOCK_DUE_JOBS = f"""
-    SELECT j.id, j.next_occurrence_at::text, j.next_due_at::text, j.created_at::text,
-           j.misfire, j.overlap, j.jitter, j.task, j.args::text, j.kwargs::text,
-           j.queue, j.priority, j.timeout, j.task_table, j.task_row_id, s.interval,
-           s.cron, s.timezone, s.run_at::text, s.starts_at::text, s.ends_at::text
-      FROM {JOB} AS j
-      JOIN {SCHEDULE} AS s ON s.id = j.schedule_id
-     WHERE j.status = %s AND j.current_execution_id IS NULL AND j.next_due_at <= %s
-     ORDER BY j.next_due_at
-     LIMIT %s
-       FOR NO KEY UPDATE OF j SKIP LOCKED
+# -- claims._claim_pg: due active jobs not waiting on an execution, oldest first, locked
+#    against other schedulers (the rows of ``claims._lock_due_orm``). The ones whose claim is
+#    one PENDING execution at their occurrence and one interval forward (``planned``: every
+#    condition of ``claims._claim_pg``'s docstring holds) are planned here: their executions
+#    inserted and the jobs moved in this statement. One row per locked job comes back: a
+#    planned one with its execution (NULL when its occurrence already had one) and what its
+#    message needs; any other whole, JSON and times as text, for ``claims._plan``. Rows meet
+#    through one-row JSON lookups, never joins on the CTEs, whose row counts the planner
+#    cannot estimate (a nested loop over two of them is quadratic).
+CLAIM_DUE_JOBS = f"""
+    WITH due AS MATERIALIZED (
+        SELECT j.id, j.next_occurrence_at, j.next_due_at, j.created_at, j.misfire,
+               j.overlap, j.jitter, j.task, j.args, j.kwargs, j.queue, j.priority, j.timeout,
+               j.task_table, j.task_row_id, s.interval, s.cron, s.timezone, s.run_at,
+               s.starts_at, s.ends_at, c.occurrence, c.following,
+               j.overlap = %(forbid)s AS forbid,
+               COALESCE(
+                   j.task = ANY(%(tasks)s::text[]) AND j.task_table = ''
+                   AND j.task_row_id IS NULL
+                   AND jsonb_typeof(j.args) = 'array' AND jsonb_typeof(j.kwargs) = 'object'
+                   AND s.cron = '' AND s.run_at IS NULL AND s.timezone IN ('', 'UTC')
+                   AND j.jitter = interval '0'
+                   AND j.misfire = ANY(%(misfires)s::text[])
+                   AND j.overlap = ANY(%(overlaps)s::text[])
+                   AND j.next_due_at BETWEEN %(earliest)s AND %(latest)s
+                   AND (j.next_occurrence_at IS NULL
+                        OR j.next_occurrence_at BETWEEN %(earliest)s AND %(latest)s)
+                   AND j.created_at BETWEEN %(earliest)s AND %(latest)s
+                   AND (s.starts_at IS NULL OR s.starts_at BETWEEN %(earliest)s AND %(latest)s)
+                   AND (s.ends_at IS NULL OR s.ends_at BETWEEN %(earliest)s AND %(latest)s)
+                   AND (s.starts_at IS NULL OR s.ends_at IS NULL OR s.ends_at > s.starts_at)
+                   AND c.occurrence <= j.next_due_at
+                   AND (c.occurrence >= %(on_time_from)s OR j.misfire = %(catch_up)s)
+                   AND c.following <= LEAST(s.ends_at, %(latest)s)
+                   AND (j.overlap = %(forbid)s OR c.following > %(now)s),
+                   false) AS planned
+          FROM {JOB} AS j
+          JOIN {SCHEDULE} AS s ON s.id = j.schedule_id
+         CROSS JOIN LATERAL (
+               SELECT COALESCE(j.next_occurrence_at, j.next_due_at) AS occurrence,
+                      COALESCE(s.starts_at, j.created_at) AS base,
+                      (%(steps)s::jsonb ->> s.interval)::bigint AS step
+               ) AS t
+         CROSS JOIN LATERAL (
+               -- The next occurrence of an occurrence on the interval's grid, on rows whose
+               -- values are in range (CASE keeps the order that AND does not promise).
+               SELECT t.occurrence, CASE
+                   WHEN t.step BETWEEN 1 AND %(max_step)s AND t.occurrence >= t.base
+                        AND t.occurrence BETWEEN %(earliest)s AND %(latest)s
+                        AND t.base BETWEEN %(earliest)s AND %(latest)s
+                        AND mod((extract(epoch FROM t.occurrence) - extract(epoch FROM t.base))
+                                * 1000000, t.step) = 0
+                   THEN t.occurrence + t.step * interval '1 microsecond' END AS following
+               ) AS c
+         WHERE j.status = %(active)s AND j.current_execution_id IS NULL
+           AND j.next_due_at <= %(now)s
+         ORDER BY j.next_due_at
+         LIMIT %(limit)s
+           FOR NO KEY UPDATE OF j SKIP LOCKED
+    ), inserted AS (
+        INSERT INTO {EXECUTION}
+               (job_id, task, scheduled_for, status, task_id, last_error, created_at,
+                queued_at, finished_at, retry_count, worker, duplicates, updated_at)
+        SELECT d.id, d.task, d.occurrence, %(pending)s, gen_random_uuid(), '', %(now)s,
+               %(now)s, NULL, 0, '', 0, %(now)s
+          FROM due AS d
+         WHERE d.planned
+            ON CONFLICT (job_id, scheduled_for) DO NOTHING
+        RETURNING id, job_id, task_id
+    ), made AS (
+        SELECT jsonb_object_agg(job_id, id) AS ids, jsonb_object_agg(job_id, task_id) AS uuids
+          FROM inserted
+    ), moved AS (
+        UPDATE {JOB} AS j
+           SET next_due_at = d.following, next_occurrence_at = d.following,
+               current_execution_id = CASE WHEN d.forbid THEN (m.ids ->> d.id::text)::bigint END,
+               updated_at = %(now)s
+          FROM due AS d
+         CROSS JOIN made AS m
+         WHERE j.id = d.id AND d.planned
+    )
+    SELECT d.planned, (m.ids ->> d.id::text)::bigint, m.uuids ->> d.id::text,
+           d.occurrence::text, d.id, h.next_occurrence_at, h.next_due_at, h.created_at,
+           h.misfire, h.overlap, h.jitter, d.task, d.args::text, d.kwargs::text, d.queue,
+           d.priority, d.timeout, h.task_table, h.task_row_id, h.interval, h.cron,
+           h.timezone, h.run_at, h.starts_at, h.ends_at
+      FROM due AS d
+     CROSS JOIN made AS m
+      LEFT JOIN LATERAL (
+           SELECT d.next_occurrence_at::text, d.next_due_at::text, d.created_at::text,
+                  d.misfire, d.overlap, d.jitter, d.task_table, d.task_row_id, d.interval,
+                  d.cron, d.timezone, d.run_at::text, d.starts_at::text, d.ends_at::text
+            WHERE NOT d.planned
+           ) AS h (next_occurrence_at, next_due_at, created_at, misfire, overlap, jitter,
+                   task_table, task_row_id, interval, cron, timezone, run_at, starts_at,
+                   ends_at) ON true
+     ORDER BY d.next_due_at, d.id
 
     """
 

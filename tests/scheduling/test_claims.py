@@ -613,3 +613,163 @@ def test_a_claim_never_joins_a_callers_transaction(make_job: MakeJob, now: datet
     with transaction.atomic(), pytest.raises(RuntimeError, match="durable"):
         claims.claim_due_jobs(now=now, limit=10)
     assert not Execution.objects.exists()
+
+
+# --- the common case, planned in SQL ----------------------------------------------------------
+
+Prepare = Callable[[Job, datetime], None]
+
+
+def _off_grid(job: Job, now: datetime) -> None:
+    """Moved behind the scheduler to a time between two occurrences."""
+    Job.objects.filter(pk=job.pk).update(
+        next_occurrence_at=now + 7 * SECOND, next_due_at=now + 7 * SECOND
+    )
+
+
+def _run_by_hand(job: Job, now: datetime) -> None:
+    jobs.run_job_now(job=job, now=now)
+
+
+# case: (job options, claim this long after `now`, planned in SQL, change before the claim)
+PLAN_CASES: dict[str, tuple[dict[str, Any], timedelta, bool, Prepare | None]] = {
+    "on time": ({}, 0 * SECOND, True, None),
+    "an hourly interval": ({"every": "PT1H"}, 0 * SECOND, True, None),
+    "on time with overlap allowed": ({"overlap": "allow"}, 30 * SECOND, True, None),
+    "within the grace under coalesce": ({"misfire": "coalesce"}, 59 * SECOND, True, None),
+    "late under catch_up, overlap forbidden": (
+        {"misfire": "catch_up"},
+        10 * MINUTE + 30 * SECOND,
+        True,
+        None,
+    ),
+    "late under catch_up, overlap allowed": (
+        {"misfire": "catch_up", "overlap": "allow"},
+        10 * MINUTE + 30 * SECOND,
+        False,
+        None,
+    ),
+    "late under coalesce": ({"misfire": "coalesce"}, 10 * MINUTE + 30 * SECOND, False, None),
+    "late under skip": ({"misfire": "skip"}, 10 * MINUTE + 30 * SECOND, False, None),
+    "inside its window": ({"start": -60 * MINUTE, "end": 60 * MINUTE}, 0 * SECOND, True, None),
+    "at the end of its window": (
+        {"start": -60 * MINUTE, "end": 30 * SECOND},
+        0 * SECOND,
+        False,
+        None,
+    ),
+    "with arguments, queue, priority and timeout": (
+        {"args": [1, "a"], "kwargs": {"k": [2]}, "queue": "reports", "priority": 5, "timeout": 30},
+        0 * SECOND,
+        True,
+        None,
+    ),
+    "jittered": ({"jitter": 5 * SECOND}, 10 * SECOND, False, None),
+    "cron": ({"cron": "* * * * *"}, MINUTE, False, None),
+    "off the interval's grid": ({}, 10 * SECOND, False, _off_grid),
+    "whose occurrence already ran by hand": ({}, 0 * SECOND, True, _run_by_hand),
+}
+
+
+def claim_outcome(job: Job, at: datetime) -> tuple[Any, ...]:
+    """What a claim at ``at`` writes and returns for ``job``, less the ids and uuids it draws."""
+    bells = claim(at)
+    executions = list(
+        Execution.objects.filter(job=job)
+        .order_by("scheduled_for")
+        .values(
+            "id", "task_id", "job_id", "task", "scheduled_for", "status", "last_error",
+            "created_at", "queued_at", "finished_at", "retry_count", "worker", "duplicates",
+            "updated_at",
+        )
+    )  # fmt: skip
+    occurrence = {row.pop("id"): row["scheduled_for"] for row in executions}
+    uuids = {str(row.pop("task_id")) for row in executions}
+    assert {b.task_id for b in bells} <= uuids
+    row = Job.objects.filter(pk=job.pk).values(
+        "status", "next_occurrence_at", "next_due_at", "pause_reason", "updated_at",
+        "current_execution_id",
+    ).get()  # fmt: skip
+    row["current_execution_id"] = occurrence.get(row["current_execution_id"])
+    messages = [
+        (occurrence[b.execution_id], b.task, b.args, b.kwargs, b.queue, b.priority, b.timeout)
+        for b in bells
+    ]
+    return executions, row, messages
+
+
+def jobs_planned_in_python(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The jobs ``claims._plan`` is handed from now on, in order (it still plans them)."""
+    planned: list[int] = []
+    plan = claims._plan
+
+    def spy(row: dict[str, Any], *args: Any) -> Any:
+        planned.append(row["pk"])
+        return plan(row, *args)
+
+    monkeypatch.setattr(claims, "_plan", spy)
+    return planned
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("case", PLAN_CASES)
+def test_a_job_planned_in_sql_gets_what_the_python_plan_gives_it(
+    make_job: MakeJob, now: datetime, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """The same job claimed twice from the same state: first planned by ``_plan`` (the claim
+    has read no interval yet), then, where it qualifies, by CLAIM_DUE_JOBS itself."""
+    options, later, in_sql, prepare = PLAN_CASES[case]
+    for name in ("start", "end"):
+        if name in options:
+            options = {**options, name: now + options[name]}
+    job = make_job(**options)
+    if prepare is not None:
+        prepare(job, now)
+    monkeypatch.setattr(claims, "_STEPS", claims._Steps())  # nothing read yet
+    planned_in_python = jobs_planned_in_python(monkeypatch)
+    before = Job.objects.filter(pk=job.pk).values().get()
+    existing = list(Execution.objects.filter(job=job).values_list("pk", flat=True))
+    first = claim_outcome(job, now + later)
+    # Back to the state before the claim (a claim commits on its own: no savepoint to undo).
+    Job.objects.filter(pk=job.pk).update(current_execution=None)
+    Execution.objects.filter(job=job).exclude(pk__in=existing).delete()
+    Job.objects.filter(pk=job.pk).update(**before)
+    outcomes = [first, claim_outcome(job, now + later)]
+    assert planned_in_python[0] == job.pk
+    assert planned_in_python[1:] == ([] if in_sql else [job.pk])
+    assert outcomes[1] == outcomes[0]
+
+
+@pytest.mark.postgres
+def test_a_batch_plans_its_common_jobs_in_sql_and_every_other_row_alone(
+    make_job: MakeJob, now: datetime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claims, "_STEPS", claims._Steps())
+    claims._STEPS.learn("PT1M", MINUTE)
+    planned_in_python = jobs_planned_in_python(monkeypatch)
+    common = [make_job(every="PT1M") for _ in range(3)]
+    cron = make_job(cron="* * * * *")
+    jittered = make_job(every="PT1M", jitter=5 * SECOND)
+    unregistered, bad_args, unknown_step = (make_job(every="PT1M") for _ in range(3))
+    Job.objects.filter(pk=unregistered.pk).update(task="gone.task")
+    with connection.cursor() as cursor:  # behind the model: kwargs must be an object
+        cursor.execute(
+            "UPDATE scheduling_job SET kwargs = '[1]'::jsonb WHERE id = %s", [bad_args.pk]
+        )
+    Schedule.objects.filter(pk=unknown_step.schedule_id).update(interval="PT60S")
+
+    bells = claim(now + MINUTE)
+
+    others = [cron, jittered, unregistered, bad_args, unknown_step]
+    assert sorted(planned_in_python) == sorted(job.pk for job in others)
+    assert Counter(b.task for b in bells) == {NOOP: 6}
+    for job in common:
+        assert history(job) == [(now, ExecutionStatus.PENDING)]
+        assert fresh(job).next_due_at == now + MINUTE
+        assert fresh(job).current_execution_id == Execution.objects.get(job=job).pk
+    assert history(unknown_step) == [(now, ExecutionStatus.PENDING)]
+    for job in (unregistered, bad_args):
+        assert history(job) == [(now, ExecutionStatus.FAILED)]
+        assert fresh(job).current_execution_id is None
+    assert "kwargs: must be a JSON object" in Execution.objects.get(job=bad_args).last_error
+    assert claims._STEPS.known == {"PT1M": 60_000_000, "PT60S": 60_000_000}

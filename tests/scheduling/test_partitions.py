@@ -555,9 +555,12 @@ def test_a_scheduler_cut_off_from_the_database_mid_claim(cluster: Cluster) -> No
         blocker.execute("LOCK TABLE scheduling_execution IN SHARE MODE")
         s1 = cluster.scheduler("s1")
         wait_for(
+            # The claim's write waits for the lock on the execution table (its statement is
+            # longer than the text pg_stat_activity keeps, so it is known by the lock it awaits).
             lambda: cluster.query(
-                "SELECT 1 FROM pg_stat_activity WHERE client_addr = %s"
-                " AND wait_event_type = 'Lock' AND query ILIKE '%%INSERT INTO%%'",
+                "SELECT 1 FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid"
+                " WHERE a.client_addr = %s AND NOT l.granted"
+                " AND l.relation = 'scheduling_execution'::regclass",
                 s1_address,
             ),
             timeout=SLOW,

@@ -23,9 +23,10 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Case, Exists, F, Q, Value, When
 from django.db.models.expressions import Combinable
+from django.db.models.functions import Now
 
 from scheduling import conf, schedules, sql
-from scheduling.errors import MAX_ERROR
+from scheduling.errors import MAX_ERROR, StartHeld
 from scheduling.models import (
     EXECUTION_STARTABLE,
     Attempt,
@@ -45,19 +46,27 @@ class Started:
     attempt: int
     checkpoint: Any
     scheduled_for: datetime
+    #: The worker's clock at the start: with ``attempt``, what ``restore_start`` writes again.
+    started_at: datetime | None = None
 
 
 def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) -> Started | None:
     """Claim an execution for one attempt; None means another message already did.
 
     Only PENDING, QUEUED and due RETRY executions may start, so a duplicate or early doorbell
-    is acknowledged and does nothing (and is counted in ``duplicates``).
+    is acknowledged and does nothing (and is counted in ``duplicates``). On PostgreSQL the
+    start is not flushed before it returns; an execution that a recent crash recovery may have
+    taken a start from raises ``StartHeld`` instead (see ``held_after_crash``).
     """
     if connection.vendor == "postgresql":
         started = _start_in_one_statement(execution_id, worker=worker, pid=pid, now=now)
     else:
         started = _start_with_orm(execution_id, worker=worker, pid=pid, now=now)
     if started is None:
+        if connection.vendor == "postgresql":
+            held = held_after_crash(execution_id)
+            if held is not None:
+                raise StartHeld(execution_id, held)
         if skip_expired(execution_id=execution_id, now=now):
             return None
         Execution.objects.filter(pk=execution_id).update(duplicates=F("duplicates") + 1)
@@ -103,9 +112,9 @@ def _start_with_orm(execution_id: int, *, worker: str, pid: int, now: datetime) 
         Attempt.objects.create(
             execution_id=execution_id, number=number, worker=worker, pid=pid, started_at=now
         )
-        if row["job_id"] is not None:
-            Job.objects.filter(pk=row["job_id"]).update(last_keepalive_at=now)
-    return Started(execution_id, row["job_id"], number, row["checkpoint"], row["scheduled_for"])
+    return Started(
+        execution_id, row["job_id"], number, row["checkpoint"], row["scheduled_for"], now
+    )
 
 
 def _expired(execution_id: int, now: datetime) -> bool:
@@ -154,7 +163,7 @@ def _start_in_one_statement(
 ) -> Started | None:
     """``_start_with_orm`` as one PostgreSQL statement: a worker pays one round trip per start.
 
-    The same compare-and-set, attempt row and keep-alive, written as data-modifying CTEs.
+    The same compare-and-set and attempt row, written as data-modifying CTEs.
     """
     row = sql.execute_hot(
         sql.START_EXECUTION,
@@ -164,12 +173,73 @@ def _start_in_one_statement(
             "now": now,
             "worker": worker,
             "pid": pid,
+            "lease": conf.get("STALE_AFTER"),
         },
     )
     if row is None:
         return None
     checkpoint = json.loads(row[1]) if isinstance(row[1], str) else row[1]
-    return Started(execution_id, row[0], row[2], checkpoint, row[3])
+    return Started(execution_id, row[0], row[2], checkpoint, row[3], now)
+
+
+def held_after_crash(execution_id: int) -> float | None:
+    """Seconds before this execution may start, if the last crash recovery holds it (PostgreSQL).
+
+    A start commits without waiting for its flush, so a server that crashed within that moment
+    comes back without it while the body may still run. Until a lease has passed since the
+    recovery, an execution made before it starts only through ``restore_start`` by the worker
+    that started it; by then that worker has restored its start (its heartbeat or its end does)
+    or its own fence has stopped the body, as for any lease it could not renew.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.HELD_AFTER_CRASH, {"id": execution_id, "lease": conf.get("STALE_AFTER")}
+        )
+        row = cursor.fetchone()
+    return None if row is None else max(0.0, float(row[0]))
+
+
+def restore_start(*, execution_id: int, started: Started, worker: str, pid: int) -> bool:
+    """Write again a start that the database's crash recovery undid; False if the run is gone.
+
+    Only the worker that made the start calls this, when its heartbeat or its end finds the
+    execution not running. The start is restored, durably this time, only while the
+    execution is startable and has no attempt numbered as this one: the crash took the attempt
+    row with the start, and nothing else removes an attempt. Another worker's start, a cancel
+    or the reaper leave the execution otherwise, and the run is then no longer this worker's.
+    """
+    if started.started_at is None:
+        return False
+    with transaction.atomic(durable=True):
+        if Attempt.objects.filter(execution_id=execution_id, number=started.attempt).exists():
+            return False
+        changed = Execution.objects.filter(
+            pk=execution_id, status__in=EXECUTION_STARTABLE
+        ).update(
+            status=ExecutionStatus.RUNNING,
+            started_at=started.started_at,
+            finished_at=None,
+            last_heartbeat_at=Now(),
+            retry_at=None,
+            worker=worker,
+            updated_at=started.started_at,
+        )
+        if not changed:
+            return False
+        Attempt.objects.create(
+            execution_id=execution_id,
+            number=started.attempt,
+            worker=worker,
+            pid=pid,
+            started_at=started.started_at,
+        )
+    logger.warning(
+        "execution.start_restored execution=%s attempt=%s: the database's crash recovery had "
+        "undone the start of a run still going on; written again",
+        execution_id,
+        started.attempt,
+    )
+    return True
 
 
 def record_adhoc_start(

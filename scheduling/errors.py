@@ -22,6 +22,28 @@ class Fenced(SoftTimeLimitExceeded):
     """
 
 
+class StartHeld(Exception):
+    """An execution may not start yet: the database recovered from a crash less than a lease ago.
+
+    A worker's start commits without waiting for its flush (docs/architecture.md, *One flush
+    per task*), so a crash can undo the start of a body that is still running. For one lease
+    after the recovery only that worker may start an execution made before it (its heartbeat
+    or its end restores the start); any other worker hands the message back and tries later.
+    """
+
+    def __init__(self, execution_id: int, seconds: float) -> None:
+        super().__init__(execution_id, seconds)  # the arguments, so that it pickles
+        self.execution_id = execution_id
+        self.seconds = seconds
+
+    def __str__(self) -> str:
+        return (
+            f"execution {self.execution_id} is held for {self.seconds:.1f}s after the "
+            "database's crash recovery, so that a start the crash undid can be restored by "
+            "its own worker"
+        )
+
+
 def format_error(exc: BaseException | None, tb: Any = None, *, limit: int = 6) -> str:
     """``Class: message`` and the innermost frames of the traceback, short enough to read."""
     if exc is None:

@@ -174,9 +174,33 @@ WRITE_CLAIM = f"""
 
     """
 
-# -- attempts.start_execution: the worker's claim of one attempt (compare-and-set), its
-#    attempt row and the job's keep-alive; an expired occurrence does not start. The lease
-#    starts on the database's clock (a worker's clock running behind must not start it old).
+#: When the server last recovered from a crash: crash recovery resets every kind of shared
+#: statistics at one instant (a clean restart keeps them; a hand-made reset names one kind), so
+#: the earliest of three kinds' reset times is the moment a start not yet flushed may have
+#: been lost.
+RECOVERED_AT = """(SELECT COALESCE(LEAST(w.stats_reset, b.stats_reset, a.stats_reset), '-infinity')
+                     FROM pg_stat_wal w, pg_stat_bgwriter b, pg_stat_archiver a)"""
+
+#: When the hold after that recovery ends: one lease (``%(lease)s`` seconds) later.
+HOLD_ENDS = f"{RECOVERED_AT} + %(lease)s * interval '1 second'"
+#: An execution made before the last crash recovery, while the hold lasts: only the worker
+#: whose start the crash undid may start it (``attempts.restore_start``).
+HELD = f"(created_at < {RECOVERED_AT} AND now() < {HOLD_ENDS})"
+
+# -- attempts.held_after_crash: seconds until this execution may start, when the hold applies
+#    to it (the condition START_EXECUTION refuses), else no row.
+HELD_AFTER_CRASH = f"""
+    SELECT EXTRACT(EPOCH FROM {HOLD_ENDS} - now()) FROM {EXECUTION} WHERE id = %(id)s AND {HELD}
+    """
+
+# -- attempts.start_execution: the worker's claim of one attempt (compare-and-set) and its
+#    attempt row (the job's keep-alive is the heartbeat's and the end's); an expired
+#    occurrence does not start. The lease starts on the database's clock (a worker's clock
+#    running behind must not start it old).
+#    The start commits without waiting for its WAL flush (the end that follows waits for
+#    both, see docs/architecture.md, *One flush per task*): so for one lease after the server
+#    last recovered from a crash (``RECOVERED_AT``), an execution made before that
+#    recovery starts only for the worker whose start the crash lost (``attempts.restore_start``).
 START_EXECUTION = f"""
     WITH started AS (
         UPDATE {EXECUTION}
@@ -192,6 +216,7 @@ START_EXECUTION = f"""
                  WHERE x.id = {EXECUTION}.job_id AND x.expires IS NOT NULL
                    AND {EXECUTION}.scheduled_for
                        + x.expires * interval '1 second' < %(now)s)
+           AND NOT {HELD}
      RETURNING id, job_id, checkpoint, scheduled_for
     ), attempt AS (
         INSERT INTO {ATTEMPT}
@@ -202,11 +227,10 @@ START_EXECUTION = f"""
                %(worker)s, %(pid)s, %(now)s, %(attempt_running)s, ''
           FROM started s
      RETURNING number
-    ), keepalive AS (
-        UPDATE {JOB} j SET last_keepalive_at = GREATEST(%(now)s, now())
-          FROM started s WHERE j.id = s.job_id
     )
-    SELECT s.job_id, s.checkpoint, (SELECT number FROM attempt), s.scheduled_for FROM started s
+    SELECT s.job_id, s.checkpoint, (SELECT number FROM attempt), s.scheduled_for,
+           set_config('synchronous_commit', 'off', true)
+      FROM started s
 
     """
 START_EXECUTION_VALUES = {

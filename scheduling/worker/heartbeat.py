@@ -37,7 +37,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from scheduling import conf, liveness
+from scheduling import attempts, conf, liveness
 from scheduling.errors import Fenced
 
 logger = logging.getLogger("scheduling")
@@ -151,6 +151,7 @@ class HeartbeatThread:
         self._changed = threading.Condition(self._lock)
         self._running: set[int] = set()
         self._leases: dict[int, Lease] = {}
+        self._starts: dict[int, tuple[attempts.Started, str]] = {}
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._fence: threading.Thread | None = None
@@ -158,16 +159,26 @@ class HeartbeatThread:
         self._armed = False
         self._pid = os.getpid()
 
-    def track(self, execution_id: int, *, lease_from: float | None = None) -> None:
+    def track(
+        self,
+        execution_id: int,
+        *,
+        lease_from: float | None = None,
+        started: attempts.Started | None = None,
+        worker: str = "",
+    ) -> None:
         """Beat for ``execution_id``; with ``lease_from``, also fence its body.
 
         ``lease_from`` is the monotonic time the start was sent (the lease's first renewal);
-        the body runs in the calling thread.
+        the body runs in the calling thread. ``started`` is the start this process made, which a
+        beat writes again if the database's crash recovery undid it (``attempts.restore_start``).
         """
         interruptible = _install_fence_handler() if lease_from is not None else False
         with self._lock:
             self._reset_after_fork()
             self._running.add(execution_id)
+            if started is not None:
+                self._starts[execution_id] = (started, worker)
             if lease_from is not None:
                 self._leases[execution_id] = Lease(
                     renewed_at=lease_from, thread_id=threading.get_ident()
@@ -200,6 +211,7 @@ class HeartbeatThread:
     def untrack(self, execution_id: int) -> None:
         with self._lock:
             self._running.discard(execution_id)
+            self._starts.pop(execution_id, None)
             if self._leases.pop(execution_id, None) is not None:
                 self._arm_locked()
 
@@ -212,6 +224,7 @@ class HeartbeatThread:
             self._pid = os.getpid()
             self._running = set()
             self._leases = {}
+            self._starts = {}
             self._thread = None
             self._fence = None
             self._armed = False  # a forked child starts with no interval timer
@@ -227,10 +240,23 @@ class HeartbeatThread:
         renewed, lost = set(ids), set()
         if changed < len(ids):
             # Fewer runs renewed than named: one ended meanwhile, or was taken from this
-            # process (reaped, cancelled). A body whose run is no longer RUNNING must stop.
+            # process (reaped, cancelled), or a crash recovery undid its start, which is
+            # written again. A body whose run is no longer RUNNING must stop.
             renewed, lost = liveness.running_and_taken(execution_ids=ids)
+            restored = {execution_id for execution_id in lost if self._restore(execution_id)}
+            renewed, lost = renewed | restored, lost - restored
         self._renewed(renewed, sent, lost)
         return changed
+
+    def _restore(self, execution_id: int) -> bool:
+        with self._lock:
+            start = self._starts.get(execution_id)
+        if start is None:
+            return False
+        started, worker = start
+        return attempts.restore_start(
+            execution_id=execution_id, started=started, worker=worker, pid=os.getpid()
+        )
 
     def _renewed(self, renewed: set[int], sent: float, lost: set[int]) -> None:
         soft, _ = fence_limits()

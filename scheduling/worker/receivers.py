@@ -61,12 +61,16 @@ def on_task_success(sender: Any = None, **_: Any) -> None:
     close_old_connections()
     # The connection may have died while the task ran (a database restart), or the database
     # may be away right now: the outcome is kept until it is written (runtime.write_until_done).
+    request = sender.request
     runtime.write_until_done(
-        lambda: attempts.complete_execution(
-            execution_id=execution_id,
-            now=timezone.now(),
-            attempt=getattr(sender.request, "duecourse_attempt", None),
-            result=getattr(sender.request, "duecourse_result", None),
+        lambda: runtime.end_write(
+            request,
+            lambda: attempts.complete_execution(
+                execution_id=execution_id,
+                now=timezone.now(),
+                attempt=getattr(request, "duecourse_attempt", None),
+                result=getattr(request, "duecourse_result", None),
+            ),
         ),
         execution_id=execution_id,
         what="completed",
@@ -133,7 +137,9 @@ def on_task_failure(
 
     if started_here:
         # In the pool process, before the acknowledgement: keep the outcome until written.
-        runtime.write_until_done(write, execution_id=execution_id, what=outcome)
+        runtime.write_until_done(
+            lambda: runtime.end_write(request, write), execution_id=execution_id, what=outcome
+        )
     else:
         # The worker's main process (a lost pool process, a hard time limit) must not stop
         # serving its other tasks; the reaper covers an end it could not write.
@@ -190,14 +196,17 @@ def on_task_retry(sender: Any = None, request: Any = None, reason: Any = None, *
     permanent_errors = getattr(sender, "permanent_errors", ())
     permanent = cause is not None and bool(permanent_errors) and isinstance(cause, permanent_errors)
     runtime.write_until_done(
-        lambda: attempts.fail_attempt(
-            execution_id=execution_id,
-            error=error,
-            outcome=AttemptOutcome.FAILED,
-            now=now,
-            permanent=permanent,
-            retry_in=retry_in,
-            attempt=getattr(request, "duecourse_attempt", None),
+        lambda: runtime.end_write(
+            request,
+            lambda: attempts.fail_attempt(
+                execution_id=execution_id,
+                error=error,
+                outcome=AttemptOutcome.FAILED,
+                now=now,
+                permanent=permanent,
+                retry_in=retry_in,
+                attempt=getattr(request, "duecourse_attempt", None),
+            ),
         ),
         execution_id=execution_id,
         what="retry",

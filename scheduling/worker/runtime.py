@@ -19,7 +19,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 from scheduling import attempts, conf, liveness
-from scheduling.errors import Fenced
+from scheduling.errors import Fenced, StartHeld
 from scheduling.registry import EXECUTION_HEADER
 from scheduling.runs import RunContext
 from scheduling.worker import heartbeat
@@ -29,6 +29,8 @@ logger = logging.getLogger("scheduling")
 T = TypeVar("T")
 
 DATABASE_DOWN_PAUSE = 2.0
+#: The longest a pool process waits on a start held after a crash before handing it back.
+HELD_PAUSE = 5.0
 
 
 def on_live_connection(write: Callable[[], T]) -> T:
@@ -136,11 +138,17 @@ def begin(task: Any) -> bool:
         connection.close()
         time.sleep(DATABASE_DOWN_PAUSE)
         raise Reject(exc, requeue=True) from exc
+    except StartHeld as exc:
+        # Right after a crash recovery: hand the message back, to be tried once the hold ends.
+        logger.warning("execution.start_held execution=%s: %s", execution_id, exc)
+        time.sleep(min(exc.seconds, HELD_PAUSE))
+        raise Reject(str(exc), requeue=True) from exc
     if started is None:
         return False
     request.duecourse_execution_id = started.execution_id
     request.duecourse_attempt = started.attempt
-    heartbeat_thread.track(started.execution_id, lease_from=sent)
+    request.duecourse_started = started
+    heartbeat_thread.track(started.execution_id, lease_from=sent, started=started, worker=worker)
     waited = time.monotonic() - sent
     if waited >= heartbeat.fence_limits()[0]:
         # The start's answer came so late (a link that stalled mid-statement) that the lease it
@@ -177,6 +185,25 @@ def _report_failures(execution_id: int, count: int, detail: str) -> None:
 
 def _keep_alive(execution_id: int) -> None:
     on_live_connection(lambda: liveness.record_heartbeat(execution_ids=[execution_id]))
+
+
+def end_write(request: Any, write: Callable[[], T]) -> T:
+    """Write the end of this process's attempt; restore its start first if a crash undid it.
+
+    ``write`` is a compare-and-set on the running attempt. Finding nothing to change, it is
+    tried once more if ``attempts.restore_start`` writes the start again: the start's commit
+    did not wait for its flush, and a database that crashed meanwhile came back without it.
+    """
+    result = write()
+    started = getattr(request, "duecourse_started", None)
+    if result or started is None:
+        return result
+    worker = getattr(request, "hostname", None) or ""
+    if attempts.restore_start(
+        execution_id=started.execution_id, started=started, worker=worker, pid=os.getpid()
+    ):
+        return write()
+    return result
 
 
 def body_ended(execution_id: int) -> None:

@@ -262,6 +262,8 @@ class PrivatePostgres:
         self.port = free_port()
         self.env = {**env, "LC_ALL": "C"}
         self.server: Any = None
+        #: More ``-c name=value`` settings for the server, set before ``start``.
+        self.settings: list[str] = []
 
     def url(self, name: str) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/{name}"
@@ -289,6 +291,7 @@ class PrivatePostgres:
             "listen_addresses=127.0.0.1",
             "-c",
             "fsync=off",
+            *(part for setting in self.settings for part in ("-c", setting)),
         )
         self.server = self.processes.start(command, env=self.env, name="postgres")
         wait_for(self.accepts, timeout=SLOW, message="the private PostgreSQL accepts connections")

@@ -152,12 +152,14 @@ def test_declines_are_retried_until_paid_or_failed_past_the_maximum(
     never_paid = subscribe("carol", every="P1M")
     payments.script_customer(customer="bob", declines=2)
     payments.script_customer(customer="carol", declines=10)
+    # The batch the renewal is due in before anything runs (a fast worker has moved the job
+    # on to its first retry's batch within a second of starting).
+    job = first_job(paid_late)
+    first_batch = job.batch
     processes.start(scheduler_command(), env=env, name="scheduler")
     start_worker(processes, env, "renewals", concurrency=2)
 
     # Two declines, then the charge goes through: one order, one charge, retry count 2.
-    job = first_job(paid_late)
-    first_batch = job.batch
     wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="bob's renewal completes")
     assert job.retry_count == 2
     assert [o.period_number for o in child_orders(paid_late)] == [0]

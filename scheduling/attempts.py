@@ -47,7 +47,7 @@ class Started:
     checkpoint: Any
     scheduled_for: datetime
     #: The worker's clock at the start: with ``attempt``, what ``restore_start`` writes again.
-    started_at: datetime | None = None
+    started_at: datetime
 
 
 def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) -> Started | None:
@@ -208,8 +208,6 @@ def restore_start(*, execution_id: int, started: Started, worker: str, pid: int)
     row with the start, and nothing else removes an attempt. Another worker's start, a cancel
     or the reaper leave the execution otherwise, and the run is then no longer this worker's.
     """
-    if started.started_at is None:
-        return False
     with transaction.atomic(durable=True):
         if Attempt.objects.filter(execution_id=execution_id, number=started.attempt).exists():
             return False

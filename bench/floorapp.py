@@ -37,7 +37,14 @@ def _replace_ledger_writes(**_: Any) -> None:
 
     def start(*, execution_id: int, worker: str, pid: int, now: datetime) -> attempts.Started:
         touch(execution_id)
-        return attempts.Started(execution_id, None, 1, None, now)
+        return attempts.Started(
+            execution_id=execution_id,
+            job_id=None,
+            attempt=1,
+            checkpoint=None,
+            scheduled_for=now,
+            started_at=now,
+        )
 
     def complete(*, execution_id: int, now: datetime, **_: Any) -> bool:
         touch(execution_id)

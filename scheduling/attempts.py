@@ -58,12 +58,13 @@ def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) 
     start is not flushed before it returns; an execution that a recent crash recovery may have
     taken a start from raises ``StartHeld`` instead (see ``held_after_crash``).
     """
-    if connection.vendor == "postgresql":
+    on_postgresql = connection.vendor == "postgresql"
+    if on_postgresql:
         started = _start_in_one_statement(execution_id, worker=worker, pid=pid, now=now)
     else:
         started = _start_with_orm(execution_id, worker=worker, pid=pid, now=now)
     if started is None:
-        if connection.vendor == "postgresql":
+        if on_postgresql:
             held = held_after_crash(execution_id)
             if held is not None:
                 raise StartHeld(execution_id, held)

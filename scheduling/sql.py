@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from psycopg.types.json import Jsonb
 from psycopg.types.numeric import Int8
 
@@ -342,11 +342,12 @@ def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         with connection.cursor() as cursor:
             cursor.execute(sql, {k: Jsonb(v) if type(v) is dict else v for k, v in params.items()})
             return cursor.fetchone()
-    connection.ensure_connection()
-    raw = connection.connection
+    django_connection = connections[DEFAULT_DB_ALIAS]  # one lookup; ``connection`` is a proxy
+    django_connection.ensure_connection()
+    raw = django_connection.connection
     if (
         raw.prepare_threshold is None
-        and connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
+        and django_connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
     ):
         # Django turns psycopg's statement cache off. Its own cursors bind on the client and
         # are never prepared, so turning the cache on touches only the statements sent here
@@ -358,6 +359,6 @@ def execute_hot(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         k: Int8(v) if type(v) is int else Jsonb(v) if type(v) is dict else v
         for k, v in params.items()
     }
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+    with django_connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
         cursor.execute(sql, values, prepare=True)
         return cursor.fetchone()

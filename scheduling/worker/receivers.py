@@ -239,6 +239,10 @@ def on_task_postrun(sender: Any = None, state: str | None = None, **_: Any) -> N
     if execution_id is None:
         return
     runtime.body_ended(execution_id)
+    if state is not None and state not in ("IGNORED", "REJECTED"):
+        # Every other end was written by its own signal; nothing to write here.
+        runtime.end(execution_id)
+        return
     close_old_connections()
     now = timezone.now()
     if state is None:

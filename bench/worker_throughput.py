@@ -2,7 +2,7 @@
 
 Both sides run the same stock ``celery worker`` (prefork, concurrency 2, the project's
 settings: acks_late, prefetch multiplier 1) on the same app (``bench/workerapp.py``), the same
-Redis broker and queue, in the same run:
+broker and queue (Redis; RabbitMQ with ``--broker amqp``), in the same run:
 
 - **bare**: K messages of ``bench.bare_noop``, a plain ``@app.task(acks_late=True)`` that
   returns at once and records nothing;
@@ -46,6 +46,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,27 @@ DB = common.db_name("worker")
 RESULTS_SETTINGS = "settings_results"
 DOCS = common.ROOT / "docs" / "benchmarks.md"
 SECTION = "## 4. Worker throughput with execution history"
+
+
+#: Called as ``hook("first" | "last", worker)`` when a drain's clock starts and stops
+#: (``worker_cpu.py`` samples the processes' CPU over exactly that window).
+WINDOW_HOOKS: list[Callable[[str, subprocess.Popen[bytes]], None]] = []
+
+#: The broker every Celery side runs on: ``redis`` (the default, as ``make bench``) or ``amqp``
+#: (RabbitMQ at ``BENCH_RABBIT_URL``), set by ``--broker``.
+BROKER = "redis"
+
+
+def env(settings: str = "config.settings", extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A child's environment on this run's database and broker."""
+    broker = common.RABBIT_URL if BROKER == "amqp" else None
+    return common.child_env(DB, settings=settings, broker=broker, extra=extra)
+
+
+def _clear_queue() -> None:
+    common.redis_cleanup()
+    if BROKER == "amqp":
+        common.rabbit_delete_queue()
 
 
 def child_fill(p: dict[str, Any]) -> dict[str, Any]:
@@ -92,13 +114,73 @@ def worker_argv(concurrency: int | None = None, app: str = "workerapp") -> list[
     ]
 
 
+class _RedisQueue:
+    """The benchmark queue on Redis: messages waiting, and whether none is unacknowledged."""
+
+    def __init__(self) -> None:
+        self.client = common.redis_client()
+        self.queue = common.KEY_PREFIX + common.QUEUE
+        self.unacked = common.KEY_PREFIX + "unacked"
+
+    def waiting(self) -> int:
+        return int(self.client.llen(self.queue))
+
+    #: Redis shows the unacknowledged set, so the clock runs until it is empty too.
+    clock_waits_for_acks = True
+
+    def settled(self) -> bool:
+        return int(self.client.hlen(self.unacked)) == 0
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class _RabbitQueue:
+    """The benchmark queue on RabbitMQ, read with a passive declare.
+
+    AMQP tells the messages ready, not the ones a consumer holds unacknowledged, so the clock
+    stops when the last message is handed out: at most ``concurrency`` (2) tasks short, under
+    0.5 % of an 800-task round. The worker is stopped only once ``rabbitmqctl`` shows nothing
+    unacknowledged, so every task still ends and is checked.
+    """
+
+    clock_waits_for_acks = False
+
+    def __init__(self) -> None:
+        from kombu import Connection
+
+        self.connection = Connection(common.RABBIT_URL, connect_timeout=5)
+        self.channel = self.connection.channel()
+
+    def waiting(self) -> int:
+        try:
+            return int(self.channel.queue_declare(common.QUEUE, passive=True).message_count)
+        except Exception:  # not declared yet: the worker declares it when it starts
+            self.channel = self.connection.channel()
+            return -1
+
+    def settled(self) -> bool:
+        listed = subprocess.run(
+            ["rabbitmqctl", "-q", "list_queues", "name", "messages_unacknowledged"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        for line in listed.splitlines():
+            name, _, unacked = line.partition("\t")
+            if name == common.QUEUE:
+                return unacked.strip() == "0"
+        return True
+
+    def close(self) -> None:
+        self.connection.release()
+
+
 def drain(
     count: int, env: dict[str, str], *, timeout: float, app: str = "workerapp"
 ) -> dict[str, Any]:
     """Start a worker on a full queue; time it from first take to empty queue and no unacked."""
-    client = common.redis_client()
-    queue = common.KEY_PREFIX + common.QUEUE
-    unacked = common.KEY_PREFIX + "unacked"
+    queue = _RabbitQueue() if BROKER == "amqp" else _RedisQueue()
     log = open(common.RESULTS / "worker.log", "ab")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         worker_argv(app=app),
@@ -112,19 +194,30 @@ def drain(
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            left = client.llen(queue)
+            left = queue.waiting()
             now = time.perf_counter()
-            if first is None and left < count:
+            if first is None and 0 <= left < count:
                 first = now
-            if first is not None and left == 0 and client.hlen(unacked) == 0:
-                last = now
-                break
+                for hook in WINDOW_HOOKS:
+                    hook("first", proc)
+            if first is not None and left == 0:
+                if last is None and not queue.clock_waits_for_acks:
+                    last = now
+                    for hook in WINDOW_HOOKS:
+                        hook("last", proc)
+                if queue.settled():
+                    if last is None:
+                        last = now
+                        for hook in WINDOW_HOOKS:
+                            hook("last", proc)
+                    break
             if proc.poll() is not None:
                 break
             time.sleep(0.01)
     finally:
         common.kill_group(proc)
         log.close()
+        queue.close()
     if first is None or last is None:
         return {"count": count, "error": f"not drained within {timeout:.0f} s"}
     seconds = last - first
@@ -138,7 +231,7 @@ def _publish_ours(count: int) -> None:
     subprocess.run(
         [common.PYTHON, "manage.py", "runscheduler", "--once", "--batch-size", str(count)],
         cwd=common.ROOT,
-        env=common.child_env(DB),
+        env=env(),
         check=True,
         capture_output=True,
     )
@@ -146,26 +239,26 @@ def _publish_ours(count: int) -> None:
 
 def run_bare(count: int) -> dict[str, Any]:
     """One bare round: fill the queue with plain tasks, then time a worker draining it."""
-    common.redis_cleanup()
+    _clear_queue()
     filled = common.run_child(
         common.child_argv("worker_throughput.py", "fill", {"count": count}),
-        common.child_env(DB),
+        env(),
         timeout=300,
         label="fill",
     )
     if not filled.ok:
         return {"count": count, "error": filled.error}
-    result = drain(count, common.child_env(DB), timeout=120 + count / 50)
-    common.redis_cleanup()
+    result = drain(count, env(), timeout=120 + count / 50)
+    _clear_queue()
     return result
 
 
 def run_history(count: int, settings: str = "config.settings") -> dict[str, Any]:
     """One history round: publish K due jobs, time a worker running them, check the ledger."""
-    common.redis_cleanup()
+    _clear_queue()
     _publish_ours(count)
     queued = common.queue_length(common.redis_client())
-    result = drain(count, common.child_env(DB, settings=settings), timeout=120 + count / 20)
+    result = drain(count, env(settings), timeout=120 + count / 20)
     with common.pg_connect(DB) as conn:
         counts = common.count_executions(conn)
         span = conn.execute(
@@ -181,22 +274,22 @@ def run_history(count: int, settings: str = "config.settings") -> dict[str, Any]
         attempts=int(attempts),
         db_rate=completed / float(span) if span else None,
     )
-    common.redis_cleanup()
+    _clear_queue()
     return result
 
 
 def run_floor(count: int) -> dict[str, Any]:
     """One floor round: the history side's messages, each ledger write one counter update."""
-    common.redis_cleanup()
+    _clear_queue()
     _publish_ours(count)
-    result = drain(count, common.child_env(DB), timeout=120 + count / 20, app="floorapp")
+    result = drain(count, env(), timeout=120 + count / 20, app="floorapp")
     with common.pg_connect(DB) as conn:
         touched = conn.execute(
             "SELECT count(*) FROM scheduling_execution WHERE duplicates = 2"
         ).fetchone()[0]
     # "completed" here means: both writes of the task ran, once each.
     result.update(completed=int(touched))
-    common.redis_cleanup()
+    _clear_queue()
     return result
 
 
@@ -216,23 +309,22 @@ def prepare_peers() -> None:
 
 def run_results(count: int, *, track_started: bool) -> dict[str, Any]:
     """One django-celery-results round: bare messages, a result row written for each."""
-    common.redis_cleanup()
+    _clear_queue()
     with common.pg_connect(DB) as conn:
         conn.execute("TRUNCATE django_celery_results_taskresult")
     filled = common.run_child(
         common.child_argv("worker_throughput.py", "fill", {"count": count}),
-        common.child_env(DB),
+        env(),
         timeout=300,
         label="fill",
     )
     if not filled.ok:
         return {"count": count, "error": filled.error}
-    env = common.child_env(
-        DB,
-        settings=RESULTS_SETTINGS,
+    worker_env = env(
+        RESULTS_SETTINGS,
         extra={"BENCH_TRACK_STARTED": "1" if track_started else "0"},
     )
-    result = drain(count, env, timeout=120 + count / 20)
+    result = drain(count, worker_env, timeout=120 + count / 20)
     with common.pg_connect(DB) as conn:
         done = conn.execute(
             "SELECT count(*) FROM django_celery_results_taskresult"
@@ -240,7 +332,7 @@ def run_results(count: int, *, track_started: bool) -> dict[str, Any]:
             [common.BARE_TASK],
         ).fetchone()[0]
     result.update(completed=int(done))
-    common.redis_cleanup()
+    _clear_queue()
     return result
 
 
@@ -256,10 +348,13 @@ def run_procrastinate(count: int) -> dict[str, Any]:
     """
     os.environ["BENCH_PROCRASTINATE_DSN"] = _procrastinate_dsn()
     import procapp
+    from procrastinate import PsycopgConnector
 
     with common.pg_connect(DB) as conn:
         conn.execute("TRUNCATE procrastinate_jobs RESTART IDENTITY CASCADE")
-    with procapp.app.open():
+    # This round's database (the app was made with the one the run first imported it with).
+    connector = PsycopgConnector(conninfo=_procrastinate_dsn())
+    with procapp.app.replace_connector(connector), procapp.app.open():
         procapp.bench_noop.batch_defer(*({} for _ in range(count)))
     env = common.child_env(None, extra={"BENCH_PROCRASTINATE_DSN": _procrastinate_dsn()})
     argv = [common.PYTHON, "-m", "procrastinate", "--app", "procapp.app", "worker"]
@@ -314,6 +409,7 @@ def measure(args: Any) -> dict[str, Any]:
     out: dict[str, Any] = {side: [] for side in SIDES}
     out["count"] = count
     out["what_if"] = args.what_if
+    out["broker"] = BROKER
     try:
         with common.bench_db(DB, keep=args.keep):
             with common.pg_connect(DB) as conn:
@@ -332,7 +428,7 @@ def measure(args: Any) -> dict[str, Any]:
                 if args.what_if:
                     out["history_whatif"].append(run_history(count, args.what_if))
     finally:
-        common.redis_cleanup()
+        _clear_queue()
     # A round counts only if every task's history says it succeeded: a worker that fails
     # its tasks fast is not fast.
     valid = {
@@ -436,12 +532,19 @@ def summary_rows(data: dict[str, Any]) -> list[list[Any]]:
 def section_body(data: dict[str, Any] | None, command: list[str]) -> list[str]:
     """The worker section of docs/benchmarks.md (also rendered by run_all.py)."""
     md = common.render_table
+    on_rabbit = bool(data and data.get("broker") == "amqp")
+    broker = "RabbitMQ" if on_rabbit else "Redis"
+    until = (
+        "the last message is handed out (AMQP does not tell what a consumer holds)"
+        if on_rabbit
+        else "the queue and the unacknowledged set are empty"
+    )
     body = [
         "Targets: history ≥ 70 % of bare, and ≥ 1.1 x procrastinate by the medians of the"
         " same run. Every Celery side: the same stock `celery worker`"
-        " (prefork, concurrency 2, acks_late, prefetch multiplier 1) on the same app and Redis"
+        f" (prefork, concurrency 2, acks_late, prefetch multiplier 1) on the same app and {broker}"
         " queue, the queue filled before the worker starts; the clock runs from the first"
-        " message taken until the queue and the unacknowledged set are empty. procrastinate"
+        f" message taken until {until}. procrastinate"
         " runs its own worker processes on the same PostgreSQL; its clock is its own event"
         " rows, from the first job started to the last one succeeded.",
         "",
@@ -504,11 +607,21 @@ def main() -> None:
         "--what-if", metavar="SETTINGS", help="also run history under this settings module"
     )
     parser.add_argument(
+        "--broker",
+        choices=["redis", "amqp"],
+        default="redis",
+        help="the Celery sides' broker: Redis (default) or RabbitMQ at BENCH_RABBIT_URL",
+    )
+    parser.add_argument(
         "--write-docs",
         action="store_true",
         help="replace the worker section of docs/benchmarks.md with this run's tables",
     )
     args = parser.parse_args()
+    global BROKER
+    BROKER = args.broker
+    if BROKER == "amqp" and not common.rabbit_available():
+        raise SystemExit(f"--broker amqp: RabbitMQ does not answer at {common.RABBIT_URL}")
     data = measure(args)
     saved = common.save_result("worker_throughput", data)
     print("\nWorker throughput, trivial tasks, prefork concurrency 2")

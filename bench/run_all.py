@@ -24,9 +24,10 @@ import common
 import dispatch_rate
 import lag
 import tick_cost
+import worker_depth
 import worker_throughput
 
-SCRIPTS = ["tick_cost", "dispatch_rate", "lag", "worker_throughput"]
+SCRIPTS = ["tick_cost", "dispatch_rate", "lag", "worker_throughput", "worker_depth"]
 # The report goes to docs/ unless the results were redirected (BENCH_RESULTS_DIR, for trial
 # runs): then it goes beside them, and docs/ keeps the last real run.
 _DOCS = common.RESULTS if "BENCH_RESULTS_DIR" in os.environ else common.ROOT / "docs"
@@ -160,23 +161,35 @@ def verdicts(results: dict[str, Any]) -> list[tuple[str, str, str]]:
         )
     else:
         out.append(("worker with history ≥ 70 % of bare", "—", "not measured"))
-    out.append(_against_procrastinate(worker))
+    out += _against_procrastinate(results.get("worker_depth"))
     return out
 
 
-def _against_procrastinate(worker: dict[str, Any] | None) -> tuple[str, str, str]:
-    """The worker with history against procrastinate's, by the medians of the same run."""
-    name = "worker with history ≥ 1.1 x procrastinate (medians)"
-    median = (worker or {}).get("median", {})
-    ours, theirs = median.get("history"), median.get("procrastinate")
-    if not ours or not theirs:
-        return name, "—", "not measured"
-    rounds = len((worker or {}).get("procrastinate", []))
-    return (
-        name,
-        f"{ours / theirs:.2f}x ({ours:,.0f} vs {theirs:,.0f} tasks/s, {rounds} rounds)",
-        _verdict(ours >= 1.1 * theirs, worker is not None and worker["count"] >= 5_000),
+#: The queue depth the worker's target against procrastinate is judged at.
+DEPTH = 800
+
+
+def _against_procrastinate(depth: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """The worker with history against procrastinate's, by the medians of the same run.
+
+    Judged at ``DEPTH`` tasks waiting, the other depths of the run shown beside it:
+    procrastinate's rate depends on its backlog, a Celery worker's does not
+    (``worker_depth.py``).
+    """
+    name = f"worker with history ≥ 1.1 x procrastinate at {DEPTH:,} tasks (medians)"
+    sizes = (depth or {}).get("sizes") or []
+    judged = [n for n in sizes if worker_depth.ratio(depth or {}, n)]
+    if not judged:
+        return [(name, "—", "not measured")]
+    at = DEPTH if DEPTH in judged else min(judged)
+    medians = depth["median"][str(at)]
+    others = "; ".join(f"{worker_depth.ratio(depth, n):.2f}x at {n:,}" for n in judged if n != at)
+    measured = (
+        f"{worker_depth.ratio(depth, at):.2f}x at {at:,} ({medians['history']:,.0f} vs"
+        f" {medians['procrastinate']:,.0f} tasks/s, {depth['rounds']} rounds)"
+        + (f"; {others}" if others else "")
     )
+    return [(name, measured, _verdict(worker_depth.ratio(depth, at) >= 1.1, at == DEPTH))]
 
 
 def _verdict(ok: bool, full_size: bool) -> str:
@@ -381,6 +394,10 @@ def render(results: dict[str, Any], facts: dict[str, Any], plotted: bool, old: s
     if worker:
         body = worker_throughput.section_body(worker, common.command_block(worker))
         lines += _section("4. Worker throughput with execution history", body)
+    depth = results.get("worker_depth")
+    if depth:
+        body = worker_depth.section_body(depth, common.command_block(depth))
+        lines += _section(worker_depth.SECTION.removeprefix("## "), body)
     lines += [
         "## Notes on the setup",
         "",
@@ -411,7 +428,8 @@ TARGET_GROUPS = {
         "a stock worker",
     ),
     "lag": ("lag p99",),
-    "worker_throughput": ("worker with history",),
+    "worker_throughput": ("worker with history ≥ 70 %",),
+    "worker_depth": ("worker with history ≥ 1.1 x procrastinate",),
 }
 
 

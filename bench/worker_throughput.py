@@ -540,9 +540,11 @@ def section_body(data: dict[str, Any] | None, command: list[str]) -> list[str]:
         else "the queue and the unacknowledged set are empty"
     )
     body = [
-        "Targets: history ≥ 70 % of bare, and ≥ 1.1 x procrastinate by the medians of the"
-        " same run. Every Celery side: the same stock `celery worker`"
-        f" (prefork, concurrency 2, acks_late, prefetch multiplier 1) on the same app and {broker}"
+        "Target: history ≥ 70 % of bare. The one against procrastinate (≥ 1.1 x by the"
+        " medians of the same run) is judged at 800 tasks waiting, in section 12, since"
+        " procrastinate's rate depends on its backlog. Every Celery side: the same stock"
+        " `celery worker` (prefork, concurrency 2, acks_late, prefetch multiplier 1) on the"
+        f" same app and {broker}"
         " queue, the queue filled before the worker starts; the clock runs from the first"
         f" message taken until {until}. procrastinate"
         " runs its own worker processes on the same PostgreSQL; its clock is its own event"

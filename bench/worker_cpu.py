@@ -75,10 +75,12 @@ class Window:
 
 def measure(args: Any) -> dict[str, list[dict[str, Any]]]:
     worker_throughput.BROKER = args.broker
+    if args.quick:
+        args.tasks, args.repeat = 300, 1
     out: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
     common.RESULTS.mkdir(parents=True, exist_ok=True)
     try:
-        with common.bench_db(worker_throughput.DB):
+        with common.bench_db(worker_throughput.DB, keep=args.keep):
             with common.pg_connect(worker_throughput.DB) as conn:
                 common.load_jobs(conn, args.tasks, due_sql="now() - interval '1 second'")
             for _ in range(args.repeat):
@@ -92,7 +94,7 @@ def measure(args: Any) -> dict[str, list[dict[str, Any]]]:
                         )
     finally:
         worker_throughput.WINDOW_HOOKS.clear()
-        common.redis_cleanup()
+        worker_throughput._clear_queue()
     return out
 
 

@@ -31,7 +31,7 @@ def _valid(result: dict[str, Any]) -> bool:
     return "rate" in result and result.get("completed", result["count"]) == result["count"]
 
 
-def measure(sizes: list[int], rounds: int) -> dict[str, Any]:
+def measure(sizes: list[int], rounds: int, *, keep: bool = False) -> dict[str, Any]:
     """Alternating rounds of both sides at every depth, each depth in its own database."""
     common.RESULTS.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
@@ -40,7 +40,7 @@ def measure(sizes: list[int], rounds: int) -> dict[str, Any]:
     databases = {n: common.db_name(f"depth{n}") for n in sizes}
     with contextlib.ExitStack() as stack:
         for n, db in databases.items():
-            stack.enter_context(common.bench_db(db))
+            stack.enter_context(common.bench_db(db, keep=keep))
             worker_throughput.DB = db
             with common.pg_connect(db) as conn:
                 common.load_jobs(conn, n, due_sql="now() - interval '1 second'")
@@ -59,7 +59,7 @@ def measure(sizes: list[int], rounds: int) -> dict[str, Any]:
                         runs[str(n)][side].append(run(n))
                         common.progress(size=n, side=side, round=round_ + 1)
         finally:
-            common.redis_cleanup()
+            worker_throughput._clear_queue()
     medians = {
         size: {
             side: common.median([r["rate"] for r in results if _valid(r)])
@@ -111,9 +111,17 @@ def table_rows(data: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def valid_rounds(data: dict[str, Any], size: int) -> int:
+    """The rounds at ``size`` that both sides completed (the fewer of the two)."""
+    by_side = data.get("runs", {}).get(str(size), {})
+    return min((sum(_valid(r) for r in by_side.get(side, [])) for side in SIDES), default=0)
+
+
 def section_body(data: dict[str, Any] | None, command: list[str]) -> list[str]:
     """The by-depth section of docs/benchmarks.md (also rendered by run_all.py)."""
+    broker = "RabbitMQ" if data and data.get("broker") == "amqp" else "Redis"
     body = [
+        f"The Celery worker on {broker}. "
         "The same history and procrastinate sides as section 4 (prefork concurrency 2 against"
         " two procrastinate processes, the queue filled before the workers start, the same"
         " clocks and ledger check), at several queue depths, the two sides alternating round"
@@ -154,7 +162,7 @@ def main() -> None:
     worker_throughput.BROKER = args.broker
     if args.broker == "amqp" and not common.rabbit_available():
         raise SystemExit(f"--broker amqp: RabbitMQ does not answer at {common.RABBIT_URL}")
-    data = measure(sizes, 1 if args.quick else args.repeat)
+    data = measure(sizes, 1 if args.quick else args.repeat, keep=args.keep)
     saved = common.save_result("worker_depth", data)
     print(f"\nWorker with history against procrastinate by queue depth, broker {args.broker}")
     print(common.render_table(HEADERS, table_rows(data), markdown=False))

@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import common
 
@@ -160,17 +161,19 @@ class _RabbitQueue:
             return -1
 
     def settled(self) -> bool:
-        listed = subprocess.run(
-            ["rabbitmqctl", "-q", "list_queues", "name", "messages_unacknowledged"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-        for line in listed.splitlines():
+        vhost = unquote(urlsplit(common.RABBIT_URL).path[1:]) or "/"
+        argv = ["rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "messages_unacknowledged"]
+        try:
+            listed = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeError(f"--broker amqp needs rabbitmqctl on this machine: {exc}") from exc
+        if listed.returncode:
+            raise RuntimeError(f"--broker amqp: {' '.join(argv)} failed: {listed.stderr.strip()}")
+        for line in listed.stdout.splitlines():
             name, _, unacked = line.partition("\t")
             if name == common.QUEUE:
                 return unacked.strip() == "0"
-        return True
+        return False  # the queue is there while the worker runs; the deadline bounds the wait
 
     def close(self) -> None:
         self.connection.release()
@@ -179,7 +182,12 @@ class _RabbitQueue:
 def drain(
     count: int, env: dict[str, str], *, timeout: float, app: str = "workerapp"
 ) -> dict[str, Any]:
-    """Start a worker on a full queue; time it from first take to empty queue and no unacked."""
+    """Start a worker on a full queue; time it from the first message taken to an empty queue.
+
+    On Redis the clock also waits until nothing is unacknowledged; on RabbitMQ it stops when
+    the last message is handed out (see ``_RabbitQueue``). Either way the worker is stopped
+    only once every message is acknowledged.
+    """
     queue = _RabbitQueue() if BROKER == "amqp" else _RedisQueue()
     log = open(common.RESULTS / "worker.log", "ab")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
@@ -257,7 +265,11 @@ def run_history(count: int, settings: str = "config.settings") -> dict[str, Any]
     """One history round: publish K due jobs, time a worker running them, check the ledger."""
     _clear_queue()
     _publish_ours(count)
-    queued = common.queue_length(common.redis_client())
+    probe = _RabbitQueue() if BROKER == "amqp" else _RedisQueue()
+    try:
+        queued = probe.waiting()
+    finally:
+        probe.close()
     result = drain(count, env(settings), timeout=120 + count / 20)
     with common.pg_connect(DB) as conn:
         counts = common.count_executions(conn)

@@ -587,6 +587,22 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, markd
     return "\n".join(out)
 
 
+def write_docs_section(path: Path, section: str, body: list[str]) -> None:
+    """Replace the ``section`` heading's section of ``path`` with ``body``, keeping the others.
+
+    A page without the section gets it at the end. The section runs to the next ``## ``.
+    """
+    text = path.read_text()
+    block = "\n".join([section, "", *body, "", ""])
+    if section not in text:
+        path.write_text(text.rstrip("\n") + "\n\n" + block)
+        return
+    start = text.index(section)
+    end = text.find("\n## ", start + len(section))
+    end = len(text) if end < 0 else end + 1
+    path.write_text(text[:start] + block + text[end:])
+
+
 def save_result(name: str, data: dict[str, Any]) -> Path:
     """Write one script's results (with how and where they were made) for run_all.py."""
     RESULTS.mkdir(parents=True, exist_ok=True)

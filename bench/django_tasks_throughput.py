@@ -26,7 +26,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import common
@@ -464,19 +463,6 @@ def section_body(data: dict[str, Any] | None, command: list[str]) -> list[str]:
     return body
 
 
-def write_docs_section(body: list[str], path: Path = DOCS) -> None:
-    """Replace (or append) this section of docs/benchmarks.md, leaving the others."""
-    text = path.read_text()
-    block = "\n".join([SECTION, "", *body, "", ""])
-    if SECTION not in text:
-        path.write_text(text.rstrip() + "\n\n" + block)
-        return
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
-    end = len(text) if end < 0 else end + 1
-    path.write_text(text[:start] + block + text[end:])
-
-
 def main() -> None:
     parser = common.make_parser(__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10_000)
@@ -494,7 +480,8 @@ def main() -> None:
         print(common.render_table(CRASH_HEADERS, crash_rows(data), markdown=False))
     if args.write_docs:
         result = common.load_result(saved.stem)
-        write_docs_section(section_body(result, common.command_block(result)))
+        body = section_body(result, common.command_block(result))
+        common.write_docs_section(DOCS, SECTION, body)
 
 
 if __name__ == "__main__":

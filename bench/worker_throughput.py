@@ -47,7 +47,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -179,6 +178,11 @@ class _RabbitQueue:
         self.connection.release()
 
 
+def _broker_queue() -> _RedisQueue | _RabbitQueue:
+    """The benchmark queue on this run's broker."""
+    return _RabbitQueue() if BROKER == "amqp" else _RedisQueue()
+
+
 def drain(
     count: int, env: dict[str, str], *, timeout: float, app: str = "workerapp"
 ) -> dict[str, Any]:
@@ -188,7 +192,7 @@ def drain(
     the last message is handed out (see ``_RabbitQueue``). Either way the worker is stopped
     only once every message is acknowledged.
     """
-    queue = _RabbitQueue() if BROKER == "amqp" else _RedisQueue()
+    queue = _broker_queue()
     log = open(common.RESULTS / "worker.log", "ab")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         worker_argv(app=app),
@@ -265,7 +269,7 @@ def run_history(count: int, settings: str = "config.settings") -> dict[str, Any]
     """One history round: publish K due jobs, time a worker running them, check the ledger."""
     _clear_queue()
     _publish_ours(count)
-    probe = _RabbitQueue() if BROKER == "amqp" else _RedisQueue()
+    probe = _broker_queue()
     try:
         queued = probe.waiting()
     finally:
@@ -591,15 +595,6 @@ def section_body(data: dict[str, Any] | None, command: list[str]) -> list[str]:
     return body
 
 
-def write_docs_section(body: list[str], path: Path = DOCS) -> None:
-    """Replace the worker section of docs/benchmarks.md, leaving every other section as it is."""
-    text = path.read_text()
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
-    end = len(text) if end < 0 else end + 1
-    path.write_text(text[:start] + "\n".join([SECTION, "", *body, "", ""]) + text[end:])
-
-
 def main() -> None:
     """Measure, save the results for run_all.py and print the table."""
     parser = common.make_parser(__doc__.splitlines()[0])
@@ -643,7 +638,8 @@ def main() -> None:
     print(common.render_table(SUMMARY_HEADERS, summary_rows(data), markdown=False))
     if args.write_docs:
         result = common.load_result(saved.stem)
-        write_docs_section(section_body(result, common.command_block(result)))
+        body = section_body(result, common.command_block(result))
+        common.write_docs_section(DOCS, SECTION, body)
     if data.get("ratio") is not None:
         print(f"history / bare = {data['ratio']:.0%} (target ≥ 70 %)")
     if data.get("ratio_floor") is not None:

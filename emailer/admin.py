@@ -31,7 +31,7 @@ from emailer.models import (
     SendEmailHistory,
     SendEmailTask,
 )
-from scheduling.api import ago, instant, jobs_for_row
+from scheduling.api import TaskTableAdmin, ago, instant, jobs_for_row
 
 
 def _when(moment: Any) -> str:
@@ -79,7 +79,7 @@ class ImportForm(forms.Form):
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(TaskTableAdmin, admin.ModelAdmin):
     list_display = ("name", "state", "participant_count", "task_count", "created_at")
     list_filter = ("state",)
     search_fields = ("name",)
@@ -144,13 +144,35 @@ class ProjectAdmin(admin.ModelAdmin):
             *super().get_urls(),
         ]
 
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        project = self.get_object(request, unquote(object_id))
+        may_import = project is not None and self.may_import(request, project)
+        context = {**(extra_context or {}), "may_import": may_import}
+        return super().change_view(request, object_id, form_url, context)
+
+    def may_import(self, request: HttpRequest, project: Project) -> bool:
+        """An import adds participants and changes existing ones: it needs those permissions
+        on participants, as their own pages and the inline ask, and the change permission on
+        the project."""
+        return (
+            self.has_change_permission(request, project)
+            and request.user.has_perm(f"{Participant._meta.app_label}.add_participant")
+            and request.user.has_perm(f"{Participant._meta.app_label}.change_participant")
+        )
+
     def import_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Upload participants: rows added or updated by email, refused rows by line number."""
         # Like the change page, a malformed id is "no such project" (404), never a 500.
         project = self.get_object(request, unquote(object_id))
         if project is None:
             raise Http404(f"no project with id {object_id!r}")
-        if not self.has_change_permission(request, project):
+        if not self.may_import(request, project):
             raise PermissionDenied  # a view-only user is refused the form and the upload alike
         form = ImportForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
@@ -237,7 +259,7 @@ class SendEmailTaskForm(forms.ModelForm):
 
 
 @admin.register(SendEmailTask)
-class SendEmailTaskAdmin(admin.ModelAdmin):
+class SendEmailTaskAdmin(TaskTableAdmin, admin.ModelAdmin):
     form = SendEmailTaskForm
     # What decides a click; the sending knobs are on the task's page.
     list_display = ("name", "project", "schedule", "next_run", "last_run")
@@ -269,8 +291,15 @@ class SendEmailTaskAdmin(admin.ModelAdmin):
         """The saved task rendered for its first due participant."""
         if obj.pk is None:
             return "Save the task to see it rendered for a participant."
+        viewer = getattr(obj, "viewer", None) or AnonymousUser()  # set by ``get_object``
+        # A viewer who may not see the project's people sees the sample participant; nobody
+        # gets a participant's live unsubscribe link from a preview.
+        sample = not (
+            viewer.has_perm(f"{Participant._meta.app_label}.view_participant")
+            or viewer.has_perm(f"{Participant._meta.app_label}.change_participant")
+        )
         try:
-            rendered = services.preview(obj)
+            rendered = services.preview(obj, sample=sample, live_link=False)
         except Exception as exc:
             return format_html('<span class="errornote">{}</span>', exc)
         html = format_html(
@@ -288,16 +317,17 @@ class SendEmailTaskAdmin(admin.ModelAdmin):
             )
         return html
 
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        self.viewer = request.user  # whose jobs the schedule columns show
-        return super().changelist_view(request, extra_context)
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """Each listed task carries the jobs this request's user may see, for the schedule
+        columns (the admin object is shared by every request: nothing per user is kept on it).
+        """
+        changelist = super().get_changelist_instance(request)
+        for task in changelist.result_list:  # evaluated once, and the page renders these rows
+            task.jobs_seen = jobs_for_row(task, visible_to=request.user)
+        return changelist
 
     def _jobs(self, task: SendEmailTask) -> list[Any]:
-        cache = task.__dict__.setdefault("_jobs_seen", {})
-        viewer = getattr(self, "viewer", None) or AnonymousUser()
-        if "jobs" not in cache:
-            cache["jobs"] = jobs_for_row(task, visible_to=viewer)
-        return cache["jobs"]
+        return list(getattr(task, "jobs_seen", ()))
 
     @admin.display(description="schedule")
     def schedule(self, task: SendEmailTask) -> str:

@@ -25,7 +25,7 @@ from emailer.models import (
     ProjectState,
     SendEmailTask,
 )
-from emailer.rendering import Rendered, compile_task
+from emailer.rendering import SAMPLE_CONTEXT, Rendered, compile_task
 from emailer.tokens import unsubscribe_url
 from scheduling.api import Cron, Every, JobInfo, Once, Policies, Timing, schedule_row
 
@@ -365,9 +365,22 @@ def schedule_task(
     )
 
 
-def preview(task: SendEmailTask, participant: Participant | None = None) -> Rendered:
-    """The task rendered for one participant (the first due one when none is given)."""
-    if participant is None:
+def preview(
+    task: SendEmailTask,
+    participant: Participant | None = None,
+    *,
+    sample: bool = False,
+    live_link: bool = True,
+) -> Rendered:
+    """The task rendered for one participant (the first due one when none is given).
+
+    ``sample`` renders it for the sample participant instead, for a viewer who may not see
+    the project's people; ``live_link=False`` puts the sample unsubscribe link in place of the
+    participant's own, which would unsubscribe them for whoever clicks it in a preview.
+    """
+    if sample:
+        participant = Participant(pk=0, **SAMPLE_CONTEXT["participant"])
+    elif participant is None:
         people = Participant.objects.filter(project_id=task.project_id)
         if task.statuses:
             people = people.filter(status__in=task.statuses)
@@ -385,6 +398,10 @@ def preview(task: SendEmailTask, participant: Participant | None = None) -> Rend
                 "status": participant.status,
             },
             "project": {"name": task.project.name},
-            "unsubscribe_url": unsubscribe_url(participant.pk or 0),
+            "unsubscribe_url": (
+                unsubscribe_url(participant.pk or 0)
+                if live_link
+                else SAMPLE_CONTEXT["unsubscribe_url"]
+            ),
         }
     )

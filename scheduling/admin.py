@@ -127,7 +127,9 @@ class ScheduleAdmin(admin.ModelAdmin):
         return (InternalScheduleFilter,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
-        return usable_schedules(request).annotate(job_total=Count("jobs"))
+        # The jobs a user may see: another owner's job on a shared schedule is not counted.
+        mine = None if sees_everything(request) else Q(jobs__owner=request.user)
+        return usable_schedules(request).annotate(job_total=Count("jobs", filter=mine))
 
     def _only_mine(self, request: HttpRequest, obj: Schedule | None) -> bool:
         """A shared schedule is changed only by someone who owns every job on it."""
@@ -585,6 +587,15 @@ class JobAdmin(admin.ModelAdmin):
                 buttons.append(("resume_jobs", "Resume"))
         context = {**(extra_context or {}), "job_actions": buttons}
         return super().change_view(request, object_id, form_url, context)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """A job's history goes with it. Executions are never deleted one by one
+        (``ExecutionAdmin``), so their missing delete permission must not refuse the job's."""
+        to_delete, model_count, perms_needed, protected = super().get_deleted_objects(
+            objs, request
+        )
+        perms_needed.discard(Execution._meta.verbose_name)
+        return to_delete, model_count, perms_needed, protected
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
         jobs.remove_job(job=obj)

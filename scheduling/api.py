@@ -41,14 +41,19 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from django.contrib.admin.utils import NestedObjects
+from django.db import router
 from django.db.models.signals import post_delete
+from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.text import capfirst
 
 from scheduling import jobs as _jobs
 from scheduling import permissions, tasktables
 from scheduling.celeryapp import celery_app
 from scheduling.cli import OneLineCommand, positive_int
 from scheduling.errors import Fenced
+from scheduling.models import Job
 from scheduling.readable import ago, describe_interval, instant, span
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
@@ -70,6 +75,7 @@ __all__ = [
     "Policies",
     "RunContext",
     "ScheduledTask",
+    "TaskTableAdmin",
     "Timing",
     "ago",
     "cancel",
@@ -129,6 +135,52 @@ def task_table(
 
 def _unschedule_deleted_row(sender: Any, instance: Any, **_: Any) -> None:
     _jobs.remove_jobs_for_row(tasktables.label_of(sender), instance.pk)
+
+
+class TaskTableAdmin:
+    """Mix into the ``ModelAdmin`` of a task table, and of any model whose rows cascade to one.
+
+    Deleting a task-table row deletes the jobs that run it, and their history. Those jobs are
+    not linked by a foreign key, so Django's delete confirmation would neither list them nor
+    ask whether the user may delete them: a user who may delete the row would take another
+    owner's jobs with it. With this mixin first among its bases, the confirmation (the delete
+    page and the ``delete_selected`` action alike, on GET and on POST) lists the jobs the user
+    may see and is refused, naming "job", unless the user may delete every one of them
+    (``scheduling.permissions.may_delete_job``). Jobs of an internal table are the row's app's
+    own and go with the row.
+
+        @admin.register(Report)
+        class ReportAdmin(TaskTableAdmin, admin.ModelAdmin): ...
+    """
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        to_delete, model_count, perms_needed, protected = super().get_deleted_objects(  # type: ignore[misc]
+            objs, request
+        )
+        objs = list(objs)
+        if not objs:
+            return to_delete, model_count, perms_needed, protected
+        collector = NestedObjects(using=router.db_for_write(type(objs[0])))
+        collector.collect(objs)
+        found = permissions.jobs_deleted_with(collector.data)
+        if found is None:
+            return to_delete, model_count, perms_needed, protected
+        going = list(Job.objects.filter(found).order_by("name", "pk"))
+        shown = set(
+            permissions.visible_jobs(request.user, Job.objects.filter(found)).values_list(
+                "pk", flat=True
+            )
+        )
+        meta = Job._meta
+        if any(not permissions.may_delete_job(request.user, job) for job in going):
+            perms_needed.add(meta.verbose_name)
+        listed = [job for job in going if job.pk in shown]
+        if listed:
+            to_delete.append(
+                [f"{capfirst(meta.verbose_name)}: {job.name} (and its history)" for job in listed]
+            )
+            model_count[meta.verbose_name_plural] = len(listed)
+        return to_delete, model_count, perms_needed, protected
 
 
 def schedule_row(

@@ -2,7 +2,8 @@
 
 Each panel is one read of ``scheduling.overview``, bounded in time and served by an index, so
 the page stays fast however long the history grows. The chart is inline SVG drawn here: no
-script, no CDN. A staff user who is not a superuser sees only the jobs they own.
+script, no CDN. A staff user who is not a superuser sees only the jobs they own, and only with
+the view (or change) permission on jobs and on executions, which every panel shows.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from scheduling import conf, overview, readable, ticks
-from scheduling.models import ExecutionStatus
+from scheduling import conf, overview, permissions, readable, ticks
+from scheduling.models import Execution, ExecutionStatus, Job
 
 CHART_HEIGHT = 120
 BAR_WIDTH = 22
@@ -125,8 +127,10 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
 
 
 def dashboard_view(request: HttpRequest) -> HttpResponse:
-    now = timezone.now()
     user: Any = request.user
+    if not permissions.may_view(user, Job, Execution):
+        raise PermissionDenied("the dashboard needs the view permission on jobs and executions")
+    now = timezone.now()
     owner_id = None if user.is_superuser else user.pk
     last_tick = ticks.last_tick()
     internal = request.GET.get("internal") == "1"

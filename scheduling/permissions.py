@@ -23,7 +23,7 @@ from typing import Any
 
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from scheduling import registry, tasktables
 from scheduling.tasktables import TASK_ROW_TASK
@@ -152,3 +152,45 @@ def visible_jobs(user: Any, jobs: QuerySet[Any]) -> QuerySet[Any]:
     ):
         return jobs.none()
     return jobs.filter(owner=user)
+
+
+def may_view(user: Any, *models: Any) -> bool:
+    """Whether ``user`` may see rows of every one of ``models``: the view or the change
+    permission on each, as Django's admin asks before it shows a list."""
+    return is_superuser(user) or all(
+        user.has_perm(model_permission(model, "view"))
+        or user.has_perm(model_permission(model, "change"))
+        for model in models
+    )
+
+
+def may_delete_job(user: Any, job: Any) -> bool:
+    """Whether ``user`` may delete ``job`` (and its history with it): a superuser, or the
+    job's owner with the delete permission on jobs, as the job list's Delete asks."""
+    if is_superuser(user):
+        return True
+    return bool(user.has_perm(model_permission(type(job), "delete")) and job.owner_id == user.pk)
+
+
+def jobs_deleted_with(rows: dict[Any, Any]) -> Q | None:
+    """Which jobs deleting these task-table rows deletes too, as a filter on jobs; None: none.
+
+    ``rows`` maps a model to the instances about to be deleted (a deletion collector's
+    ``data``: the rows named and everything they cascade to). A job runs a row by its table and
+    id, not by a foreign key, so Django's own deletion never lists it; ``scheduling.api``'s
+    ``post_delete`` hook removes it after the row is gone. Jobs of an internal table are the
+    row's app's own and go with the row.
+    """
+    found: Q | None = None
+    for model, instances in rows.items():
+        try:
+            table = tasktables.get(tasktables.label_of(model))
+        except LookupError:
+            continue
+        if table.internal or table.model is not model:
+            continue
+        ids = [row.pk for row in instances]
+        if ids:
+            clause = Q(task_table=table.label, task_row_id__in=ids)
+            found = clause if found is None else found | clause
+    return found

@@ -42,7 +42,13 @@ def csv_file() -> SimpleUploadedFile:
 
 
 JOB_PERMISSIONS = ("view_job", "add_job", "change_job")
-EMAIL_PERMISSIONS = ("view_project", "change_project", "view_participant", "change_participant")
+EMAIL_PERMISSIONS = (
+    "view_project",
+    "change_project",
+    "view_participant",
+    "add_participant",
+    "change_participant",
+)
 
 
 def test_a_view_only_user_cannot_unsubscribe_or_import(
@@ -126,3 +132,98 @@ def test_an_email_tasks_page_lists_only_the_jobs_its_viewer_may_see(
     assert "alice-mail" in seen_by_alice and "bob-mail" not in seen_by_alice
     seen_by_admin = admin_client.get(url).content.decode()
     assert "alice-mail" in seen_by_admin and "bob-mail" in seen_by_admin
+
+
+def test_an_import_needs_the_add_and_change_permissions_on_participants(
+    django_user_model: Any, make_project: Any
+) -> None:
+    project = make_project(participants=1)
+    url = reverse("admin:emailer_project_import", args=[project.pk])
+    page = reverse("admin:emailer_project_change", args=[project.pk])
+    for missing in ("add_participant", "change_participant"):
+        granted = [codename for codename in EMAIL_PERMISSIONS if codename != missing]
+        as_partly = logged_in(staff(django_user_model, f"no-{missing}", *granted))
+        assert as_partly.get(url).status_code == 403
+        assert as_partly.post(url, {"file": csv_file()}).status_code == 403
+        assert "Import participants (CSV)" not in as_partly.get(page).content.decode()
+    assert Participant.objects.filter(project=project).count() == 1
+
+
+def test_a_preview_shows_people_only_to_who_may_see_them_and_no_live_unsubscribe_link(
+    django_user_model: Any, admin_client: Client, make_project: Any, make_task: Any
+) -> None:
+    task = make_task(make_project(participants=1))
+    url = reverse("admin:emailer_sendemailtask_change", args=[task.pk])
+    viewer = logged_in(staff(django_user_model, "vic", "view_sendemailtask"))
+
+    shown_to_viewer = viewer.get(url).content.decode()
+    assert "Person 0" not in shown_to_viewer and "Your survey, Ada Lovelace" in shown_to_viewer
+    shown_to_admin = admin_client.get(url).content.decode()
+    assert "Your survey, Person 0" in shown_to_admin
+    for page in (shown_to_viewer, shown_to_admin):
+        assert "/emailer/unsubscribe/TOKEN/" in page  # the sample link, which unsubscribes no one
+        assert "testserver/emailer/unsubscribe/" not in page.replace("TOKEN", "")
+
+
+def test_deleting_an_email_task_or_its_project_needs_delete_on_every_job_that_runs_it(
+    django_user_model: Any, make_project: Any, make_task: Any
+) -> None:
+    project = make_project()
+    task = make_task(project)
+    deleter = (*JOB_PERMISSIONS, "delete_job", "view_sendemailtask", "change_sendemailtask")
+    carol = staff(
+        django_user_model,
+        "carol",
+        *deleter,
+        "delete_sendemailtask",
+        "view_project",
+        "delete_project",
+    )
+    bob = staff(django_user_model, "bob", *JOB_PERMISSIONS, "change_sendemailtask")
+    services.schedule_task(task=task, timing=Every("PT1H"), name="bobs-mailing", owner=bob)
+    as_carol = logged_in(carol)
+
+    task_url = reverse("admin:emailer_sendemailtask_delete", args=[task.pk])
+    assert as_carol.post(task_url, {"post": "yes"}).status_code == 403
+    as_carol.post(
+        reverse("admin:emailer_sendemailtask_changelist"),
+        {"action": "delete_selected", "_selected_action": [task.pk], "post": "yes"},
+    )
+    project_url = reverse("admin:emailer_project_delete", args=[project.pk])
+    assert as_carol.post(project_url, {"post": "yes"}).status_code == 403
+    assert [job.name for job in jobs_for_row(task)] == ["bobs-mailing"]
+
+    mine = make_task(project, name="carols")
+    services.schedule_task(task=mine, timing=Every("PT1H"), name="carols-mailing", owner=carol)
+    mine_url = reverse("admin:emailer_sendemailtask_delete", args=[mine.pk])
+    assert "carols-mailing (and its history)" in as_carol.get(mine_url).content.decode()
+    assert as_carol.post(mine_url, {"post": "yes"}).status_code == 302
+    assert not jobs_for_row(mine)
+    assert [job.name for job in jobs_for_row(task)] == ["bobs-mailing"]
+
+
+def test_the_task_list_shows_each_request_its_own_users_jobs(
+    django_user_model: Any, admin_user: Any, make_project: Any, make_task: Any
+) -> None:
+    """The admin object is shared by every request: one user's page, rendered while another
+    user's request runs, still shows only the first user's jobs."""
+    from django.contrib import admin
+    from django.test import RequestFactory
+
+    from emailer.models import SendEmailTask
+
+    task = make_task(make_project())
+    bob = staff(django_user_model, "bob", *JOB_PERMISSIONS, "change_sendemailtask")
+    services.schedule_task(task=task, timing=Every("PT1H"), name="bobs-mailing", owner=bob)
+    sam = staff(django_user_model, "sam", "view_sendemailtask", "view_job")
+    task_admin = admin.site._registry[SendEmailTask]
+
+    def listing(user: Any) -> Any:
+        request = RequestFactory().get(reverse("admin:emailer_sendemailtask_changelist"))
+        request.user = user
+        return task_admin.changelist_view(request)
+
+    sams = listing(sam)
+    admins = listing(admin_user).render().content.decode()
+    assert "every hour" in admins.lower()
+    assert "every hour" not in sams.render().content.decode().lower()

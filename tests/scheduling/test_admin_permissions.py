@@ -343,3 +343,115 @@ def test_cancelling_and_retrying_executions_is_logged(
     assert statuses == {queued.pk: ExecutionStatus.CANCELLED, failed.pk: ExecutionStatus.RETRY}
     logged = LogEntry.objects.filter(user=alice).values_list("object_id", "change_message")
     assert sorted(logged) == sorted([(str(queued.pk), "Cancelled."), (str(failed.pk), "Retried.")])
+
+
+# --- deletes that reach a job's history, or a job through its row ---------------------------
+
+
+def failed_run(job: Job) -> Execution:
+    return Execution.objects.create(
+        job=job,
+        task=job.task,
+        scheduled_for=timezone.now() - timedelta(hours=1),
+        status=ExecutionStatus.FAILED,
+        finished_at=timezone.now(),
+    )
+
+
+def test_deleting_a_job_takes_its_history_for_whoever_may_delete_the_job(
+    as_alice: Client, alice: Any, admin_client: Client, new_job: Callable[..., Job], vera: Any
+) -> None:
+    hers, listed, anyones = new_job(alice), new_job(alice), new_job(alice)
+    for job in (hers, listed, anyones):
+        failed_run(job)
+
+    assert logged_in(vera).post(f"{JOBS}{hers.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert as_alice.post(f"{JOBS}{hers.pk}/delete/", {"post": "yes"}).status_code == 302
+    as_alice.post(
+        JOBS, {"action": "delete_selected", "_selected_action": [listed.pk], "post": "yes"}
+    )
+    assert admin_client.post(f"{JOBS}{anyones.pk}/delete/", {"post": "yes"}).status_code == 302
+
+    assert not Job.objects.exists() and not Execution.objects.exists()
+
+
+def table_row_admin(model: Any) -> Any:
+    """The admin a host project writes for its task table, with the engine's mixin."""
+    from django.contrib import admin
+
+    class RowAdmin(api.TaskTableAdmin, admin.ModelAdmin):
+        pass
+
+    return RowAdmin(model, admin.site)
+
+
+def confirmation(user: Any, model: Any, rows: list[Any]) -> tuple[list[Any], set[str]]:
+    from django.test import RequestFactory
+
+    request = RequestFactory().post("/")
+    request.user = user
+    to_delete, _, perms_needed, _ = table_row_admin(model).get_deleted_objects(rows, request)
+    return to_delete, set(perms_needed)
+
+
+CHORE_DELETERS = ("change_chore", "delete_chore")
+
+
+def test_deleting_a_row_lists_its_jobs_and_needs_delete_on_every_one(
+    alice: Any, bob: Any, admin_user: Any, django_user_model: Any
+) -> None:
+    for user in (alice, bob):
+        user.user_permissions.add(*Permission.objects.filter(codename__in=CHORE_DELETERS))
+    alice, bob = (django_user_model.objects.get(pk=user.pk) for user in (alice, bob))
+    every = api.Every("PT1H")
+    row = Chore.objects.create(name="shared row")
+    api.schedule_row(row, timing=every, name="alices-run", owner=alice)
+    others = Chore.objects.create(name="with bob's job")
+    api.schedule_row(others, timing=every, name="alices-too", owner=alice)
+    api.schedule_row(others, timing=every, name="bobs-run", owner=bob)
+
+    listed, refused = confirmation(alice, Chore, [row])
+    assert refused == set()
+    assert "Job: alices-run (and its history)" in str(listed)
+
+    listed, refused = confirmation(alice, Chore, [others])
+    assert refused == {"job"}  # bob's job would go with the row
+    assert "alices-too" in str(listed) and "bobs-run" not in str(listed)  # his stays unnamed
+
+    alice.user_permissions.remove(Permission.objects.get(codename="delete_job"))
+    alice = django_user_model.objects.get(pk=alice.pk)  # permissions are cached per instance
+    assert confirmation(alice, Chore, [row])[1] == {"job"}
+
+    listed, refused = confirmation(admin_user, Chore, [others])
+    assert refused == set() and "bobs-run" in str(listed)
+    batch = ChoreBatch.objects.create(name="the app's own")
+    api.schedule_row(batch, timing=every)
+    assert confirmation(admin_user, ChoreBatch, [batch])[1] == set()  # goes with its row
+
+
+def test_a_schedule_counts_only_the_jobs_its_viewer_may_see(
+    as_alice: Client, alice: Any, bob: Any, admin_client: Client, new_job: Callable[..., Job]
+) -> None:
+    mine, his = new_job(alice, every="PT7M"), new_job(bob, every="PT7M")
+    own_schedule = his.schedule
+    Job.objects.filter(pk=his.pk).update(schedule=mine.schedule)  # one schedule, two owners
+    own_schedule.delete()
+
+    def count(client: Client) -> str:
+        page = client.get("/admin/scheduling/schedule/").content.decode()
+        return page.split('class="field-job_count">')[1].split("<")[0]
+
+    assert count(as_alice) == "1"
+    assert count(admin_client) == "2"
+
+
+def test_the_dashboard_needs_the_view_permission_on_jobs_and_executions(
+    django_user_model: Any, vera: Any, alice: Any, new_job: Callable[..., Job]
+) -> None:
+    failed_run(new_job(alice, name="alices-secret"))
+    nobody = staff(django_user_model, "dan")
+    jobs_only = staff(django_user_model, "jo", "view_job")
+    for refused in (nobody, jobs_only):
+        assert logged_in(refused).get("/dashboard/").status_code == 403
+    assert logged_in(vera).get("/dashboard/").status_code == 200
+    assert "alices-secret" in logged_in(alice).get("/dashboard/").content.decode()

@@ -160,7 +160,14 @@ def test_owner_scoping_hides_other_owners_work(
 
 @pytest.fixture
 def staff(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    """Staff who may look at jobs and executions, as the dashboard asks."""
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_job", "view_execution"])
+    )
+    return user
 
 
 @db

@@ -539,7 +539,8 @@ class JobAdmin(admin.ModelAdmin):
         ]
         if obj is not None:
             sets.append(("State", {"fields": self.state_fields}))
-            sets.append(("Recent executions", {"fields": ("recent_executions",)}))
+            if permissions.may_view(request.user, Execution):  # their errors, workers, attempts
+                sets.append(("Recent executions", {"fields": ("recent_executions",)}))
         return sets
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any):

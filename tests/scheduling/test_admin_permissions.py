@@ -455,3 +455,15 @@ def test_the_dashboard_needs_the_view_permission_on_jobs_and_executions(
         assert logged_in(refused).get("/dashboard/").status_code == 403
     assert logged_in(vera).get("/dashboard/").status_code == 200
     assert "alices-secret" in logged_in(alice).get("/dashboard/").content.decode()
+
+
+def test_a_jobs_page_shows_its_executions_only_to_who_may_see_executions(
+    django_user_model: Any, new_job: Callable[..., Job]
+) -> None:
+    owner = staff(django_user_model, "jo", "view_job")
+    job = new_job(owner)
+    Execution.objects.filter(pk=failed_run(job).pk).update(last_error="boom: the secret")
+    url = f"{JOBS}{job.pk}/change/"
+    assert "boom: the secret" not in logged_in(owner).get(url).content.decode()
+    owner.user_permissions.add(Permission.objects.get(codename="view_execution"))
+    assert "boom: the secret" in logged_in(owner).get(url).content.decode()

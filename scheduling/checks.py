@@ -11,9 +11,10 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.E001 | error | no Celery app of the project's is current |
 | scheduling.W002 | warning | a schedulable task has ``acks_late`` switched off |
 | scheduling.W003 | warning | the broker's visibility timeout is shorter than a job's time limit |
-| scheduling.W004 | warning | SQLite with more than one scheduler ticking |
+| scheduling.W004 | warning | SQLite with more than one scheduler ticking at the same time |
 | scheduling.W005 | warning | a job points at a task table that is no longer registered |
 | scheduling.W006 | warning | a job runs a task that is no longer schedulable |
+| scheduling.E007 | error | ``USE_TZ`` is off |
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import DatabaseError, connection
 from django.db.models import Max
@@ -52,6 +54,22 @@ def check_celery_app(**_: Any) -> list[CheckMessage]:
                 f"does; {INSTALL_DOC}."
             ),
             id="scheduling.E001",
+        )
+    ]
+
+
+@register("scheduling")
+def check_use_tz(**_: Any) -> list[CheckMessage]:
+    """Every due time, occurrence and heartbeat is an aware datetime compared with ``now()``;
+    with ``USE_TZ`` off Django hands back naive ones, and the first job made fails mid-way."""
+    if getattr(settings, "USE_TZ", True):
+        return []
+    return [
+        Error(
+            "USE_TZ is False: Duecourse stores and compares time-zone-aware datetimes (every "
+            "due time, occurrence and heartbeat), which Django gives only with USE_TZ on.",
+            hint=f"Set USE_TZ = True (startproject's default); {INSTALL_DOC}.",
+            id="scheduling.E007",
         )
     ]
 
@@ -129,11 +147,21 @@ def check_sqlite_schedulers(**_: Any) -> list[CheckMessage]:
         return []
     try:
         since = timezone.now() - SCHEDULER_RECENT
-        running = list(
-            SchedulerState.objects.filter(last_tick_at__gte=since).values_list("name", flat=True)
+        recent = list(
+            SchedulerState.objects.filter(last_tick_at__gte=since).values_list(
+                "name", "started_at", "last_tick_at"
+            )
         )
     except DatabaseError:
         return []
+    # A scheduler restarted (or run with --once, one after another) is not two at once: only
+    # those whose lives overlap are.
+    running = {
+        name
+        for name, started, last in recent
+        for other, other_started, other_last in recent
+        if other != name and started <= other_last and other_started <= last
+    }
     if len(running) <= 1:
         return []
     return [

@@ -119,6 +119,9 @@ PRODUCTION = {
     "CSRF_TRUSTED_ORIGINS": "https://duecourse.example.org",
     "HTTPS": "true",
     "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO",
+    "SITE_URL": "https://duecourse.example.org",
+    # The project's payment gateway (imported when a renewal first charges).
+    "SUBSCRIPTIONS_GATEWAY": "billing.gateways.CardGateway",
 }
 
 
@@ -128,6 +131,15 @@ def test_check_deploy_is_clean_with_the_documented_production_environment() -> N
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_check_deploy_names_the_test_gateway_and_a_local_site_url() -> None:
+    env = _without_ours(**PRODUCTION)
+    for name in ("SITE_URL", "SUBSCRIPTIONS_GATEWAY"):
+        env.pop(name)
+    result = _manage("check", "--deploy", env=env)
+    assert "emailer.W001" in result.stdout + result.stderr
+    assert "subscriptions.W001" in result.stdout + result.stderr
 
 
 def test_check_deploy_names_what_is_missing_without_https() -> None:

@@ -116,14 +116,37 @@ def test_several_schedulers_are_warned_on_sqlite_only() -> None:
     SchedulerState.objects.create(
         name="long-gone:3", last_tick_at=now - timedelta(hours=1), started_at=now
     )
+    SchedulerState.objects.create(  # stopped before the two started: not one of them
+        name="restarted:4",
+        last_tick_at=now - timedelta(minutes=3),
+        started_at=now - timedelta(minutes=4),
+    )
     messages = checks.check_sqlite_schedulers()
     from django.db import connection
 
     if connection.vendor == "sqlite":
         assert ids(messages) == ["scheduling.W004"]
-        assert "host-a:1, host-b:2" in messages[0].msg
+        assert "2 schedulers" in messages[0].msg and "(host-a:1, host-b:2)" in messages[0].msg
     else:
         assert messages == []
+
+
+@pytest.mark.django_db
+def test_a_scheduler_restarted_is_not_two_schedulers() -> None:
+    now = timezone.now()
+    for minutes, name in ((4, "before-restart:1"), (1, "after-restart:2")):
+        started = now - timedelta(minutes=minutes)
+        SchedulerState.objects.create(
+            name=name, started_at=started, last_tick_at=started + timedelta(seconds=30)
+        )
+    assert checks.check_sqlite_schedulers() == []
+
+
+def test_use_tz_off_is_an_error_with_a_hint(settings: Any) -> None:
+    assert checks.check_use_tz() == []
+    settings.USE_TZ = False
+    messages = checks.check_use_tz()
+    assert ids(messages) == ["scheduling.E007"] and "USE_TZ = True" in (messages[0].hint or "")
 
 
 def test_manage_py_check_runs_them_and_stays_quiet_without_a_database() -> None:

@@ -1,0 +1,32 @@
+"""``manage.py check --deploy`` warns when unsubscribe links would be built on a local or
+plain-http address, the default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+
+from emailer import checks
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://localhost:8000", "https://localhost", "http://mail.example.com", "https://127.0.0.1/"],
+)
+def test_a_local_or_plain_http_site_url_is_warned(settings: Any, url: str) -> None:
+    settings.EMAILER_SITE_URL = url
+    messages = checks.check_site_url()
+    assert [m.id for m in messages] == ["emailer.W001"] and url.rstrip("/") in messages[0].msg
+
+
+def test_a_public_https_site_url_passes(settings: Any) -> None:
+    settings.EMAILER_SITE_URL = "https://news.example.com/"
+    assert checks.check_site_url() == []
+
+
+def test_the_warning_is_a_deploy_check_only(settings: Any) -> None:
+    settings.EMAILER_SITE_URL = "http://localhost:8000"
+    assert "emailer.W001" not in {m.id for m in run_checks()}
+    assert "emailer.W001" in {m.id for m in run_checks(include_deployment_checks=True)}

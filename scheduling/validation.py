@@ -8,6 +8,7 @@ task unregistered, its task-table row deleted) fails that occurrence instead of 
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from datetime import timedelta
@@ -126,6 +127,37 @@ def target_error(*, task: str, task_table: str, task_row_id: int | None) -> str:
     return ""
 
 
+def call_error(task_name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    """Why the task cannot be called with these arguments (a missing or unknown parameter),
+    or "": Celery's own check of a call, which a message published from a row skips, so that
+    a job that can never run is refused when it is made, not failed at every occurrence."""
+    try:
+        task = get_schedulable(task_name)
+    except UnknownTask:
+        return ""
+    if not getattr(task, "typing", True):  # the task opted out of Celery's check
+        return ""
+    try:
+        signature = inspect.signature(task.run)  # a bound task's ``self`` is already bound
+    except (TypeError, ValueError):
+        return ""
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        return f"do not fit {task_name}({_parameters(signature)}): {exc}"
+    return ""
+
+
+def _parameters(signature: inspect.Signature) -> str:
+    """``seconds=1.0, *items`` : the parameters as a caller writes them, without annotations."""
+    shown = []
+    for parameter in signature.parameters.values():
+        stars = {parameter.VAR_POSITIONAL: "*", parameter.VAR_KEYWORD: "**"}.get(parameter.kind, "")
+        default = "" if parameter.default is parameter.empty else f"={parameter.default!r}"
+        shown.append(f"{stars}{parameter.name}{default}")
+    return ", ".join(shown)
+
+
 def task_row_model(label: str) -> Any:
     """The registered task-table model ``app_label.Model``, or LookupError with the reason."""
     return tasktables.get(label).model
@@ -160,7 +192,9 @@ def check_target_values(*, task: str, task_table: str, task_row_id: int | None) 
         except LookupError as exc:
             errors["task_table"] = str(exc)
         else:
-            if task_row_id is None or not model._default_manager.filter(pk=task_row_id).exists():
+            if task_row_id is None:
+                errors["task_row_id"] = "is required with a task table: the id of the row to run"
+            elif not model._default_manager.filter(pk=task_row_id).exists():
                 errors["task_row_id"] = f"no {task_table} row with id {task_row_id}"
     elif task_row_id is not None:
         errors["task_table"] = "is required when task_row_id is set"
@@ -212,6 +246,10 @@ def validate_job(job: Job) -> None:
         check_target(job)
     except ValidationError as exc:
         errors.update(exc.message_dict)
+    if not errors.keys() & {"task", "args", "kwargs"} and not job.task_table:
+        mismatch = call_error(job.task, job.args, job.kwargs)
+        if mismatch:
+            errors["args" if job.args and not job.kwargs else "kwargs"] = mismatch
     # An unsaved schedule (a form building both) is cached on the job but has no id yet.
     if job.schedule_id is not None or type(job).schedule.is_cached(job):
         schedule = job.schedule

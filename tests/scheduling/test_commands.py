@@ -152,7 +152,7 @@ def test_jobs_add_for_a_task_table_row(owner: Any) -> None:
         "jobs", "add", "gone", "--task", "scheduling.run_task_row", "--every", "PT1H",
         "--task-table", "tasktable_app.Chore", "--task-row-id", str(row.pk + 1000),
     )  # fmt: skip
-    assert message.startswith("task_row_id: no tasktable_app.Chore row with id")
+    assert message.startswith("task_row_id (--task-row-id): no tasktable_app.Chore row with id")
 
 
 # --- jobs list, show, pause, resume, run, remove ----------------------------------------------
@@ -170,6 +170,38 @@ def test_jobs_list_shows_every_job(make_job: MakeJob, django_user_model: Any) ->
     assert text[1].split()[1] == "owner"
     assert text[1].startswith("a-job") and "paused" in text[1] and "Europe/Berlin" in text[1]
     assert text[2].startswith("b-job") and "every 3 hours" in text[2]
+
+
+@db
+def test_arguments_a_task_cannot_take_are_refused_when_the_job_is_made(owner: Any) -> None:
+    add = ("jobs", "add", "nightly", "--every", "PT1H", "--task", "scheduling.diagnostics.sleep")
+    assert refused(*add, "--kwargs", '{"nope": 1}') == (
+        "kwargs: do not fit scheduling.diagnostics.sleep(seconds=1.0): "
+        "got an unexpected keyword argument 'nope'"
+    )
+    assert refused(*add, "--args", "[1, 2]").startswith("args: do not fit")
+    call(*add, "--kwargs", '{"seconds": 2}')  # what it takes is made
+    assert Job.objects.get().kwargs == {"seconds": 2}
+
+
+@db
+def test_a_task_table_without_a_row_and_a_negative_retry_count_name_their_options(
+    owner: Any,
+) -> None:
+    every = ("--every", "PT1H")
+    assert refused("jobs", "add", "t", "--task-table", "tasktable_app.Chore", *every) == (
+        "task_row_id (--task-row-id): is required with a task table: the id of the row to run"
+    )
+    assert refused(
+        "jobs", "add", "m", "--task", "scheduling.diagnostics.noop", *every, "--max-retries", "-1"
+    ) == ("max_retries (--max-retries): must be zero or more")
+
+
+@db
+def test_jobs_list_for_an_owner_who_does_not_exist_is_refused(make_job: MakeJob) -> None:
+    make_job(name="a-job")
+    assert refused("jobs", "list", "--owner", "nobody") == "owner: no user named 'nobody'"
+    assert [j["name"] for j in call_json("jobs", "list", "--owner", "owner")] == ["a-job"]
 
 
 @db

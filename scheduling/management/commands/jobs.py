@@ -24,6 +24,9 @@ class Command(DuecourseCommand):
         "run_at": "--at",
         "starts_at": "--start",
         "ends_at": "--end",
+        "max_retries": "--max-retries",
+        "task_table": "--task-table",
+        "task_row_id": "--task-row-id",
     }
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -254,12 +257,13 @@ class Command(DuecourseCommand):
         )
 
     def do_list(self, o: dict[str, Any]) -> None:
-        jobs = list(selectors.list_jobs())
-        if o["owner"]:
-            jobs = [job for job in jobs if job.owner.get_username() == o["owner"]]
-        rows = [selectors.job_summary(job) for job in jobs]
+        listed = selectors.list_jobs()
+        if o["owner"]:  # a user who does not exist is an error, as for ``executions --owner``
+            listed = listed.filter(owner=jobs.owner_for(o["owner"]))
+        found = list(listed)
+        rows = [selectors.job_summary(job) for job in found]
         lines = [f"{'NAME':30} {'OWNER':16} {'STATUS':10} {'SCHEDULE':32} {'NEXT DUE':26} RUNS"]
-        for job in jobs:
+        for job in found:
             due = readable.instant(job.next_due_at)
             lines.append(
                 f"{job.name[:30]:30} {job.owner.get_username()[:16]:16} {job.status:10} "

@@ -36,7 +36,8 @@ DEMO_JOBS = [
 class Command(DuecourseCommand):
     help = (
         "Load the demo jobs (four sample jobs and a quick one every 10 seconds) and each "
-        "app's demo (the emailer's: a small mailing whose mail lands under var/mail/)."
+        "app's demo (the emailer's: a small mailing, sent through the project's EMAIL_BACKEND). "
+        "Runs only where SCHEDULING_DEMO = True."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -50,8 +51,9 @@ class Command(DuecourseCommand):
     def handle(self, *args: Any, **o: Any) -> None:
         if not conf.get("DEMO"):
             reason = (
-                "the demo is loaded only into a throwaway local database "
-                "(SCHEDULING_DEMO is off: this project's DATABASE_URL is set); nothing was written"
+                "SCHEDULING_DEMO is off in this project's settings (it is False unless set); "
+                "the demo is loaded only where it is on, and a project turns it on for a "
+                "throwaway local database only; nothing was written"
             )
             if o["if_allowed"]:
                 self.stdout.write(f"demo not loaded: {reason}")

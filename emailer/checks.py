@@ -1,9 +1,9 @@
-"""Deploy checks (``manage.py check --deploy``): what a production emailer must not keep from
-its defaults.
+"""System checks: what the emailer needs from its host project.
 
 | id | level | what |
 | --- | --- | --- |
-| emailer.W001 | warning | ``EMAILER_SITE_URL`` is not a public https address |
+| emailer.W001 | warning, ``--deploy`` only | ``EMAILER_SITE_URL`` is not a public https address |
+| emailer.W002 | warning | the emailer's URLs are not included: no unsubscribe link can be built |
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.core.checks import CheckMessage, Warning, register
+from django.urls import NoReverseMatch, reverse
 
 from emailer import conf
 
@@ -35,3 +36,23 @@ def check_site_url(**_: Any) -> list[CheckMessage]:
             id="emailer.W001",
         )
     ]
+
+
+@register("emailer")
+def check_urls_included(**_: Any) -> list[CheckMessage]:
+    """Every message carries a one-click unsubscribe link: without the emailer's URLs none can
+    be built, and every run (and every preview) fails. A warning, not an error, so that
+    ``migrate`` runs before the URLs are added, as docs/install.md orders the steps."""
+    try:
+        reverse("emailer:unsubscribe", args=["token"])
+    except NoReverseMatch:
+        return [
+            Warning(
+                "The emailer's URLs are not included: every message's unsubscribe link is "
+                "built on them, so no run can send.",
+                hint='Add path("emailer/", include("emailer.urls")) to your URLconf; '
+                "see docs/install.md.",
+                id="emailer.W002",
+            )
+        ]
+    return []

@@ -1,5 +1,6 @@
-"""``manage.py check --deploy`` warns when unsubscribe links would be built on a local or
-plain-http address, the default."""
+"""The emailer's checks: ``manage.py check --deploy`` warns when unsubscribe links would be
+built on a local or plain-http address (the default), and ``check`` when they cannot be built
+at all (the emailer's URLs are not included)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,12 @@ def test_the_warning_is_a_deploy_check_only(settings: Any) -> None:
     settings.EMAILER_SITE_URL = "http://localhost:8000"
     assert "emailer.W001" not in {m.id for m in run_checks()}
     assert "emailer.W001" in {m.id for m in run_checks(include_deployment_checks=True)}
+
+
+def test_a_urlconf_without_the_emailers_urls_is_warned(settings: Any) -> None:
+    assert checks.check_urls_included() == []
+    settings.ROOT_URLCONF = "tests.emailer.urls_without_emailer"
+    messages = checks.check_urls_included()
+    assert [m.id for m in messages] == ["emailer.W002"] and "emailer.urls" in (
+        messages[0].hint or ""
+    )

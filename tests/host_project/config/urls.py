@@ -1,3 +1,4 @@
+from django.apps import apps
 from django.contrib import admin
 from django.urls import include, path
 
@@ -5,3 +6,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("ops/", include("scheduling.urls")),
 ]
+if apps.is_installed("emailer"):  # as docs/install.md says: the one-click unsubscribe
+    urlpatterns.append(path("emailer/", include("emailer.urls")))

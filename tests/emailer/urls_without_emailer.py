@@ -1,0 +1,6 @@
+"""A host project's URLconf that forgot ``include("emailer.urls")``."""
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [path("admin/", admin.site.urls)]

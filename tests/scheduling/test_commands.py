@@ -439,6 +439,18 @@ def test_executions_in_text_show_one_line_each(
 
 
 @db
+def test_executions_in_text_with_attempts_show_each_attempt_under_its_run(
+    history: dict[str, Execution],
+) -> None:
+    lines = call("executions", "--job", "nightly", "--status", "failed", "--attempts").splitlines()
+    assert len(lines) == 2 and "failed" in lines[0]
+    attempt = lines[1]
+    for part in ("  attempt 1 failed", "worker=w2@b", "pid=2", "started=+5 s", "finished=+15 s"):
+        assert part in attempt, (part, attempt)
+    assert attempt.endswith("RuntimeError: boom")
+
+
+@db
 def test_executions_with_no_rows_says_so() -> None:
     assert call("executions") == "no executions\n"
 

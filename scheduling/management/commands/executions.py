@@ -32,7 +32,8 @@ class Command(DuecourseCommand):
         data = [selectors.execution_summary(e, attempts=o["attempts"]) for e in rows]
         lines = []
         for e in data:
-            error = (e["last_error"] or "").splitlines()[0][:60] if e["last_error"] else ""
+            # The error's first line, whole: its end (the name that was missing) is the news.
+            error = e["last_error"].splitlines()[0] if e["last_error"] else ""
             due = _moment(e["scheduled_for"])
             lines.append(
                 f"{readable.instant(due)} {e['job'] or e['task']:24.24} {e['status']:9} "
@@ -42,6 +43,7 @@ class Command(DuecourseCommand):
                 f"heartbeat={_after(e['last_heartbeat_at'], due)} task_id={e['task_id']}"
                 f"{f' failed_items={n}' if (n := e['item_failures']) else ''} {error}"
             )
+            lines.extend(_attempt_line(a, due) for a in e.get("attempts", ()))
         self.emit(data, "\n".join(lines) or "no executions", as_json=o["json"])
 
 
@@ -52,3 +54,13 @@ def _moment(text: str | None) -> datetime | None:
 def _after(text: str | None, due: datetime | None) -> str:
     moment = _moment(text)
     return readable.lag(moment - due) if moment and due else "-"
+
+
+def _attempt_line(attempt: dict[str, Any], due: datetime | None) -> str:
+    """One attempt under its execution: its outcome, where it ran, when, and its error."""
+    error = attempt["error"].splitlines()[0] if attempt["error"] else ""
+    return (
+        f"  attempt {attempt['number']} {attempt['outcome']:9} worker={attempt['worker'] or '-'} "
+        f"pid={attempt['pid'] or '-'} started={_after(attempt['started_at'], due)} "
+        f"finished={_after(attempt['finished_at'], due)} {error}"
+    ).rstrip()

@@ -727,3 +727,24 @@ def test_jobs_add_never_points_a_job_at_an_internal_task_table(admin_user: Any) 
             "--task-row-id", str(batch.pk), "--every", "PT1H",
         )  # fmt: skip
     assert not Job.objects.filter(name="early").exists()
+
+
+def test_runscheduler_logs_to_stderr_only_where_the_project_configured_no_handler() -> None:
+    import logging
+
+    from scheduling.management.commands.runscheduler import log_to_stderr_unless_configured
+
+    unconfigured = logging.Logger("scheduling-unconfigured")
+    log_to_stderr_unless_configured(unconfigured, None)
+    assert unconfigured.level == logging.INFO and len(unconfigured.handlers) == 1
+
+    configured = logging.Logger("scheduling-configured")
+    configured.addHandler(logging.NullHandler())
+    log_to_stderr_unless_configured(configured, "WARNING")
+    assert configured.level == logging.WARNING and len(configured.handlers) == 1
+
+
+@db
+def test_runscheduler_refuses_an_unknown_log_level() -> None:
+    with pytest.raises(CommandError, match="loglevel"):
+        call("runscheduler", "--once", "--loglevel", "chatty")

@@ -1,8 +1,11 @@
-"""``manage.py runscheduler [--once] [--batch-size N]``: the scheduler loop without celery beat."""
+"""``manage.py runscheduler [--once] [--batch-size N] [--loglevel L]``: the scheduler loop
+without celery beat."""
 
 from __future__ import annotations
 
+import logging
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -23,8 +26,17 @@ class Command(DuecourseCommand):
         parser.add_argument(
             "--max-sleep", type=positive_seconds, help="Longest sleep between ticks (s)."
         )
+        parser.add_argument(
+            "-l",
+            "--loglevel",
+            type=str.upper,
+            choices=LEVELS,
+            help="Level of the 'scheduling' logger (default: the project's LOGGING; INFO on "
+            "stderr when it gives that logger no handler).",
+        )
 
     def handle(self, *args: Any, **o: Any) -> None:
+        log_to_stderr_unless_configured(logging.getLogger("scheduling"), o["loglevel"])
         dispatcher = Dispatcher(celery_app(), batch_size=o["batch_size"], max_sleep=o["max_sleep"])
         stop = threading.Event()
         if not o["once"]:
@@ -38,3 +50,24 @@ class Command(DuecourseCommand):
         finally:
             dispatcher.close()
         self.emit(dispatcher.stats, f"scheduler stopped: {dispatcher.stats}", as_json=o["json"])
+
+
+LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+def log_to_stderr_unless_configured(logger: logging.Logger, level: str | None) -> None:
+    """Let the scheduler say what it claims, as ``celery beat`` does, in any project.
+
+    A project whose LOGGING gives the logger (or an ancestor) a handler keeps it, at ``level``
+    when one is given. Otherwise Python would print only warnings, without a time: the
+    scheduler logs to stderr at ``level`` (INFO by default).
+    """
+    if level:
+        logger.setLevel(level)
+    if logger.hasHandlers():
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logger.addHandler(handler)
+    if not level:
+        logger.setLevel(logging.INFO)

@@ -202,7 +202,7 @@ def drain(
         stderr=log,
         start_new_session=True,
     )
-    first = last = None
+    first = last = settled_at = None
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -217,9 +217,15 @@ def drain(
                     last = now
                     for hook in WINDOW_HOOKS:
                         hook("last", proc)
-                if queue.settled():
+                # Settled twice in a row: kombu takes a message off the Redis list before it
+                # records it as unacknowledged, and one look can fall between the two.
+                if not queue.settled():
+                    settled_at = None
+                elif settled_at is None:
+                    settled_at = now
+                else:
                     if last is None:
-                        last = now
+                        last = settled_at
                         for hook in WINDOW_HOOKS:
                             hook("last", proc)
                     break

@@ -113,13 +113,9 @@ class ProjectAdmin(TaskTableAdmin, admin.ModelAdmin):
     def participants_link(self, obj: Project) -> str:
         if obj.pk is None:
             return "-"
+        # The import is the page's "Import participants (CSV)" button, shown to who may import.
         url = reverse("admin:emailer_participant_changelist") + f"?project__id__exact={obj.pk}"
-        return format_html(
-            '<a href="{}">{} participants</a> · <a href="{}">import CSV</a>',
-            url,
-            obj.participants.count(),
-            reverse("admin:emailer_project_import", args=[obj.pk]),
-        )
+        return format_html('<a href="{}">{} participants</a>', url, obj.participants.count())
 
     @admin.display(description="tasks")
     def tasks_link(self, obj: Project) -> str:

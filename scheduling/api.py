@@ -176,8 +176,9 @@ class TaskTableAdmin:
             perms_needed.add(meta.verbose_name)
         listed = [job for job in going if job.pk in shown]
         if listed:
-            to_delete.append(
-                [f"{capfirst(meta.verbose_name)}: {job.name} (and its history)" for job in listed]
+            # Top-level items: a list here would render as the previous item's children.
+            to_delete.extend(
+                f"{capfirst(meta.verbose_name)}: {job.name} (and its history)" for job in listed
             )
             model_count[meta.verbose_name_plural] = len(listed)
         return to_delete, model_count, perms_needed, protected

@@ -183,11 +183,12 @@ def jobs_deleted_with(rows: dict[Any, Any]) -> Q | None:
     """
     found: Q | None = None
     for model, instances in rows.items():
+        concrete = model._meta.concrete_model  # a proxy's rows are its table's rows
         try:
-            table = tasktables.get(tasktables.label_of(model))
+            table = tasktables.get(tasktables.label_of(concrete))
         except LookupError:
             continue
-        if table.internal or table.model is not model:
+        if table.internal or table.model._meta.concrete_model is not concrete:
             continue
         ids = [row.pk for row in instances]
         if ids:

@@ -8,6 +8,7 @@ task unregistered, its task-table row deleted) fails that occurrence instead of 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -129,23 +130,32 @@ def target_error(*, task: str, task_table: str, task_row_id: int | None) -> str:
 
 def call_error(task_name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
     """Why the task cannot be called with these arguments (a missing or unknown parameter),
-    or "": Celery's own check of a call, which a message published from a row skips, so that
-    a job that can never run is refused when it is made, not failed at every occurrence."""
+    or "": Celery's own check of a call (``task.__header__``, what ``apply_async`` asks), which
+    a message published from a row skips, so that a job that can never run is refused when it
+    is made, not failed at every occurrence. A task without that check (a class-based one, or
+    one with ``typing=False``) is not checked, as Celery does not check it either.
+    """
     try:
         task = get_schedulable(task_name)
     except UnknownTask:
         return ""
-    if not getattr(task, "typing", True):  # the task opted out of Celery's check
+    header = getattr(task, "__header__", None)
+    if header is None or not getattr(task, "typing", True):
         return ""
     try:
-        signature = inspect.signature(task.run)  # a bound task's ``self`` is already bound
-    except (TypeError, ValueError):
+        header(*args, **kwargs)
+    except TypeError as exc:
+        reason = str(exc)
+    else:
         return ""
-    try:
+    try:  # the same refusal in the caller's terms (no ``self``), where the signature says it
+        signature = inspect.signature(task.run, follow_wrapped=False)
         signature.bind(*args, **kwargs)
     except TypeError as exc:
         return f"do not fit {task_name}({_parameters(signature)}): {exc}"
-    return ""
+    except ValueError:
+        pass
+    return f"do not fit {task_name}: {reason}"
 
 
 def _parameters(signature: inspect.Signature) -> str:
@@ -242,6 +252,11 @@ def validate_job(job: Job) -> None:
         errors["priority"] = "must be between 0 and 255"
     if not (job.queue or "").strip():
         errors["queue"] = "must not be empty"
+    if job.task_table:
+        # Stored as registered, whatever case it was typed in: a row's delete finds its jobs
+        # by this label.
+        with contextlib.suppress(LookupError):  # check_target says so
+            job.task_table = tasktables.get(job.task_table).label
     try:
         check_target(job)
     except ValidationError as exc:

@@ -196,7 +196,8 @@ def test_deleting_an_email_task_or_its_project_needs_delete_on_every_job_that_ru
     mine = make_task(project, name="carols")
     services.schedule_task(task=mine, timing=Every("PT1H"), name="carols-mailing", owner=carol)
     mine_url = reverse("admin:emailer_sendemailtask_delete", args=[mine.pk])
-    assert "carols-mailing (and its history)" in as_carol.get(mine_url).content.decode()
+    confirming = as_carol.get(mine_url).content.decode()
+    assert "<li>Job: carols-mailing (and its history)</li>" in confirming  # an item, not a repr
     assert as_carol.post(mine_url, {"post": "yes"}).status_code == 302
     assert not jobs_for_row(mine)
     assert [job.name for job in jobs_for_row(task)] == ["bobs-mailing"]

@@ -40,3 +40,8 @@ def test_a_urlconf_without_the_emailers_urls_is_warned(settings: Any) -> None:
     assert [m.id for m in messages] == ["emailer.W002"] and "emailer.urls" in (
         messages[0].hint or ""
     )
+
+
+def test_a_project_without_a_urlconf_is_left_to_djangos_own_checks(settings: Any) -> None:
+    del settings.ROOT_URLCONF
+    assert checks.check_urls_included() == []

@@ -185,6 +185,35 @@ def test_arguments_a_task_cannot_take_are_refused_when_the_job_is_made(owner: An
 
 
 @db
+def test_a_task_table_typed_in_another_case_is_stored_as_registered(owner: Any) -> None:
+    from tests.tasktable_app.models import Chore
+
+    row = Chore.objects.create(name="weekly")
+    call(
+        "jobs",
+        "add",
+        "weekly",
+        "--every",
+        "PT1H",
+        "--task-table",
+        "TASKTABLE_APP.chore",
+        "--task-row-id",
+        str(row.pk),
+    )
+    assert Job.objects.get().task_table == "tasktable_app.Chore"
+    row.delete()  # and so its delete takes the job
+    assert not Job.objects.exists()
+
+
+@db
+def test_a_decorated_task_is_checked_by_what_its_wrapper_takes(owner: Any) -> None:
+    add = ("jobs", "add", "--every", "PT1H", "--task", "tasktable_app.close_ledger")
+    call(*add[:2], "close-main", *add[2:], "--kwargs", '{"ledger": "main"}')
+    assert refused(*add[:2], "close-fx", *add[2:], "--kwargs", '{"client": "c", "ledger": "fx"}')
+    assert [job.name for job in Job.objects.all()] == ["close-main"]
+
+
+@db
 def test_a_task_table_without_a_row_and_a_negative_retry_count_name_their_options(
     owner: Any,
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.db import transaction
@@ -46,3 +47,20 @@ def run_chore_batch(batch: ChoreBatch, run: RunContext) -> dict[str, Any]:
 def remind_team() -> str:
     """A task only users with the ``send_reminders`` permission may schedule."""
     return "reminded"
+
+
+def with_ledger_client(fun: Any) -> Any:
+    """A decorator that hands the body a client: the task is called with ``ledger`` alone."""
+
+    @functools.wraps(fun)
+    def wrapper(ledger: str) -> Any:
+        return fun(f"client-for-{ledger}", ledger)
+
+    return wrapper
+
+
+@schedulable_task(name="tasktable_app.close_ledger")
+@with_ledger_client
+def close_ledger(client: str, ledger: str) -> str:
+    """A task whose wrapper, not its body, says what a call takes (as Celery checks it)."""
+    return f"{client} closed {ledger}"

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import template
 from django.urls import NoReverseMatch, reverse
+
+from scheduling import permissions
+from scheduling.models import Execution, Job
 
 register = template.Library()
 
 
-@register.simple_tag
-def dashboard_url() -> str:
-    """The dashboard's address, or "" when the host has not included ``scheduling.urls``."""
+@register.simple_tag(takes_context=True)
+def dashboard_url(context: Any) -> str:
+    """The dashboard's address, or "" when the host has not included ``scheduling.urls`` or
+    the page's user may not open it (a page offers only what its user may do)."""
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    if user is None or not permissions.may_view(user, Job, Execution):
+        return ""
     try:
         return reverse("scheduling:dashboard")
     except NoReverseMatch:

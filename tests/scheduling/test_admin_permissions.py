@@ -453,7 +453,9 @@ def test_the_dashboard_needs_the_view_permission_on_jobs_and_executions(
     jobs_only = staff(django_user_model, "jo", "view_job")
     for refused in (nobody, jobs_only):
         assert logged_in(refused).get("/dashboard/").status_code == 403
+    assert 'id="duecourse-dashboard"' not in logged_in(jobs_only).get(JOBS).content.decode()
     assert logged_in(vera).get("/dashboard/").status_code == 200
+    assert 'id="duecourse-dashboard"' in logged_in(vera).get(JOBS).content.decode()
     assert "alices-secret" in logged_in(alice).get("/dashboard/").content.decode()
 
 

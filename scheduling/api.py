@@ -5,9 +5,10 @@ names below; everything else in ``scheduling`` may change shape between releases
 enforced by import-linter in CI (see docs/architecture.md), and docs/extending.md walks through
 a worked example.
 
-- Declare work: ``@schedulable_task`` for a Celery task, ``@task_table(Model)`` for a model whose
-  rows are units of scheduled work (a job points at one row). Both are allowlists: a job
-  can target only what was declared. Put task-table declarations in your app's ``scheduled``
+- Declare work: ``@schedulable_task`` for a Celery task, ``@task_table(Model)`` for a model
+  whose rows are units of scheduled work (a job points at one row), ``@task_options`` above
+  Django's ``@task`` for a Django task's retries, timeout and schedules. They are allowlists:
+  a job can target only what was declared. Put task-table declarations in your app's ``scheduled``
   module; the engine imports it when Django starts. The declarations also say who may point a
   job at them (``permission=``, ``superuser_only=``; ``owner=``, ``internal=``): the admin and
   calls made for an ``owner`` hold people to it (``scheduling.permissions``).
@@ -58,6 +59,7 @@ from scheduling.readable import ago, describe_interval, instant, span
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
+from scheduling.task_options import task_options
 from scheduling.timing import Cron, Every, Once, Timing, parse_instant
 from scheduling.validation import first_error as error_line
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task
@@ -94,6 +96,7 @@ __all__ = [
     "schedule_row",
     "schedule_task",
     "span",
+    "task_options",
     "task_table",
     "unschedule",
     "unschedule_row",

@@ -49,7 +49,7 @@ def get_schedulable(name: str) -> Any:
     if not getattr(task, "schedulable", False):
         raise UnknownTask(
             f"{name!r} is registered but not schedulable (declare it with @schedulable_task, "
-            "or a Django task with @task(schedulable=True))"
+            "or a Django task with @task_options(schedulable=True))"
         )
     return task
 

@@ -6,11 +6,9 @@ Celery once that transaction commits; the stock Celery workers run it as a ledge
 once, heartbeat, history), and ``get_result`` reads the ledger. docs/django-tasks.md has the
 semantics side by side with the peers'.
 
-Tasks declared for this backend take three options of Duecourse's beyond the framework's:
-``@task(max_retries=N)`` (retries after an error, with the engine's backoff; 0 by default, as
-the framework promises nothing), ``@task(timeout=S)`` (seconds per attempt; the engine's
-default otherwise) and ``@task(schedulable=True)`` (jobs may run it on a schedule: the
-allowlist, as ``@schedulable_task`` is for Celery tasks).
+Duecourse's own options for a task (retries, timeout, schedules) go in
+``scheduling.api.task_options``, stacked above the framework's ``@task``
+(``scheduling.task_options`` says why); they are fields of this backend's task class.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from scheduling.celeryapp import celery_app
 from scheduling.djangotasks import (
     DEFAULT_TASK_QUEUE_NAME,
     BaseTaskBackend,
-    InvalidTaskError,
+    InvalidTask,
     Task,
     TaskError,
     TaskResult,
@@ -37,6 +35,7 @@ from scheduling.djangotasks import (
 )
 from scheduling.models import ExecutionStatus
 from scheduling.outbox import outbox
+from scheduling.task_options import DEFAULTS, options_problem
 from scheduling.worker.django_tasks import register_runner
 
 STATUS = {
@@ -53,19 +52,24 @@ STATUS = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DuecourseTask(Task):  # type: ignore[misc]
-    """The framework's ``Task`` with Duecourse's options; see the module docstring."""
+    """The framework's ``Task`` with Duecourse's options (``scheduling.task_options``).
 
-    max_retries: int = 0
-    timeout: int | None = None
-    schedulable: bool = False
+    Django 6.1 and the backport also pass them through ``@task(max_retries=...)``; Django 6.0
+    does not, so the documented way is ``@task_options`` above ``@task``, on every version.
+    """
+
+    max_retries: int = DEFAULTS["max_retries"]
+    timeout: int | None = DEFAULTS["timeout"]
+    schedulable: bool = DEFAULTS["schedulable"]
 
     def __post_init__(self) -> None:
         # Zero-argument super() does not work in a slotted dataclass.
         Task.__post_init__(self)
-        if type(self.max_retries) is not int or self.max_retries < 0:
-            raise InvalidTaskError("max_retries must be a whole number of 0 or more.")
-        if self.timeout is not None and (type(self.timeout) is not int or self.timeout <= 0):
-            raise InvalidTaskError("timeout must be a positive whole number of seconds.")
+        problem = options_problem(
+            max_retries=self.max_retries, timeout=self.timeout, schedulable=self.schedulable
+        )
+        if problem is not None:
+            raise InvalidTask(problem)
         register_runner(self)
 
 
@@ -189,4 +193,4 @@ def _json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
             json.loads(json.dumps(dict(kwargs), allow_nan=False)),
         )
     except (TypeError, ValueError) as exc:
-        raise InvalidTaskError(f"Task arguments must round-trip through JSON: {exc}") from None
+        raise InvalidTask(f"Task arguments must round-trip through JSON: {exc}") from None

@@ -36,6 +36,8 @@ from scheduling.worker.taskbase import ScheduledTask
 _CONTROL = (Ignore, Reject, Retry)
 
 _registered: set[str] = set()
+#: Whether each Django task (by module path) opted in to schedules.
+_schedulable: dict[str, bool] = {}
 
 
 class DjangoTaskRunner(ScheduledTask):
@@ -44,16 +46,19 @@ class DjangoTaskRunner(ScheduledTask):
     abstract = True
     #: Errors are kept in the run's result (class path and traceback), as the framework asks.
     keeps_errors = True
-    #: Jobs may target it only when the Django task opted in (``@task(schedulable=True)``).
-    schedulable = False
+    @property
+    def schedulable(self) -> bool:  # type: ignore[override]
+        """Jobs may target it only when the Django task opted in (``schedulable=True``)."""
+        return _schedulable.get(self.name, False)
 
 
 def register_runner(task: Any) -> str:
     """Make sure the Celery task that runs ``task`` exists; return its name (the module path)."""
     name = str(task.module_path)
+    # ``@task_options`` makes the task again with its options: the last word counts.
+    _schedulable[name] = bool(getattr(task, "schedulable", False))
     if name in _registered:
         return name
-    schedulable = bool(getattr(task, "schedulable", False))
 
     def run(runner: Any, *args: Any, **kwargs: Any) -> Any:
         return run_django_task(runner, name, list(args), dict(kwargs))
@@ -61,7 +66,7 @@ def register_runner(task: Any) -> str:
     run.__module__ = task.func.__module__
     run.__qualname__ = run.__name__ = f"{task.func.__name__}_runner"
     shared_task(
-        bind=True, name=name, base=DjangoTaskRunner, acks_late=True, schedulable=schedulable
+        bind=True, name=name, base=DjangoTaskRunner, acks_late=True
     )(run)
     _registered.add(name)
     return name

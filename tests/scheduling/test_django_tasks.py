@@ -18,22 +18,25 @@ from django.core.management.base import CommandError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling.djangotasks import (
-    InvalidTaskError,
-    TaskResultDoesNotExist,
-    TaskResultStatus,
-    task_enqueued,
-)
+from scheduling.api import task_options
 from scheduling.models import Execution, ExecutionStatus, Job
 from scheduling.tasks_backend import DuecourseTask, broker_priority
 from tests.conftest import Processes, scheduler_command, wait_for
 from tests.scheduling.test_worker_lifecycle import SLOW, launch_worker, wait_ready
 from tests.tasktable_app import tasks
 
-try:
-    from django.tasks import task
-except ImportError:
-    from django_tasks import task
+# The framework's own names, from the version in use: what a project's code catches.
+try:  # Django 6
+    from django.tasks import TaskResultStatus, task
+    from django.tasks.backends.dummy import DummyBackend
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued
+except ImportError:  # Django 5.2 with the backport
+    from django_tasks import TaskResultStatus, task
+    from django_tasks.backends.dummy import DummyBackend
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued
 
 db = pytest.mark.django_db
 
@@ -94,20 +97,44 @@ def test_an_enqueue_rolled_back_never_runs_and_has_no_result(publish_under_prefi
             lambda: tasks.add.using(run_after=timezone.now().replace(tzinfo=None)),
             "run_after must be an aware datetime",
         ),
-        (lambda: task(max_retries=-1)(module_level_function), "max_retries must be"),
-        (lambda: task(timeout=0)(module_level_function), "timeout must be"),
+        (lambda: task_options(max_retries=-1)(task(module_level_function)), "max_retries must"),
+        (lambda: task_options(timeout=0)(task(module_level_function)), "timeout must be"),
+        (lambda: task_options(schedulable="yes")(task(module_level_function)), "schedulable"),
     ],
 )
 def test_bad_tasks_are_refused_with_the_framework_s_exception(make: Any, message: str) -> None:
-    with pytest.raises(InvalidTaskError, match=message):
+    with pytest.raises(InvalidTask, match=message):
         make()
+
+
+def test_options_set_above_the_framework_s_own_task_stay_with_it() -> None:
+    assert (tasks.slow.timeout, tasks.flaky.max_retries, tasks.tick.schedulable) == (60, 2, True)
+    moved = tasks.slow.using(priority=-1, queue_name="default")
+    assert (moved.timeout, moved.priority) == (60, -1), "using() keeps them"
+    assert (tasks.add.max_retries, tasks.add.timeout, tasks.add.schedulable) == (0, None, False)
+
+
+def test_another_backend_s_task_comes_back_from_task_options_unchanged(settings: Any) -> None:
+    settings.TASKS = {
+        **settings.TASKS,
+        "dummy": {"BACKEND": f"{DummyBackend.__module__}.DummyBackend"},
+    }
+    theirs = task(backend="dummy")(module_level_function)
+    assert task_options(max_retries=3, schedulable=True)(theirs) is theirs
+    with pytest.raises(InvalidTask, match="max_retries"):
+        task_options(max_retries=-3)(theirs)
+
+
+def test_task_options_below_task_is_refused_in_one_line() -> None:
+    with pytest.raises(TypeError, match="@task_options goes above @task"):
+        task_options(timeout=5)(module_level_function)
 
 
 @db
 def test_arguments_that_do_not_round_trip_through_json_are_refused() -> None:
-    with pytest.raises(InvalidTaskError, match="round-trip through JSON"):
+    with pytest.raises(InvalidTask, match="round-trip through JSON"):
         tasks.echo.enqueue(object())
-    with pytest.raises(InvalidTaskError, match="round-trip through JSON"):
+    with pytest.raises(InvalidTask, match="round-trip through JSON"):
         tasks.echo.enqueue(float("nan"))
     assert not Execution.objects.exists()
 

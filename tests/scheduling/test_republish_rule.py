@@ -141,7 +141,8 @@ def test_a_row_whose_task_is_not_schedulable_is_failed_as_the_claim_fails_a_job(
     row = Execution.objects.get(pk=bad)
     assert row.status == claimed.status == ExecutionStatus.FAILED
     assert row.last_error == claimed.last_error == f"task: {task!r} {reason}" + (
-        " (declare it with @schedulable_task, or a Django task with @task(schedulable=True))"
+        " (declare it with @schedulable_task,"
+        " or a Django task with @task_options(schedulable=True))"
         if "registered but" in reason
         else ""
     )

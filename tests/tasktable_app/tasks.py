@@ -12,13 +12,16 @@ import os
 import time
 from typing import Any
 
+from celery import shared_task
+from django.db import transaction
 from django.dispatch import receiver
 
+from scheduling.api import task_options
 from scheduling.djangotasks import TaskContext, task_finished, task_started
 
 try:
     from django.tasks import task
-except ImportError:
+except ImportError:  # Django 5.2 with the backport
     from django_tasks import task
 
 
@@ -50,7 +53,8 @@ def who_am_i(context: TaskContext) -> dict[str, Any]:
     return {"id": context.task_result.id, "attempt": context.attempt}
 
 
-@task(timeout=60)
+@task_options(timeout=60)
+@task
 def slow(label: str, seconds: float) -> str:
     _note(f"start {label}")
     time.sleep(seconds)
@@ -58,7 +62,8 @@ def slow(label: str, seconds: float) -> str:
     return label
 
 
-@task(max_retries=2)
+@task_options(max_retries=2)
+@task
 def flaky(path: str) -> str:
     """Fails until it has run twice (counted in the file ``path``), then succeeds."""
     with open(path, "a") as handle:
@@ -70,7 +75,8 @@ def flaky(path: str) -> str:
     return f"ok after {runs}"
 
 
-@task(schedulable=True)
+@task_options(schedulable=True)
+@task
 def tick(label: str) -> str:
     _note(f"tick {label}")
     return label
@@ -86,3 +92,13 @@ def _finished(sender: Any, task_result: Any, **_: Any) -> None:
     _note(f"signal finished {task_result.id} {task_result.status}")
 
 
+
+
+@shared_task(name="tests.tasktable_app.enqueue_from_a_worker")
+def enqueue_from_a_worker(a: int, b: int) -> str:
+    """A Celery task that enqueues a Django task, as a project's tasks do: the enqueue is
+    published after its transaction commits, from the worker's pool process."""
+    with transaction.atomic():
+        result = add.enqueue(a, b)
+    _note(f"enqueued {result.id}")
+    return str(result.id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
@@ -61,17 +62,24 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    # Its tables hold the PeriodicTask rows that `manage.py import_beat` moves over.
-    "django_celery_beat",
     "scheduling",
     "emailer",
     "subscriptions",
 ]
 
+# Its tables hold the PeriodicTask rows that `manage.py import_beat` moves over: the
+# `duecourse[beat]` extra, installed where django-celery-beat admits the project's Django.
+try:
+    import django_celery_beat  # noqa: F401
+except ImportError:
+    pass
+else:
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("scheduling"), "django_celery_beat")
+
 # Django's Tasks framework (built into Django 6; the django-tasks backport on 5.2) runs its
 # @task functions on this project's Celery workers, with the ledger's history.
 try:
-    import django.tasks  # noqa: F401
+    import django.tasks
 except ImportError:
     try:
         import django_tasks  # noqa: F401
@@ -148,21 +156,52 @@ WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", True)
 # --- Mail -----------------------------------------------------------------------------------
 # EMAIL_HOST selects SMTP; without it mail is written to files under var/mail (one file per
 # connection, so one per emailer run), so the embedded default needs no mail server.
-EMAIL_HOST = env_str("EMAIL_HOST", "")
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "") or (
+_mail_host = env_str("EMAIL_HOST", "")
+_mail_backend = env_str("EMAIL_BACKEND", "") or (
     "django.core.mail.backends.smtp.EmailBackend"
-    if EMAIL_HOST
+    if _mail_host
     else "django.core.mail.backends.filebased.EmailBackend"
 )
-EMAIL_FILE_PATH = str(VAR_DIR / "mail")
-EMAIL_HOST = EMAIL_HOST or "localhost"
-EMAIL_PORT = env_int("EMAIL_PORT", 25)
-EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
-EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
-EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
-EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+_mail_file_path = str(VAR_DIR / "mail")
+_mail_port = env_int("EMAIL_PORT", 25)
+_mail_user = env_str("EMAIL_HOST_USER", "")
+_mail_password = env_str("EMAIL_HOST_PASSWORD", "")
+_mail_tls = env_bool("EMAIL_USE_TLS", False)
+_mail_ssl = env_bool("EMAIL_USE_SSL", False)
 # Django's default is no timeout at all: one stuck server would hang a run until its hard limit.
-EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 30.0)
+_mail_timeout = env_float("EMAIL_TIMEOUT", 30.0)
+if django.VERSION >= (6, 1):
+    # Django 6.1 configures mail as MAILERS and deprecates the EMAIL_* settings.
+    MAILERS = {
+        "default": {
+            "BACKEND": _mail_backend,
+            "OPTIONS": (
+                {"file_path": _mail_file_path}
+                if _mail_backend.endswith(".filebased.EmailBackend")
+                else {
+                    "host": _mail_host or "localhost",
+                    "port": _mail_port,
+                    "username": _mail_user,
+                    "password": _mail_password,
+                    "use_tls": _mail_tls,
+                    "use_ssl": _mail_ssl,
+                    "timeout": _mail_timeout,
+                }
+                if _mail_backend.endswith(".smtp.EmailBackend")
+                else {}
+            ),
+        }
+    }
+else:
+    EMAIL_BACKEND = _mail_backend
+    EMAIL_FILE_PATH = _mail_file_path
+    EMAIL_HOST = _mail_host or "localhost"
+    EMAIL_PORT = _mail_port
+    EMAIL_HOST_USER = _mail_user
+    EMAIL_HOST_PASSWORD = _mail_password
+    EMAIL_USE_TLS = _mail_tls
+    EMAIL_USE_SSL = _mail_ssl
+    EMAIL_TIMEOUT = _mail_timeout
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "duecourse@localhost")
 # The public address of this site, for links in mail (unsubscribe); https in production.
 EMAILER_SITE_URL = env_str("EMAILER_SITE_URL", "") or env_str("SITE_URL", "http://localhost:8000")

@@ -33,7 +33,6 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.mail import get_connection
 from django.db import transaction
 from django.db.models import F
 from django.template import TemplateSyntaxError
@@ -41,6 +40,7 @@ from django.utils import timezone
 
 from emailer import conf, deliveries
 from emailer.deliveries import Claimed, Outcome, Selection
+from emailer.mailers import default_mailer
 from emailer.messages import build_message
 from emailer.models import (
     DeliveryState,
@@ -277,7 +277,7 @@ class Sender:
         self.pacer = Pacer(
             rate=task.rate, backoff_base=tuning.backoff_base, backoff_max=tuning.backoff_max
         )
-        self.backend: Any = get_connection(fail_silently=False)
+        self.backend: Any = default_mailer()
 
     def send(self, selection: Selection, counts: Counter[str]) -> None:
         """Claim, send and record chunk after chunk until the batch is done or nobody is due.

@@ -23,6 +23,7 @@ from scheduling.api import RunContext
 from scheduling.models import Execution
 from subscriptions import payments, renewals, services
 from subscriptions.models import SubscriptionJob
+from tests.conftest import send_mail_through
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -95,7 +96,7 @@ def every_kind_of_row(owner: Any, settings: Any) -> None:
 def test_no_changelist_is_wider_than_its_container_at_1400_px(
     page: Any, admin_user: Any, settings: Any
 ) -> None:
-    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    send_mail_through(settings, "locmem")
     every_kind_of_row(admin_user, settings)
     page.set_viewport_size({"width": WIDTH, "height": 900})
     too_wide = {}

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from emailer.models import Participant, Project, SendEmailTask
-from tests.conftest import free_port
+from tests.conftest import free_port, send_mail_through
 from tests.emailer.smtp import SMTPServer
 
 
@@ -22,10 +22,7 @@ def smtp() -> Iterator[SMTPServer]:
 @pytest.fixture
 def smtp_settings(settings: Any, smtp: SMTPServer) -> SMTPServer:
     """Send through Django's SMTP backend to the loopback server, in small chunks."""
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST = "127.0.0.1"
-    settings.EMAIL_PORT = smtp.port
-    settings.EMAIL_TIMEOUT = 5
+    send_mail_through(settings, "smtp", host="127.0.0.1", port=smtp.port, timeout=5)
     settings.EMAILER_CHUNK_SIZE = 10
     settings.EMAILER_BACKOFF_BASE = 0.01
     settings.EMAILER_BACKOFF_MAX = 0.05

@@ -21,6 +21,7 @@ from aiosmtpd.controller import Controller
 class Received:
     recipient: str
     message: Any  # email.message.EmailMessage
+    raw: bytes = b""  # the DATA as the server received it
 
 
 @dataclass
@@ -58,7 +59,7 @@ class Recorder:
         )
         with self.lock:
             for recipient in envelope.rcpt_tos:
-                self.received.append(Received(recipient, parsed))
+                self.received.append(Received(recipient, parsed, bytes(envelope.content)))
             self.count += len(envelope.rcpt_tos)
             count = self.count
         if self.after_message is not None:

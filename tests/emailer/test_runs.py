@@ -19,6 +19,7 @@ from django.utils import timezone
 from emailer import deliveries
 from emailer.models import Delivery, Participant, SendEmailHistory
 from emailer.sending import SMTPUnavailable, run_send_email_task, selection_for
+from emailer.tokens import unsubscribe_url
 from scheduling.api import RunContext
 from tests.conftest import FIXED_NOW
 from tests.emailer.conftest import address
@@ -67,6 +68,28 @@ def test_a_run_mails_each_due_participant_once_with_the_headers_mail_providers_e
     assert (history.status, history.sent, history.failed, history.uncertain) == (
         "completed", 25, 0, 0,
     )
+
+
+def test_the_one_click_unsubscribe_headers_reach_the_server_raw_on_every_django(
+    smtp_settings: Any, make_project: Any, make_task: Any
+) -> None:
+    """RFC 8058: providers read the link only as it is; an RFC 2047 word hides it from them."""
+    project = make_project(participants=1)
+    run_send_email_task(make_task(project), context())
+
+    (received,) = smtp_settings.recorder.received
+    person = Participant.objects.get(email=address(0))
+    headers = received.raw.split(b"\r\n\r\n", 1)[0].replace(b"\r\n", b"\n")
+    unfolded = headers.replace(b"\n ", b" ").replace(b"\n\t", b" ").split(b"\n")
+    link = next(
+        line.split(b":", 1)[1].strip() for line in unfolded if line.startswith(b"List-Unsubscribe:")
+    )
+    assert link.startswith(b"<https://mail.example.org/emailer/unsubscribe/") and link.endswith(
+        b">"
+    ), link
+    assert b"=?" not in link, "not RFC 2047-encoded"
+    assert link.decode().strip("<>") == unsubscribe_url(person.pk)
+    assert b"List-Unsubscribe-Post: List-Unsubscribe=One-Click" in unfolded
 
 
 def test_a_refused_recipient_is_recorded_failed_and_the_batch_goes_on(

@@ -2,7 +2,9 @@
 #   make run    the embedded default (SQLite + file-system broker under var/): worker + scheduler
 #               + the admin at a printed address, with a generated demo login
 #   make test   the test suite (PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379)
-PYTHON ?= python3
+# The newest supported Python on this machine (python3.13, 3.12, then 3.11: on PATH or among
+# pyenv's versions), with the newest Django and Celery it takes: the current stack.
+PYTHON ?= $(shell python3 scripts/stack.py python)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/duecourse
@@ -17,12 +19,13 @@ SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.p
 	tests/emailer/test_runs.py tests/subscriptions/test_renewals.py \
 	tests/scheduling/test_checks.py
 
-.PHONY: run test lint bench install
+.PHONY: run test lint bench install print-sqlite-tests
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[test]'
+	$(VENV)/bin/pip install --quiet -e ".[$$($(PY) scripts/stack.py extras $$($(PY) -m django --version))]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -40,6 +43,9 @@ test: $(VENV)/.installed
 	if [ "$(SQLITE)" = 1 ]; then \
 	  DATABASE_URL=sqlite:///$(CURDIR)/var/test-embedded.sqlite3 \
 	  $(PY) -m pytest -q -p no:cacheprovider -m 'not slow' $(SQLITE_TESTS); fi
+
+print-sqlite-tests:
+	@echo $(SQLITE_TESTS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -20,6 +20,7 @@ cannot be mapped is reported with its reason and nothing is written for it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -349,6 +350,13 @@ def periodic_tasks() -> Iterator[PeriodicTask]:
 
 def check_source() -> None:
     """Refuse, naming what is missing: the app itself, or its tables in this database."""
+    if importlib.util.find_spec("django_celery_beat") is None:
+        raise ValidationError(
+            {
+                "source": 'django-celery-beat is not installed; pip install "duecourse[beat]" '
+                'and add "django_celery_beat" to INSTALLED_APPS to read its PeriodicTask rows'
+            }
+        )
     if not apps.is_installed("django_celery_beat"):
         raise ValidationError(
             {

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import django
 import pytest
 from django.db import connection
 
@@ -41,6 +42,22 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s: {message or condition}")
         time.sleep(interval)
+
+
+def send_mail_through(settings: Any, backend: str, **options: Any) -> None:
+    """Point the project's default mailer at ``backend`` with ``options``, on any Django.
+
+    Django 6.1 takes mail settings as ``MAILERS`` (and refuses the ``EMAIL_*`` settings beside
+    it); earlier versions take ``EMAIL_BACKEND`` and ``EMAIL_<OPTION>``.
+    """
+    path = f"django.core.mail.backends.{backend}.EmailBackend"
+    if django.VERSION >= (6, 1):
+        settings.MAILERS = {"default": {"BACKEND": path, "OPTIONS": options}}
+        return
+    settings.EMAIL_BACKEND = path
+    legacy = {"username": "HOST_USER", "password": "HOST_PASSWORD", "host": "HOST"}
+    for name, value in options.items():
+        setattr(settings, f"EMAIL_{legacy.get(name, name.upper())}", value)
 
 
 def free_port() -> int:
@@ -175,6 +192,23 @@ def no_stray_sessions_at_the_end(django_db_setup: Any, django_db_blocker: Any) -
         cursor.execute(others.format("pg_terminate_backend(pid)"))
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under the stack matrix (noxfile.py) the apps must come from the installed wheel."""
+    if not os.environ.get("DUECOURSE_EXPECT_INSTALLED"):
+        return
+    import emailer
+    import scheduling
+    import subscriptions
+
+    from_checkout = [
+        module.__name__
+        for module in (scheduling, emailer, subscriptions)
+        if Path(module.__file__ or "").resolve().is_relative_to(ROOT)
+    ]
+    if from_checkout:
+        pytest.exit(f"{from_checkout} imported from the checkout, not the installed wheel", 3)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On SQLite, skip what only PostgreSQL can do (raw infinities, prepared statements)."""
     if not os.environ.get("DATABASE_URL", "").startswith("sqlite"):
@@ -273,16 +307,43 @@ def process_env(broker_prefix: str, settings: Any) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def celery_settings(app: Any, **values: Any) -> Iterator[None]:
+    """The Celery app's settings changed to ``values`` for a while, on every supported Celery.
+
+    Celery before 5.7 reads a namespaced app's setting (``CELERY_BROKER_URL`` for
+    ``broker_url``) under its namespaced key first, so a plain assignment is not seen there:
+    both keys are written, and both put back.
+    """
+    saved = {name: app.conf[name] for name in values}
+
+    def put(settings: dict[str, Any]) -> None:
+        for name, value in settings.items():
+            app.conf[name] = value
+            if app.namespace:
+                app.conf[f"{app.namespace}_{name.upper()}"] = value
+
+    put(values)
+    try:
+        yield
+    finally:
+        put(saved)
+
+
+def with_key_prefix(app: Any, prefix: str) -> contextlib.AbstractContextManager[None]:
+    """Messages published through ``app`` go under the Redis key ``prefix`` for a while."""
+    options = dict(app.conf.broker_transport_options or {})
+    return celery_settings(app, broker_transport_options={**options, "global_keyprefix": prefix})
+
+
 @pytest.fixture
 def publish_under_prefix(broker_prefix: str) -> Iterator[str]:
     """Messages this process publishes (a run-now from the admin) go under the test's prefix,
     where the test's worker processes (``process_env``) read."""
     from config.celery import app
 
-    options = dict(app.conf.broker_transport_options or {})
-    app.conf.broker_transport_options = {**options, "global_keyprefix": broker_prefix}
-    yield broker_prefix
-    app.conf.broker_transport_options = options
+    with with_key_prefix(app, broker_prefix):
+        yield broker_prefix
 
 
 def celery_worker_command(

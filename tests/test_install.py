@@ -25,13 +25,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import django
 import psycopg
 import pytest
 from django.db import connection
 
 from tests.conftest import ROOT, Processes, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.postgres]
 
 HOST_TEMPLATE = ROOT / "tests" / "host_project"
 SHIPPED = {"scheduling", "emailer", "subscriptions"}
@@ -58,19 +59,40 @@ def run(command: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 
     return result.stdout
 
 
+def pinned_stack() -> list[str]:
+    """This process's Django and Celery (and kombu), pinned: the host gets the same stack."""
+    import celery
+    import kombu
+
+    return [
+        f"django=={django.get_version()}",
+        f"celery=={celery.__version__}",
+        f"kombu=={kombu.__version__}",
+    ]
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """The sdist and wheel of this checkout, and a fresh virtualenv with the wheel installed."""
+    """The sdist and wheel of this checkout, and a fresh virtualenv with the wheel installed.
+
+    Under the stack matrix (noxfile.py) the session's wheel is given in ``DUECOURSE_WHEEL``
+    and only the sdist is built here. The host gets this process's Django and Celery, and the
+    Django Tasks backport where Django does not have the framework (5.2).
+    """
     where = tmp_path_factory.mktemp("dist")
     ours = ("PYTHONPATH", "DJANGO_SETTINGS_MODULE")
     clean = {k: v for k, v in os.environ.items() if k not in ours}
-    run([sys.executable, "-m", "build", "--outdir", str(where), str(ROOT)], cwd=where, env=clean)
-    wheel = next(where.glob("duecourse-*.whl"))
+    given = os.environ.get("DUECOURSE_WHEEL")
+    build = [sys.executable, "-m", "build", "--outdir", str(where)]
+    run([*build, *(["--sdist"] if given else []), str(ROOT)], cwd=where, env=clean)
+    wheel = Path(given) if given else next(where.glob("duecourse-*.whl"))
     sdist = next(where.glob("duecourse-*.tar.gz"))
     venv = where / "venv"
     run([sys.executable, "-m", "venv", str(venv)], cwd=where, env=clean)
-    wanted = f"duecourse[tasks] @ {wheel.as_uri()}"  # with the Django Tasks backport
-    run([str(venv / "bin" / "pip"), "install", "--quiet", wanted], cwd=where, env=clean)
+    extras = "[tasks]" if django.VERSION < (6,) else ""
+    wanted = f"duecourse{extras} @ {wheel.as_uri()}"
+    run([str(venv / "bin" / "pip"), "install", "--quiet", wanted, *pinned_stack()], cwd=where,
+        env=clean)  # fmt: skip
     return Built(wheel=wheel, sdist=sdist, venv=venv)
 
 
@@ -85,8 +107,16 @@ def test_the_wheel_holds_only_the_apps_with_their_templates_and_migrations(built
     metadata = zipfile.ZipFile(built.wheel).read(
         next(n for n in names if n.endswith(".dist-info/METADATA"))
     ).decode()
-    assert "Framework :: Django :: 5.2" in metadata
-    assert "Programming Language :: Python :: 3.11" in metadata
+    for version in ("5.2", "6.0", "6.1"):
+        assert f"Framework :: Django :: {version}" in metadata
+    for version in ("3.11", "3.12", "3.13"):
+        assert f"Programming Language :: Python :: {version}" in metadata
+    assert "Requires-Python: >=3.11" in metadata
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    core = [line for line in requires if "extra ==" not in line]
+    assert not any("django-celery-beat" in line for line in core), "beat is an extra"
+    django_pin = next(line for line in core if line.split()[1].lower().startswith("django"))
+    assert "<" not in django_pin, f"no cap on the host's Django: {django_pin}"
     assert "License-Expression: MIT" in metadata
     assert "Project-URL: Changelog" in metadata
 
@@ -225,7 +255,8 @@ def test_a_host_project_runs_its_own_task_on_a_schedule_from_the_wheel(
         cwd=host.root, env=host.env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert without_beat.returncode != 0
-    assert "django-celery-beat is not in INSTALLED_APPS" in without_beat.stderr
+    assert without_beat.stderr.strip().count("\n") == 0, "one line"
+    assert 'pip install "duecourse[beat]"' in without_beat.stderr
     assert "Traceback" not in without_beat.stderr
     host.manage("createsuperuser", "--noinput", "--username", "admin", "--email", "a@example.org")
     host.manage(
@@ -312,5 +343,56 @@ def test_each_domain_app_installs_on_its_own_beside_the_engine(
         for url, (status, _) in admin_pages(project, *changelists).items():
             assert status == 200, url
         assert app in project.manage("help")
+    finally:
+        project.drop()
+
+
+DJANGO_TASKS_DOC = ROOT / "docs" / "django-tasks.md"
+
+
+def verbatim(label: str) -> str:
+    """The code block docs/django-tasks.md marks ``<!-- verbatim: label -->``, as written."""
+    text = DJANGO_TASKS_DOC.read_text()
+    marker = f"<!-- verbatim: {label} -->\n```"
+    start = text.index("\n", text.index(marker) + len(marker)) + 1
+    return text[start : text.index("\n```", start)] + "\n"
+
+
+def test_the_django_tasks_examples_run_as_written_on_this_stack(
+    built: Built, tmp_path: Path, processes: Processes
+) -> None:
+    project = Host(built, tmp_path / "host", extra_apps="reports")
+    try:
+        app = project.root / "reports"
+        app.mkdir()
+        (app / "__init__.py").write_text("")
+        (app / "tasks.py").write_text(verbatim("reports/tasks.py"))
+        project.manage("migrate", "--noinput", "-v0")
+        project.manage(
+            "createsuperuser", "--noinput", "--username", "admin", "--email", "a@example.org"
+        )
+        processes.start(
+            project.celery("worker", "-Q", "celery,reports", "-c", "2", "-n", "docs@%h",
+                           "--without-mingle", "--without-gossip"),
+            env=project.env, name="docs-worker", cwd=project.root,
+        )  # fmt: skip
+
+        printed = project.manage("shell", "-c", verbatim("manage.py shell")).splitlines()
+        assert printed[-2:] == ["SUCCESSFUL receipt 42 sent", "no such run"], printed
+
+        env = {**project.env, "PATH": f"{built.venv / 'bin'}{os.pathsep}{project.env['PATH']}"}
+        run(["bash", "-ec", verbatim("sh")], cwd=project.root, env=env)
+        job = json.loads(project.manage("jobs", "show", "nightly-close", "--json"))
+        assert job["task"] == "reports.tasks.close_books"
+        assert (job["schedule"]["cron"], job["schedule"]["timezone"]) == (
+            "0 2 * * *", "Europe/Berlin",
+        )
+
+        options = project.python(
+            "import os, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.settings');"
+            " django.setup(); from reports.tasks import close_books as t;"
+            " u = t.using(priority=0); print(u.max_retries, u.timeout, u.schedulable, u.queue_name)"
+        )
+        assert options.split() == ["3", "600", "True", "reports"], "the options survive using()"
     finally:
         project.drop()

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
+import celery
 from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
 from kombu import serialization
@@ -25,6 +26,9 @@ from scheduling.ids import uuid4_text
 from scheduling.registry import EXECUTION_HEADER
 
 LPUSH_CHUNK = 1000
+#: What ``send_task`` writes in ``ignore_result`` when not asked: the task's own setting
+#: (None) since Celery 5.7, False before it.
+SEND_TASK_IGNORE_RESULT = None if tuple(celery.VERSION[:2]) >= (5, 7) else False
 
 
 class RedisFastPath:
@@ -157,7 +161,7 @@ class _Template:
             soft_time_limit=bell.timeout,
             origin=anon_nodename(),
             reply_to=app.thread_oid,
-            ignore_result=None,
+            ignore_result=SEND_TASK_IGNORE_RESULT,
         )
         if bell.priority is not None:
             properties["priority"] = bell.priority

@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from config.celery import app as celery_app
 from scheduling import api, attempts, claims, tasktables
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
+from tests.conftest import with_key_prefix
 from tests.tasktable_app.models import Chore
 from tests.tasktable_app.scheduled import run_chore
 
@@ -132,10 +133,8 @@ def test_pause_resume_cancel_and_read_executions(now: datetime) -> None:
 @pytest.fixture
 def private_broker_prefix(broker_prefix: str) -> Iterator[str]:
     """Messages published in-process go under this test's own key prefix."""
-    options = dict(celery_app.conf.broker_transport_options or {})
-    celery_app.conf.broker_transport_options = {**options, "global_keyprefix": broker_prefix}
-    yield broker_prefix
-    celery_app.conf.broker_transport_options = options
+    with with_key_prefix(celery_app, broker_prefix):
+        yield broker_prefix
 
 
 def test_run_now_publishes_at_once(private_broker_prefix: str, now: datetime) -> None:

@@ -7,6 +7,7 @@ every queued execution is published again at once instead of after REQUEUE_AFTER
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from config.celery import app
 from scheduling import publishing
 from scheduling.models import Execution, ExecutionStatus
 from scheduling.scheduler.loop import Dispatcher
-from tests.conftest import Processes, free_port, wait_for
+from tests.conftest import Processes, celery_settings, free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -41,17 +42,21 @@ def _pings(client: redis.Redis) -> bool:
         return False
 
 
-def test_queued_executions_are_published_again_when_redis_restarted_empty(
-    processes: Processes, settings: Any, make_job: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    saved = (app.conf.broker_url, app.conf.broker_transport_options)
-    port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
+@pytest.fixture
+def private_redis_url(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The Celery app points at a Redis of this test's own, on a spare port."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
     # Celery reads CELERY_BROKER_URL from the environment before its own configuration.
     monkeypatch.setenv("CELERY_BROKER_URL", url)
     settings.CELERY_BROKER_URL = url
-    app.conf.broker_url = url
-    app.conf.broker_transport_options = {}
+    with celery_settings(app, broker_url=url, broker_transport_options={}):
+        yield url
+
+
+def test_queued_executions_are_published_again_when_redis_restarted_empty(
+    processes: Processes, make_job: Any, private_redis_url: str
+) -> None:
+    port = int(private_redis_url.rsplit(":", 1)[1].split("/")[0])
     client = redis.Redis(port=port)
     server = _start_redis(processes, port)
     make_job(every="PT1H", now=timezone.now())
@@ -75,4 +80,3 @@ def test_queued_executions_are_published_again_when_redis_restarted_empty(
         assert publishing.reclaim_for_publish(now=timezone.now(), limit=10) == []
     finally:
         dispatcher.close()
-        app.conf.broker_url, app.conf.broker_transport_options = saved

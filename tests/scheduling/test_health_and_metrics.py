@@ -15,7 +15,7 @@ from config.celery import app
 from scheduling import ticks
 from scheduling.models import Execution, Job, SchedulerState
 from scheduling.scheduler.loop import Dispatcher
-from tests.conftest import free_port
+from tests.conftest import celery_settings, free_port
 
 db = pytest.mark.django_db
 SECOND = timedelta(seconds=1)
@@ -173,13 +173,11 @@ def test_an_anonymous_probe_learns_which_component_is_down_and_nothing_more(
 @pytest.fixture
 def free_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Point the Celery app at a Redis port nobody listens on."""
-    before = app.conf.broker_url
     url = f"redis://127.0.0.1:{free_port()}/0"
     # Celery reads CELERY_BROKER_URL from the environment before its own configuration.
     monkeypatch.setenv("CELERY_BROKER_URL", url)
-    app.conf.broker_url = url
-    yield url
-    app.conf.broker_url = before
+    with celery_settings(app, broker_url=url):
+        yield url
 
 
 # --- /metrics ---------------------------------------------------------------------------------

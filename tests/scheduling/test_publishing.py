@@ -21,6 +21,7 @@ from scheduling.claims import Doorbell
 from scheduling.models import Execution, ExecutionStatus, Job, Schedule
 from scheduling.scheduler.loop import Dispatcher
 from scheduling.scheduler.publisher import Publisher
+from tests.conftest import celery_settings
 
 PER_MESSAGE = {"id", "root_id", "correlation_id", "delivery_tag"}
 
@@ -64,11 +65,12 @@ def _strip(message: dict[str, Any]) -> dict[str, Any]:
 def redis_prefix(settings: Any) -> Any:
     prefix = f"pub{uuid.uuid4().hex[:8]}:"
     settings.CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
-    saved = (app.conf.broker_url, app.conf.broker_transport_options)
-    app.conf.broker_url = settings.CELERY_BROKER_URL
-    app.conf.broker_transport_options = {"global_keyprefix": prefix}
-    yield prefix
-    app.conf.broker_url, app.conf.broker_transport_options = saved
+    with celery_settings(
+        app,
+        broker_url=settings.CELERY_BROKER_URL,
+        broker_transport_options={"global_keyprefix": prefix},
+    ):
+        yield prefix
 
 
 ARGUMENTS = [

@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+import django
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "host-project-test-key"
 DEBUG = False
@@ -15,7 +17,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_tasks",
+    # Django's Tasks framework: built into Django 6, the django-tasks backport's app on 5.2.
+    *(["django_tasks"] if django.VERSION < (6,) else []),
     "hostproj.billing",
     "scheduling",
     *[app for app in os.environ.get("HOST_EXTRA_APPS", "").split(",") if app],
@@ -63,4 +66,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": os.environ["HOST_BROKER_P
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 
-TASKS = {"default": {"BACKEND": "scheduling.tasks_backend.DuecourseTaskBackend"}}
+TASKS = {
+    "default": {
+        "BACKEND": "scheduling.tasks_backend.DuecourseTaskBackend",
+        "QUEUES": ["default", "reports"],
+    }
+}

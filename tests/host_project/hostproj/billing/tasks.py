@@ -3,7 +3,10 @@ count bodies, not just ledger rows."""
 
 import os
 
-from django_tasks import task
+try:
+    from django.tasks import task  # Django 6
+except ImportError:
+    from django_tasks import task  # Django 5.2, with the django-tasks backport
 
 from scheduling.api import schedulable_task
 

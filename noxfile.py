@@ -1,0 +1,162 @@
+"""The support table, run: every supported stack is a tested stack (``nox``; docs/install.md).
+
+Each combination of Python and Django that Django itself supports, among the Pythons and
+Djangos that Duecourse supports, is a session. A session builds the wheel from this checkout,
+installs it into a fresh virtual environment with that Django and Celery (and the extras that
+stack takes: the Django Tasks backport on Django 5.2, django-celery-beat where it admits the
+Django), and runs the suite from this checkout against the installed wheel: the in-process
+tests, plus the tests marked ``stack`` (the wheel installed into a host project of somebody
+else's shape, a process that enqueues and exits, Django tasks on real workers). The oldest
+and the newest combination run the whole suite, slow tests included, with Celery at the lowest
+release ``pyproject.toml`` admits on the oldest and the newest on the newest; the whole suite
+includes the RabbitMQ tests.
+
+    nox -l                          # the sessions
+    nox -t stacks                   # every combination but the newest, the oldest in full
+    nox -s py3.12-django6.0         # one of them
+
+``make test`` is the newest combination in full (Python 3.13, Django 6.1, the newest Celery);
+``.ci/run`` runs it and then ``nox -t stacks``. Interpreters are found on PATH as
+``python3.X`` or, failing that, among pyenv's installed versions.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import stack as stacks  # noqa: E402  (scripts/stack.py: what each stack installs)
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = False
+nox.options.error_on_missing_interpreters = True
+
+#: Celery's lowest release that ``pyproject.toml``'s range admits (with the lowest kombu that
+#: release admits), and "the newest" as the index has it.
+CELERY_LOWEST = ("celery==5.5.0", "kombu==5.5.2")
+CELERY_NEWEST: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Stack:
+    python: str
+    django: str
+    celery: str  # "lowest" or "newest"
+    full: bool = False
+
+    @property
+    def extras(self) -> str:
+        return stacks.extras(self.django)
+
+
+#: Python 3.11-3.13 x Django 5.2, 6.0, 6.1, as Django supports them (6.x needs 3.12).
+STACKS = [
+    Stack("3.11", "5.2", "lowest", full=True),
+    Stack("3.12", "5.2", "newest"),
+    Stack("3.13", "5.2", "lowest"),
+    Stack("3.12", "6.0", "newest"),
+    Stack("3.13", "6.0", "newest"),
+    Stack("3.12", "6.1", "newest"),
+    Stack("3.13", "6.1", "newest", full=True),  # the newest: `make test`
+]
+NEWEST = STACKS[-1]
+
+
+def _find_interpreters() -> None:
+    """Put pyenv's interpreters on PATH where ``python3.X`` is not there already."""
+    for version in sorted({stack.python for stack in STACKS}):
+        found = stacks.python(version)
+        if found and shutil.which(f"python{version}") != found:
+            os.environ["PATH"] = f"{Path(found).parent}{os.pathsep}{os.environ['PATH']}"
+
+
+_find_interpreters()
+
+
+def _database_url(session: nox.Session) -> str:
+    """The suite's database for this session: its own name, so sessions never share one."""
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/duecourse")
+    tag = "".join(ch for ch in session.name if ch.isalnum())[-40:]
+    return f"{base.rsplit('/', 1)[0]}/dc_{tag}"
+
+
+def _run_stack(session: nox.Session, stack: Stack) -> None:
+    wheels = Path(tempfile.mkdtemp(prefix="duecourse-wheel-"))
+    session.install("build")
+    session.run("python", "-m", "build", "--wheel", "--outdir", str(wheels), str(ROOT))
+    wheel = next(wheels.glob("duecourse-*.whl"))
+    celery = CELERY_LOWEST if stack.celery == "lowest" else CELERY_NEWEST
+    session.install(
+        f"duecourse[{stack.extras}] @ {wheel.as_uri()}", f"django=={stack.django}.*", *celery
+    )
+    session.run(
+        "python", "-c",
+        "import django, celery, sys; "
+        "print('stack: Python', sys.version.split()[0], '| Django', django.get_version(),"
+        " '| Celery', celery.__version__)",
+    )  # fmt: skip
+    env = {
+        "DATABASE_URL": _database_url(session),
+        "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
+        # The suite imports the apps from the installed wheel, not from this checkout
+        # (tests/conftest.py checks), and the install test installs this same wheel.
+        "DUECOURSE_EXPECT_INSTALLED": "1",
+        "DUECOURSE_WHEEL": str(wheel),
+    }
+    selection = [] if stack.full else ["-m", "not slow or stack"]
+    # `pytest`, not `python -m pytest`: the checkout must not come first on sys.path, and
+    # pytest-django must not put manage.py's folder there either.
+    session.run(
+        "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
+        "-o", "django_find_project=false", *selection, *session.posargs,
+        env=env,
+    )  # fmt: skip
+    if stack.full:
+        sqlite = ROOT / "var" / f"test-{session.name.replace('/', '-')}.sqlite3"
+        session.run(
+            "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
+            "-o", "django_find_project=false", "-m", "not slow", *_sqlite_tests(),
+            env={**env, "DATABASE_URL": f"sqlite:///{sqlite}"},
+        )  # fmt: skip
+    shutil.rmtree(wheels, ignore_errors=True)
+
+
+def _sqlite_tests() -> list[str]:
+    """The Makefile's list of specifications that also run on SQLite."""
+    out = subprocess.run(
+        ["make", "-s", "--no-print-directory", "print-sqlite-tests"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout.split()
+
+
+def session_name(stack: Stack) -> str:
+    return f"py{stack.python}-django{stack.django}"
+
+
+for _stack in STACKS:
+
+    def _session(session: nox.Session, stack: Stack = _stack) -> None:
+        _run_stack(session, stack)
+
+    _session.__doc__ = (
+        f"Python {_stack.python}, Django {_stack.django}, Celery {_stack.celery}: "
+        + ("the whole suite" if _stack.full else "the in-process suite and the stack tests")
+    )
+    nox.session(
+        name=session_name(_stack),
+        python=_stack.python,
+        tags=["newest"] if _stack is NEWEST else ["stacks"],
+    )(_session)
+
+
+if __name__ == "__main__":
+    sys.exit("run with nox: nox -l")

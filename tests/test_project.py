@@ -120,6 +120,7 @@ PRODUCTION = {
     "HTTPS": "true",
     "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO",
     "SITE_URL": "https://duecourse.example.org",
+    "EMAIL_HOST": "smtp.example.org",
     # The project's payment gateway (imported when a renewal first charges).
     "SUBSCRIPTIONS_GATEWAY": "billing.gateways.CardGateway",
 }

@@ -262,5 +262,7 @@ def test_a_lane_that_fails_mid_flood_loses_and_doubles_nothing(
     with connection.cursor() as cursor:
         cursor.execute("SELECT last_value FROM test_fault_once")
         assert cursor.fetchone()[0] >= 1, "the fault never fired"
-    assert sleeps[0] == 2.0, "the failed tick backs off"
+    # How far a tick gets before its deadline depends on the machine: the fault may fire in
+    # any of the first ticks, and that one, and only that one, backs off.
+    assert sleeps.count(2.0) == 1, f"the failed tick backs off: {sleeps}"
     assert_flood_went_out_once(dispatcher, client, redis_prefix)

@@ -1,8 +1,9 @@
 """The Django tasks of the Django Tasks benchmark (``bench/django_tasks_throughput.py``).
 
 Declared with the framework's own ``@task``: the settings module decides which backend they
-run on (``settings_djtasks``: Duecourse's; ``settings_tasksdb``: django-tasks-db's), so both
-sides enqueue the very same functions.
+run on (``settings_djtasks``: Duecourse's; ``settings_tasksdb``: django-tasks-db's;
+``settings_ox``: django-ox's; ``settings_threadmill``: threadmill's), so every side enqueues
+the very same functions.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from datetime import datetime
 from typing import Any
 
 import common
+import worker_cpu
 import worker_throughput
 
 DB = common.db_name("djtasks")
@@ -222,16 +223,6 @@ def _tm_cleanup() -> None:
     common.redis_cleanup(TM_PREFIX)
 
 
-def _cpu(process: Any) -> float:
-    import psutil
-
-    try:
-        times = process.cpu_times()
-    except psutil.Error:
-        return 0.0
-    return float(times.user + times.system)
-
-
 def _cpu_snapshot(workers: list[subprocess.Popen[bytes]]) -> dict[int, tuple[str, float]]:
     """CPU seconds so far, by pid, of the workers' process trees, of the PostgreSQL backends
     connected to this run's database (not the server's other sessions: the machine is shared)
@@ -245,13 +236,13 @@ def _cpu_snapshot(workers: list[subprocess.Popen[bytes]]) -> dict[int, tuple[str
             tree = [main, *main.children(recursive=True)]
         except psutil.Error:
             continue
-        snapshot.update({p.pid: ("worker", _cpu(p)) for p in tree})
+        snapshot.update({p.pid: ("worker", worker_cpu.cpu_seconds(p)) for p in tree})
     for proc in psutil.process_iter(["name", "cmdline"]):
         name = proc.info["name"] or ""
         if name == "postgres" and DB in " ".join(proc.info["cmdline"] or []):
-            snapshot[proc.pid] = ("postgres", _cpu(proc))
+            snapshot[proc.pid] = ("postgres", worker_cpu.cpu_seconds(proc))
         elif name.startswith("redis-server"):
-            snapshot[proc.pid] = ("redis", _cpu(proc))
+            snapshot[proc.pid] = ("redis", worker_cpu.cpu_seconds(proc))
     return snapshot
 
 

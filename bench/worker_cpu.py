@@ -33,7 +33,8 @@ def _machine() -> tuple[int, int]:
     return sum(fields), fields[3] + fields[4]
 
 
-def _cpu(process: Any) -> float:
+def cpu_seconds(process: Any) -> float:
+    """A process's user and system CPU seconds so far; 0 for one that is gone."""
     import psutil
 
     try:
@@ -47,12 +48,20 @@ def _snapshot(worker: subprocess.Popen[bytes]) -> dict[str, float]:
     import psutil
 
     main = psutil.Process(worker.pid)
-    pool = sum(_cpu(p) for p in main.children(recursive=True))
+    pool = sum(cpu_seconds(p) for p in main.children(recursive=True))
     postgres = sum(
-        _cpu(p) for p in psutil.process_iter(["name"]) if (p.info["name"] or "") == "postgres"
+        cpu_seconds(p)
+        for p in psutil.process_iter(["name"])
+        if (p.info["name"] or "") == "postgres"
     )
     total, idle = _machine()
-    return {"main": _cpu(main), "pool": pool, "postgres": postgres, "total": total, "idle": idle}
+    return {
+        "main": cpu_seconds(main),
+        "pool": pool,
+        "postgres": postgres,
+        "total": total,
+        "idle": idle,
+    }
 
 
 class Window:

@@ -11,6 +11,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
@@ -104,6 +106,21 @@ class ItemFormSet(forms.BaseInlineFormSet):
     above the items of a saved subscription."""
 
     change_note = ""
+
+    def clean(self) -> None:
+        """The new items must fit the subscription (``services.check_items_fit``): refused
+        here, on the page, rather than when they are saved."""
+        super().clean()
+        adding = [
+            form.instance
+            for form in self.extra_forms
+            if form.has_changed() and form.is_valid() and not self._should_delete_form(form)
+        ]
+        existing = list(self.instance.items.all()) if self.instance.pk else []
+        try:
+            services.check_items_fit(existing=existing, adding=adding)
+        except ValidationError as exc:
+            raise ValidationError(exc.messages) from None
 
     def save_new(self, form: Any, commit: bool = True) -> Any:
         item = super().save_new(form, commit=False)
@@ -473,6 +490,18 @@ class OrderAdmin(ReadOnlyAdmin):
         return _when(order.period_start)
 
 
+class BoundedDates(ChangeList):
+    """Django reads a date drill-down (``?due_at__year=…``) with ``int()`` and builds a date
+    from it; a year of twenty digits overflows instead of failing as a bad parameter. Here it
+    is one, which Django answers with the unfiltered list (``?e=1``), as for ``year=abc``."""
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        try:
+            return super().get_filters(request)
+        except OverflowError as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+
 @admin.register(DueBatch)
 class DueBatchAdmin(ReadOnlyAdmin):
     """Read-only: the batches whose engine jobs run subscription jobs (the engine's Jobs
@@ -484,6 +513,9 @@ class DueBatchAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).annotate(job_count=Count("jobs"))
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return BoundedDates
 
     @admin.display(description="jobs", ordering="job_count")
     def job_count(self, batch: Any) -> int:

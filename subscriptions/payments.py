@@ -156,9 +156,15 @@ def script_customer(*, customer: str, declines: int = 0, errors: int = 0) -> Gat
     next ``errors`` calls (replacing any earlier script)."""
     if not (customer or "").strip():
         raise ValidationError({"customer": "is required"})
-    for name, value in (("decline", declines), ("error", errors)):
-        if value < 0:
-            raise ValidationError({name: f"{value} is negative"})
+    wanted = GatewayScript(customer=customer, declines_left=declines, errors_left=errors)
+    try:
+        # The model's rules (the admin's too); the row is then written by its customer.
+        wanted.full_clean(validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        names = {"declines_left": "decline", "errors_left": "error"}
+        raise ValidationError(
+            {names.get(field, field): messages for field, messages in exc.error_dict.items()}
+        ) from None
     script, _ = GatewayScript.objects.update_or_create(
         customer=customer, defaults={"declines_left": declines, "errors_left": errors}
     )

@@ -46,6 +46,7 @@ from subscriptions.models import (
     ENDED,
     FAILING,
     JOB_RUNNABLE,
+    MAX_PERIOD_NUMBER,
     RENEWABLE,
     JobAction,
     JobStatus,
@@ -60,6 +61,7 @@ from subscriptions.models import (
     UnhandledAction,
     next_counter,
 )
+from subscriptions.periods import PeriodError
 from subscriptions.services import done, idempotency_key
 
 logger = logging.getLogger("subscriptions")
@@ -269,6 +271,10 @@ def _begin(
                 logger.warning("renewal.lost_attempt job=%s parameter=%s", job.pk, job.parameter)
                 job.retry_count += 1
             try:
+                if number + 1 > MAX_PERIOD_NUMBER:
+                    raise PeriodError(
+                        "period", f"{number + 1} is past the last one, {MAX_PERIOD_NUMBER:,}"
+                    )
                 start, end = subscription.period_bounds(number)
                 following, _ = subscription.period_bounds(number + 1)
             except SoftTimeLimitExceeded:

@@ -27,6 +27,8 @@ from subscriptions.models import (
     ENDED,
     JOB_PENDING,
     JOB_RUNNABLE,
+    MAX_ITEMS,
+    MAX_PERIOD_AMOUNT,
     RENEWABLE,
     JobAction,
     JobStatus,
@@ -39,6 +41,7 @@ from subscriptions.models import (
     SubscriptionJob,
     SubscriptionStatus,
     UnhandledAction,
+    one_line,
     step_done,
 )
 
@@ -117,10 +120,12 @@ def create_subscription(
     try:
         subscription.full_clean()
     except ValidationError as exc:
-        errors.update(exc.message_dict)
+        # Kept as errors, not texts (as the items' below).
+        for field, messages in exc.error_dict.items():
+            errors.setdefault(field, []).extend(messages)
     if not items:
         errors["item"] = ["at least one item is required"]
-    rows = []
+    rows: list[SubscriptionItem] = []
     for spec in items:
         item = SubscriptionItem(
             subscription=subscription,
@@ -136,6 +141,11 @@ def create_subscription(
             for field, messages in exc.error_dict.items():
                 errors.setdefault(field, []).extend(messages)
         rows.append(item)
+    if not errors:
+        try:
+            check_items_fit(existing=[], adding=rows)
+        except ValidationError as exc:
+            errors.update(exc.error_dict)
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -167,6 +177,7 @@ def add_item(*, item: SubscriptionItem, now: datetime) -> SubscriptionItem:
         item.subscription = subscription
         item.applies_from = next_period_for_changes(subscription=subscription, now=now)
         item.full_clean()
+        check_items_fit(existing=list(subscription.items.all()), adding=[item])
         item.save()
     logger.info(
         "subscription.item_added subscription=%s sku=%s applies_from=%s",
@@ -175,6 +186,34 @@ def add_item(*, item: SubscriptionItem, now: datetime) -> SubscriptionItem:
         item.applies_from,
     )
     return item
+
+
+def check_items_fit(
+    *, existing: Sequence[SubscriptionItem], adding: Sequence[SubscriptionItem]
+) -> None:
+    """Refuse items that would give a subscription more than ``MAX_ITEMS`` items, or make a
+    period cost more than ``MAX_PERIOD_AMOUNT`` (the command line, the admin's items and
+    ``add_item`` all ask here).
+
+    Items are never removed, and each applies from its period on, so the periods to come cost
+    the sum of every item: that sum is what must fit an order's amount.
+    """
+    items = [*existing, *adding]
+    if len(items) > MAX_ITEMS:
+        raise ValidationError(
+            {"item": f"{len(items)} items; a subscription has at most {MAX_ITEMS}"}
+        )
+    total = sum(
+        (i.amount for i in items if i.quantity is not None and i.unit_price is not None),
+        Decimal(0),
+    )
+    if total > MAX_PERIOD_AMOUNT:
+        raise ValidationError(
+            {
+                "item": f"the items come to {total} a period; one period costs at most "
+                f"{MAX_PERIOD_AMOUNT:,}"
+            }
+        )
 
 
 def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJob:
@@ -380,7 +419,7 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
             )
             Subscription.objects.filter(pk=job.subscription_id, status__in=RENEWABLE).exclude(
                 status=SubscriptionStatus.NEEDS_ATTENTION
-            ).update(status=SubscriptionStatus.PAST_DUE, attention_reason=reason[:1000])
+            ).update(status=SubscriptionStatus.PAST_DUE, attention_reason=_reason(reason))
             outcome = "retry"
         else:
             values: dict[str, Any] = {"status": JobStatus.FAILED, "last_error": error}
@@ -394,7 +433,7 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
             job.change(now=now, **values)
             reason = f"{job.action} job {job.pk} failed after {job.retry_count} retries: {error}"
             Subscription.objects.filter(pk=job.subscription_id, status__in=RENEWABLE).update(
-                status=SubscriptionStatus.NEEDS_ATTENTION, attention_reason=reason[:1000]
+                status=SubscriptionStatus.NEEDS_ATTENTION, attention_reason=_reason(reason)
             )
             outcome = "failed"
     if outcome == "failed":
@@ -406,10 +445,19 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
     return outcome
 
 
+#: The longest error kept on a job or a subscription.
+MAX_REASON = 1000
+
+
 def describe_error(exc: BaseException) -> str:
     """An attempt's error as it is kept and shown: its kind and its message (a decline says
-    the gateway's reply)."""
-    return f"{type(exc).__name__}: {exc}"
+    the gateway's reply), as one line of at most ``MAX_REASON`` characters, whatever the
+    message held (a database error's several lines, a gateway's control characters)."""
+    return one_line(f"{type(exc).__name__}: {exc}", limit=MAX_REASON)
+
+
+def _reason(text: str) -> str:
+    return one_line(text, limit=MAX_REASON)
 
 
 def _move(job: SubscriptionJob, *, at: datetime, now: datetime, **values: Any) -> None:
@@ -454,12 +502,13 @@ def _pause_engine_jobs(jobs: Sequence[SubscriptionJob], *, reason: str) -> None:
 
 
 def get_subscription(subscription_id: Any) -> Subscription:
+    shown = str(subscription_id)
+    if not shown.isascii() or not shown.lstrip("-").isdigit():
+        shown = repr(subscription_id)  # whatever was typed, on one line
     try:
         return Subscription.objects.get(pk=int(subscription_id))
-    except (Subscription.DoesNotExist, TypeError, ValueError):
-        raise ValidationError(
-            {"subscription": f"no subscription with id {subscription_id}"}
-        ) from None
+    except (Subscription.DoesNotExist, TypeError, ValueError, OverflowError):
+        raise ValidationError({"subscription": f"no subscription with id {shown}"}) from None
 
 
 def cancel_subscription(

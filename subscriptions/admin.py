@@ -1,8 +1,12 @@
 """The admin: subscriptions with their orders and jobs, subscription jobs, the test gateway.
 
-Actions call one service per row and report counts. A subscription job's form carries the
-optimistic counter it was read with; saving it is conditional on that counter, so an edit
-that raced the scheduler is refused with the reason instead of overwriting the run's state.
+Actions call one service per row and report counts. Ledgers (orders, the gateway's charges)
+are read-only for everyone, superusers included: no page adds, changes or deletes them, and
+no subscription is deleted, since that would delete its orders. A subscription job offers only
+the fields an operator may edit (``models.OPERATOR_FIELDS``: none on a renewal); its form
+carries the optimistic counter it was read with, and saving it is conditional on that counter,
+so an edit that raced the scheduler is refused with the reason instead of overwriting the
+run's state.
 """
 
 from __future__ import annotations
@@ -249,6 +253,9 @@ class SubscriptionAdmin(admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         return self.fields if obj is not None else self.fields[:-1]
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # its orders would go with it: cancel it instead
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         # What a subscription is cannot change once it bills; status changes by actions.
         if obj is None:
@@ -356,14 +363,14 @@ class SubscriptionAdmin(admin.ModelAdmin):
 
 
 class SubscriptionJobForm(forms.ModelForm):
-    """Carries the counter the page was rendered with; a save is conditional on it."""
+    """Carries the counter the page was rendered with; a save is conditional on it. The
+    fields beside it are the job's operator fields (``SubscriptionJobAdmin.get_fields``)."""
 
     opt_counter = forms.IntegerField(widget=forms.HiddenInput)
 
     class Meta:
         model = SubscriptionJob
-        # ``custom_decimal`` is read-only: a record of the order's amount, never charged.
-        fields = ("parameter", "custom_integer", "custom_text", "opt_counter")
+        fields = ("opt_counter",)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -395,7 +402,8 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
     search_fields = ("subscription__customer",)
     list_select_related = ("subscription",)
     actions = ("retry_now",)
-    readonly_fields = (
+    #: Every column, in the seed's order; only a job's operator fields are editable.
+    shown = (
         "scheduled_id",
         "subscription",
         "action",
@@ -406,19 +414,36 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
         "retry_count",
         "last_error",
         "batch",
-        "custom_decimal",  # a copy of the order's amount; the charge never reads it
-    )
-    fields = (
-        *readonly_fields,
-        "parameter",
+        "step",
         "custom_integer",
+        "custom_decimal",  # a copy of the order's amount; the charge never reads it
         "custom_text",
-        "opt_counter",
     )
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        if obj is not None and obj.operator_fields():
+            return (*self.shown, "opt_counter")
+        return self.shown
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        editable = obj.operator_fields() if obj is not None else ()
+        return tuple(name for name in self.shown if name not in editable)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and not obj.operator_fields():
+            return False  # a renewal: nothing on it is edited by hand (its page is a view)
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a job is stopped by cancelling its subscription, never deleted
 
     @admin.display(description="status", ordering="status")
     def status_name(self, job: SubscriptionJob) -> str:
         return _status(job)
+
+    @admin.display(description="last step (parameter)")
+    def step(self, job: SubscriptionJob) -> str:
+        return _step(job.parameter)
 
     @admin.display(description="subscription", ordering="subscription_id")
     def customer(self, job: SubscriptionJob) -> str:
@@ -441,8 +466,9 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
         return False  # jobs are placed by subscriptions, never by hand
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        values = {name: form.cleaned_data[name] for name in obj.operator_fields()}
         try:
-            obj.save(update_fields=["parameter", "custom_integer", "custom_text"])
+            services.edit_job(job=obj, values=values, now=timezone.now())
         except StaleJob as exc:  # lost a race after the form was checked
             self.message_user(request, str(exc), level=messages.ERROR)
 
@@ -464,7 +490,10 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows that only the app's own services write: the admin shows them and changes nothing."""
+    """Rows that only the app's own services write: the admin shows them and changes nothing,
+    for superusers too (these answer before Django's superuser shortcut), so no add, change or
+    delete page and no delete action exists for them. Only history retention removes a
+    ledger's rows."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -531,17 +560,11 @@ class DueBatchAdmin(ReadOnlyAdmin):
 
 
 @admin.register(GatewayCharge)
-class GatewayChargeAdmin(admin.ModelAdmin):
+class GatewayChargeAdmin(ReadOnlyAdmin):
     """The test gateway's record of charges: read-only, as a bank statement is."""
 
     list_display = ("reference", "customer", "amount", "idempotency_key", "created_at")
     search_fields = ("customer", "idempotency_key", "reference")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(GatewayScript)

@@ -406,6 +406,22 @@ def step_done(parameter: str, step: JobStep) -> bool:
     ) >= RENEWAL_STEPS.index(step)
 
 
+#: What an operator may edit on a subscription job, by action: the admin's job page offers
+#: these fields and no others, and ``services.edit_job`` refuses any other.
+#:
+#: Nothing on a renewal (CreateChildOrder): its step (``parameter``) says whether the money
+#: was taken, field 1 which period is ordered and charged, field 3 which charge confirms the
+#: order, field 2 is a copy of the amount. Each is the run's own record, and money depends on
+#: each; what an operator does to a renewal is *Retry now*, or cancelling its subscription.
+#: On a Cancel or an Expire, fields 1 and 3 are the seed's customizable columns, which no code
+#: here reads: a number and a note for the operator's own use.
+OPERATOR_FIELDS: dict[str, tuple[str, ...]] = {
+    JobAction.CREATE_CHILD_ORDER: (),
+    JobAction.CANCEL: ("custom_integer", "custom_text"),
+    JobAction.EXPIRE: ("custom_integer", "custom_text"),
+}
+
+
 class UnhandledAction(Exception):
     """A subscription job whose action no code runs: refused, never guessed at."""
 
@@ -492,7 +508,11 @@ class SubscriptionJob(models.Model):
         "after it.",
     )
     custom_integer = models.IntegerField(
-        "field 1 (integer)", null=True, blank=True, help_text="CreateChildOrder: period number."
+        "field 1 (integer)",
+        null=True,
+        blank=True,
+        help_text="CreateChildOrder: the period number (not editable); otherwise an operator's "
+        "number.",
     )
     custom_decimal = models.DecimalField(
         "field 2 (decimal)",
@@ -509,7 +529,8 @@ class SubscriptionJob(models.Model):
         blank=True,
         default="",
         validators=[validate_plain_text],
-        help_text="CreateChildOrder: the charge reference; otherwise a note.",
+        help_text="CreateChildOrder: the gateway's charge reference (not editable); "
+        "otherwise an operator's note.",
     )
     retry_count = models.IntegerField(default=0)
     last_error = models.TextField(
@@ -567,6 +588,10 @@ class SubscriptionJob(models.Model):
         _aware(self.action_date, "action_date", errors)
         if errors:
             raise ValidationError(errors)
+
+    def operator_fields(self) -> tuple[str, ...]:
+        """The fields an operator may edit on this job (``OPERATOR_FIELDS``)."""
+        return OPERATOR_FIELDS.get(self.action, ())
 
     def change(self, *, now: datetime, **values: Any) -> SubscriptionJob:
         """``UPDATE … SET …, opt_counter = next WHERE scheduled_id = ? AND opt_counter = read``.

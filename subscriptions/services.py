@@ -564,6 +564,33 @@ def cancel_subscription(
     return subscription
 
 
+def edit_job(*, job: SubscriptionJob, values: dict[str, Any], now: datetime) -> SubscriptionJob:
+    """An operator's edit of a job read with its optimistic counter: only the fields
+    ``SubscriptionJob.operator_fields`` names, validated, written conditionally on that
+    counter (``StaleJob`` when the job moved on since it was read).
+
+    A renewal's step, period and charge reference are never edited by hand: money depends on
+    each (``models.OPERATOR_FIELDS`` says why), so they are refused here, whoever asks.
+    """
+    allowed = job.operator_fields()
+    refused = sorted(set(values) - set(allowed))
+    if refused:
+        raise ValidationError(
+            {
+                name: f"is not edited by hand on a {job.action} job (editable: "
+                f"{', '.join(allowed) or 'nothing'})"
+                for name in refused
+            }
+        )
+    for name, value in values.items():
+        setattr(job, name, value)
+    others = [f.name for f in SubscriptionJob._meta.fields if f.name not in values]
+    job.full_clean(exclude=others, validate_unique=False, validate_constraints=False)
+    job.change(now=now, **values)
+    logger.info("subscription_job.edited job=%s fields=%s", job.pk, ",".join(sorted(values)))
+    return job
+
+
 def retry_job_now(*, job_id: int, now: datetime) -> SubscriptionJob:
     """Run a failed job once more, now (its retry count is kept: one more failure fails it)."""
     job = SubscriptionJob.objects.filter(pk=job_id).first()

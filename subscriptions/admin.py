@@ -30,6 +30,7 @@ from subscriptions.models import (
     FAILING,
     DueBatch,
     GatewayCharge,
+    GatewayDecline,
     GatewayScript,
     JobStatus,
     JobStep,
@@ -565,6 +566,14 @@ class GatewayChargeAdmin(ReadOnlyAdmin):
 
     list_display = ("reference", "customer", "amount", "idempotency_key", "created_at")
     search_fields = ("customer", "idempotency_key", "reference")
+
+
+@admin.register(GatewayDecline)
+class GatewayDeclineAdmin(ReadOnlyAdmin):
+    """The test gateway's record of declined charges: read-only, as its charges are."""
+
+    list_display = ("idempotency_key", "customer", "amount", "reason", "created_at")
+    search_fields = ("customer", "idempotency_key")
 
 
 @admin.register(GatewayScript)

@@ -422,7 +422,12 @@ OPERATOR_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-class UnhandledAction(Exception):
+class NeedsOperator(Exception):
+    """A failure no retry can mend: the job fails at once (status 2) and its subscription
+    needs attention, with the reason."""
+
+
+class UnhandledAction(NeedsOperator):
     """A subscription job whose action no code runs: refused, never guessed at."""
 
 
@@ -634,6 +639,27 @@ class GatewayCharge(models.Model):
 
     def __str__(self) -> str:
         return f"charge {self.reference} {self.amount} ({self.customer})"
+
+
+class GatewayDecline(models.Model):
+    """The test gateway's record of every charge it declined, by idempotency key: what its
+    ``find_charge`` answers for a key that has no accepted charge (a real gateway keeps the
+    same, as a failed payment)."""
+
+    idempotency_key = models.CharField(max_length=255)
+    customer = models.CharField(max_length=100)
+    amount = models.DecimalField(max_digits=20, decimal_places=5)
+    reason = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # find_charge: the latest decline of a key that has no accepted charge.
+            models.Index(fields=["idempotency_key", "-created_at"], name="gatewaydecline_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"decline {self.amount} ({self.customer}): {self.reason}"
 
 
 #: The most calls the test gateway can be told to decline or fail in a row.

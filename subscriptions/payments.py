@@ -5,13 +5,20 @@ returns the first charge's reference (``replayed=True``) and takes nothing, as S
 idempotent requests do. That is what makes a retried or duplicated renewal safe even when the
 worker died after the money moved and before the renewal could write that down.
 
+A gateway also answers what happened under a key (``find_charge``): charged (with the
+reference, customer and amount), declined, or not charged. A renewal that resumes past its
+charge step asks it rather than trusting its own record, so money follows the gateway: a step
+or a reference written behind the app's back confirms nothing the gateway did not take.
+
 The test gateway keeps its own tables (``GatewayCharge``: every accepted charge;
-``GatewayScript``: per customer, decline the next N charges or fail the next N calls) and
-commits on its own, outside the caller's transaction, as a remote service would.
+``GatewayDecline``: every declined one; ``GatewayScript``: per customer, decline the next N
+charges or fail the next N calls) and commits on its own, outside the caller's transaction,
+as a remote service would.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import uuid
 from dataclasses import dataclass
@@ -25,7 +32,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from subscriptions import conf, sql
-from subscriptions.models import GatewayCharge, GatewayScript
+from subscriptions.models import GatewayCharge, GatewayDecline, GatewayScript, NeedsOperator
 
 logger = logging.getLogger("subscriptions")
 
@@ -38,16 +45,58 @@ class GatewayError(Exception):
     """The gateway could not be reached or answered with an error; nothing was charged."""
 
 
+class ChargeMismatch(NeedsOperator):
+    """The gateway took money under a period's key, but not that period's amount from that
+    customer: no retry mends it, an operator looks (the job fails, the order stays unpaid)."""
+
+
 @dataclass(frozen=True)
 class ChargeResult:
     reference: str
     replayed: bool = False
 
 
+class ChargeState(enum.StrEnum):
+    """What a gateway says happened under an idempotency key (``Gateway.find_charge``)."""
+
+    CHARGED = "charged"  # the money was taken: reference, customer and amount say how much
+    DECLINED = "declined"  # the last charge under the key was declined; nothing was taken
+    NOT_CHARGED = "not_charged"  # nothing under the key: no charge was made, or it never arrived
+
+
+@dataclass(frozen=True)
+class ChargeLookup:
+    """A gateway's answer about one idempotency key."""
+
+    state: ChargeState
+    reference: str = ""
+    customer: str = ""
+    amount: Decimal | None = None
+    reason: str = ""  # a decline: the gateway's reply
+
+    def confirms(self, *, customer: str, amount: Decimal, key: str) -> bool:
+        """Whether this answer proves ``amount`` was taken from ``customer`` under ``key``:
+        True when charged, False when nothing was taken. A charge for another amount or
+        customer proves nothing and is refused (``ChargeMismatch``)."""
+        if self.state != ChargeState.CHARGED:
+            return False
+        if self.amount != amount or self.customer != customer:
+            raise ChargeMismatch(
+                f"the gateway charged {self.amount} to {self.customer} under {key!r} "
+                f"({self.reference}); the order is for {amount} from {customer}"
+            )
+        return True
+
+
 class Gateway(Protocol):
     def charge(self, *, customer: str, amount: Decimal, idempotency_key: str) -> ChargeResult:
         """Take ``amount`` from ``customer`` once per ``idempotency_key``; raise
         ``PaymentDeclined`` or ``GatewayError`` when nothing was taken."""
+        ...
+
+    def find_charge(self, *, idempotency_key: str) -> ChargeLookup:
+        """What happened under ``idempotency_key``: charged, declined or not charged. Takes
+        nothing; raise ``GatewayError`` when the gateway cannot answer."""
         ...
 
 
@@ -67,6 +116,30 @@ class TestGateway:
         except IntegrityError:
             # The same key raced in from another process and won: replay its charge.
             return self._charge(customer=customer, amount=amount, key=idempotency_key)
+
+    def find_charge(self, *, idempotency_key: str) -> ChargeLookup:
+        """From its own records: the accepted charge of the key, else its latest decline."""
+        charge = GatewayCharge.objects.filter(idempotency_key=idempotency_key).first()
+        if charge is not None:
+            return ChargeLookup(
+                ChargeState.CHARGED,
+                reference=charge.reference,
+                customer=charge.customer,
+                amount=charge.amount,
+            )
+        declined = (
+            GatewayDecline.objects.filter(idempotency_key=idempotency_key)
+            .order_by("-created_at", "-pk")
+            .first()
+        )
+        if declined is not None:
+            return ChargeLookup(
+                ChargeState.DECLINED,
+                customer=declined.customer,
+                amount=declined.amount,
+                reason=declined.reason,
+            )
+        return ChargeLookup(ChargeState.NOT_CHARGED)
 
     def _charge(self, *, customer: str, amount: Decimal, key: str) -> ChargeResult:
         if not sql.postgres():
@@ -90,6 +163,8 @@ class TestGateway:
                 GatewayScript.objects.filter(customer=customer).update(
                     **{field: F(field) - 1}, updated_at=timezone.now()
                 )
+                if outcome == "declined":
+                    _record_decline(customer=customer, amount=amount, key=key)
         if not outcome:
             raise IntegrityError(f"idempotency key {key!r} was inserted meanwhile")
         raise _failure(outcome, customer)
@@ -113,6 +188,7 @@ class TestGateway:
             elif script is not None and script.declines_left > 0:
                 script.declines_left -= 1
                 script.save(update_fields=["declines_left", "updated_at"])
+                _record_decline(customer=customer, amount=amount, key=key)
                 outcome = "declined"
             else:
                 charge = GatewayCharge.objects.create(
@@ -120,6 +196,15 @@ class TestGateway:
                 )
                 return ChargeResult(charge.reference)
         raise _failure(outcome, customer)  # its countdown is committed first
+
+
+def _record_decline(*, customer: str, amount: Decimal, key: str) -> None:
+    GatewayDecline.objects.create(
+        idempotency_key=key,
+        customer=customer,
+        amount=amount,
+        reason=str(_failure("declined", customer))[:255],
+    )
 
 
 def _reference() -> str:

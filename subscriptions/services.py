@@ -33,6 +33,7 @@ from subscriptions.models import (
     JobAction,
     JobStatus,
     JobStep,
+    NeedsOperator,
     Order,
     OrderLine,
     OrderStatus,
@@ -388,7 +389,8 @@ def end_subscription(job: SubscriptionJob, *, clock: Callable[[], datetime]) -> 
 def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
     """A failed attempt of one job: RETRY with retry count + 1, placed again after the
     action's delay, its subscription ``past_due`` with the error; or FAILED past the maximum
-    (at once for an action no code handles), with its subscription flagged as needing
+    (at once for what no retry mends, ``NeedsOperator``: an action no code handles, a charge
+    the gateway took for another amount), with its subscription flagged as needing
     attention. The error is kept on the job (``last_error``) and on the subscription
     (``attention_reason``). Returns "retry", "failed", or "finished" (done meanwhile:
     nothing to record)."""
@@ -402,7 +404,7 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
         if job.status not in JOB_RUNNABLE:
             return "finished"  # cancelled, or completed by another run, meanwhile
         error = describe_error(exc)
-        retryable = not isinstance(exc, UnhandledAction)
+        retryable = not isinstance(exc, NeedsOperator)
         if retryable and job.retry_count < conf.max_retries(job.action):
             later = now + timedelta(seconds=conf.retry_delay(job.action))
             _move(

@@ -1,11 +1,11 @@
 """Ledgers are append-only from the admin for everyone, and money never follows a form.
 
-Orders and the gateway's charges are read by every user who may view them and written by
-nobody: no add, change or delete page answers, GET or POST, and no delete action is offered,
-for a staff user with every permission and for a superuser alike. A subscription is never
-deleted (its orders would go with it). A renewal's step, period and charge reference are not
-editable by anyone: a renewal's page is a view; only a Cancel's or an Expire's own number and
-note are an operator's to edit (``models.OPERATOR_FIELDS``).
+Orders and the gateway's charges (and the test gateway's declines) are read by every user who
+may view them and written by nobody: no add, change or delete page answers, GET or POST, and
+no delete action is offered, for a staff user with every permission and for a superuser
+alike. A subscription is never deleted (its orders would go with it). A renewal's step, period
+and charge reference are not editable by anyone: a renewal's page is a view; only a Cancel's
+or an Expire's own number and note are an operator's to edit (``models.OPERATOR_FIELDS``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from django.urls import reverse
 from subscriptions import payments, services
 from subscriptions.models import (
     GatewayCharge,
+    GatewayDecline,
     JobStatus,
     JobStep,
     Order,
@@ -48,13 +49,17 @@ def operator(request: pytest.FixtureRequest, django_user_model: Any) -> Client:
 
 @pytest.fixture
 def ledger(make_subscription: Any, now: Any) -> dict[str, Any]:
-    """A subscription with a paid period: its child order and the gateway's charge."""
+    """A subscription with a paid period (its child order and the gateway's charge), and one
+    whose card was declined."""
     subscription = make_subscription()
-    run_inline(pending_job(subscription), at=now)
+    make_subscription(customer="bob")
+    payments.script_customer(customer="bob", declines=1)
+    assert run_inline(pending_job(subscription), at=now) == {"renewed": 1, "retry": 1}
     return {
         "subscription": subscription,
         "order": Order.objects.get(subscription=subscription, period_number=0),
         "gatewaycharge": GatewayCharge.objects.get(),
+        "gatewaydecline": GatewayDecline.objects.get(),
     }
 
 
@@ -62,7 +67,7 @@ def url(name: str, view: str, *args: Any) -> str:
     return reverse(f"admin:subscriptions_{name}_{view}", args=args)
 
 
-@pytest.mark.parametrize("name", ["order", "gatewaycharge"])
+@pytest.mark.parametrize("name", ["order", "gatewaycharge", "gatewaydecline"])
 def test_ledger_rows_are_read_by_everyone_and_written_by_no_one(
     operator: Client, ledger: dict[str, Any], name: str
 ) -> None:

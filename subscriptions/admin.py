@@ -22,7 +22,7 @@ from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from scheduling.api import ago, describe_interval, instant
 from subscriptions import services
@@ -248,11 +248,12 @@ class SubscriptionAdmin(admin.ModelAdmin):
         "attention_reason",
         "anchor",
         "cancelled_at",
+        "skipped",
         "history",
     )
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        return self.fields if obj is not None else self.fields[:-1]
+        return self.fields if obj is not None else self.fields[:-2]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # its orders would go with it: cancel it instead
@@ -274,6 +275,20 @@ class SubscriptionAdmin(admin.ModelAdmin):
             return "-"
         return format_html(
             '<span title="{}">{}</span>', reason, reason if len(reason) < 60 else reason[:59] + "…"
+        )
+
+    @admin.display(description="skipped periods")
+    def skipped(self, subscription: Subscription) -> str:
+        """Periods that started while it was failing: neither ordered nor charged."""
+        rows = [
+            (r.first_period, r.last_period, instant(r.starts_at), instant(r.ends_at), r.reason)
+            for r in subscription.skipped_periods.order_by("-first_period")[:LATEST]
+        ]
+        if not rows:
+            return "-"
+        return format_html(
+            '<ul class="skipped-periods">{}</ul>',
+            format_html_join("", "<li>periods {} to {} ({} to {}): {}</li>", rows),
         )
 
     @admin.display(description="all orders and jobs")

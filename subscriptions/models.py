@@ -372,6 +372,39 @@ class OrderLine(models.Model):
         return self.unit_price * self.quantity
 
 
+class SkippedPeriods(models.Model):
+    """Periods of a subscription that got no order and no charge because they started while
+    it was failing (past due, or needing attention): written when its renewal is paid at last
+    and it resumes with the first period that starts after that (``services.place_next``).
+
+    A failing subscription does not accumulate periods, so paying up never brings a burst of
+    catch-up charges (docs/subscriptions.md, *Past due: no catch-up*).
+    """
+
+    subscription = models.ForeignKey(
+        Subscription, on_delete=models.CASCADE, related_name="skipped_periods"
+    )
+    first_period = models.IntegerField()
+    last_period = models.IntegerField()
+    starts_at = models.DateTimeField(help_text="The first skipped period's start.")
+    ends_at = models.DateTimeField(help_text="The last skipped period's end.")
+    reason = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "skipped periods"
+        verbose_name_plural = "skipped periods"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(last_period__gte=models.F("first_period")),
+                name="skippedperiods_last_not_before_first",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"periods {self.first_period}-{self.last_period} skipped"
+
+
 class JobAction(models.TextChoices):
     CREATE_CHILD_ORDER = "CreateChildOrder", "CreateChildOrder"  # renew: order + charge
     CANCEL = "Cancel", "Cancel"  # end a subscription that is pending cancel

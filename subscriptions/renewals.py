@@ -508,11 +508,8 @@ def _confirm(
         for r in renewals:
             r.job.status, r.job.parameter = JobStatus.COMPLETED, JobStep.CONFIRM
         _write([r.job for r in renewals], now=now)
-        flagged = {
-            r.subscription.pk
-            for r in renewals
-            if subscriptions[r.subscription.pk].status in FAILING
-        }
+        was = {pk: subscription.status for pk, subscription in subscriptions.items()}
+        flagged = {r.subscription.pk for r in renewals if was[r.subscription.pk] in FAILING}
         if flagged:
             Subscription.objects.filter(pk__in=flagged).update(
                 status=SubscriptionStatus.ACTIVE, attention_reason=""
@@ -521,7 +518,9 @@ def _confirm(
                 subscriptions[pk].status = SubscriptionStatus.ACTIVE
         following = services.place_next(
             [
-                (subscriptions[r.subscription.pk], r.number + 1, r.next_start)
+                services.Paid(
+                    subscriptions[r.subscription.pk], r.number, r.next_start, was[r.subscription.pk]
+                )
                 for r in renewals
                 if subscriptions[r.subscription.pk].status == SubscriptionStatus.ACTIVE
                 and not r.already_paid

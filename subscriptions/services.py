@@ -25,6 +25,7 @@ from scheduling.api import jobs_for_row, pause
 from subscriptions import batches, conf, periods
 from subscriptions.models import (
     ENDED,
+    FAILING,
     JOB_PENDING,
     JOB_RUNNABLE,
     MAX_ITEMS,
@@ -37,6 +38,7 @@ from subscriptions.models import (
     Order,
     OrderLine,
     OrderStatus,
+    SkippedPeriods,
     Subscription,
     SubscriptionItem,
     SubscriptionJob,
@@ -322,13 +324,31 @@ def place_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[Subscr
     return saved
 
 
-def place_next(
-    due: Sequence[tuple[Subscription, int, datetime]], *, now: datetime
-) -> list[SubscriptionJob]:
-    """After confirmed renewals: for each (subscription, next period number, its start), the
-    CreateChildOrder of that period, or the Expire when it starts at or after the end date."""
+@dataclass(frozen=True)
+class Paid:
+    """A renewal just confirmed, for placing what comes after it (``place_next``)."""
+
+    subscription: Subscription
+    number: int  # the period it paid for
+    next_start: datetime  # the start of the period after it
+    was: str  # the subscription's status until this renewal confirmed
+
+
+def place_next(paid: Sequence[Paid], *, now: datetime) -> list[SubscriptionJob]:
+    """After confirmed renewals: for each, the CreateChildOrder of the period after the one
+    it paid, or the Expire when that period starts at or after the end date.
+
+    A subscription that was failing (past due, or needing attention) until this renewal does
+    not catch up: the periods that started while it failed are skipped and recorded
+    (``skip_while_failing``), and it resumes with the first period that starts after ``now``.
+    One that was active catches up period by period, as before: nothing refused its money.
+    """
     jobs = []
-    for subscription, number, start in due:
+    for renewal in paid:
+        subscription = renewal.subscription
+        number, start = renewal.number + 1, renewal.next_start
+        if renewal.was in FAILING and start <= now:
+            number, start = skip_while_failing(renewal, now=now)
         if subscription.ends_at is not None and start >= subscription.ends_at:
             jobs.append(
                 SubscriptionJob(
@@ -347,6 +367,46 @@ def place_next(
                 )
             )
     return place_jobs(jobs, now=now) if jobs else []
+
+
+def skip_while_failing(renewal: Paid, *, now: datetime) -> tuple[int, datetime]:
+    """The period a subscription that was failing resumes with, paid up at ``now``: the first
+    that starts after ``now``. The periods from the one after the paid period up to it (those
+    before the end date) are recorded as skipped; none gets an order or a charge. Returns the
+    resuming period's number and start (caller's transaction).
+    """
+    subscription = renewal.subscription
+    anchor, interval = subscription.anchor, subscription.period_interval
+    resumes = periods.period_containing(anchor, interval, now) + 1
+    last = resumes - 1
+    ends = periods.count_periods(anchor, interval, subscription.ends_at)
+    if ends is not None:
+        last = min(last, ends - 1)
+    first = renewal.number + 1
+    if last >= first:
+        until = subscription.period_bounds(last)[1]
+        if subscription.ends_at is not None:
+            until = min(until, subscription.ends_at)
+        SkippedPeriods.objects.create(
+            subscription=subscription,
+            first_period=first,
+            last_period=last,
+            starts_at=renewal.next_start,
+            ends_at=until,
+            reason=(
+                f"{SubscriptionStatus(renewal.was).label}: period {renewal.number} was paid "
+                f"at {now:%Y-%m-%d %H:%M:%S} UTC, after the periods that started meanwhile"
+            ),
+            created_at=now,
+        )
+        logger.info(
+            "renewal.periods_skipped subscription=%s first=%s last=%s resumes=%s",
+            subscription.pk,
+            first,
+            last,
+            resumes,
+        )
+    return resumes, subscription.period_bounds(resumes)[0]
 
 
 # --- run: what one job's turn in its batch does, apart from the set-based renewal steps ----

@@ -238,6 +238,11 @@ class Command(OneLineCommand):
             ),
             *(f"  job {self._job_line(j)}" for j in data["jobs"]),
             *(f"  charge {c['reference']} {c['amount']}" for c in data["charges"]),
+            *(
+                f"  skipped periods {k['first_period']}-{k['last_period']} ({k['starts_at']} to "
+                f"{k['ends_at']}): {k['reason']}"
+                for k in data["skipped"]
+            ),
         ]
         if data["attention_reason"]:
             lines.append(f"  needs attention: {data['attention_reason']}")

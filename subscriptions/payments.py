@@ -25,14 +25,20 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from subscriptions import conf, sql
-from subscriptions.models import GatewayCharge, GatewayDecline, GatewayScript, NeedsOperator
+from subscriptions.models import (
+    GatewayCharge,
+    GatewayDecline,
+    GatewayScript,
+    NeedsOperator,
+    one_line,
+)
 
 logger = logging.getLogger("subscriptions")
 
@@ -100,9 +106,49 @@ class Gateway(Protocol):
         ...
 
 
+#: What a gateway class must offer (``Gateway``).
+GATEWAY_METHODS = ("charge", "find_charge")
+
+
+class GatewayNotFound(ImproperlyConfigured):
+    """``SUBSCRIPTIONS_GATEWAY`` names nothing that can be imported."""
+
+
+class NotAGateway(ImproperlyConfigured):
+    """``SUBSCRIPTIONS_GATEWAY`` names something that is not a gateway class."""
+
+
+def gateway_class() -> type[Gateway]:
+    """The class ``SUBSCRIPTIONS_GATEWAY`` names, provided it is a gateway: a class with a
+    ``charge`` and a ``find_charge`` method. ``manage.py check`` asks this too."""
+    try:
+        path = conf.gateway_path()
+        found = import_string(path)
+    except ImproperlyConfigured as exc:
+        raise GatewayNotFound(str(exc)) from None
+    except Exception as exc:  # ImportError, or whatever the module raised while importing
+        reason = one_line(f"{type(exc).__name__}: {exc}", limit=200)
+        raise GatewayNotFound(
+            f"SUBSCRIPTIONS_GATEWAY: {path!r} cannot be imported ({reason}); it must be the "
+            f"dotted path of a gateway class, such as {conf.DEFAULT_GATEWAY}"
+        ) from None
+    missing = [name for name in GATEWAY_METHODS if not callable(getattr(found, name, None))]
+    if not isinstance(found, type) or missing:
+        lacks = (
+            f"it has no {' and no '.join(missing)} method"
+            if isinstance(found, type)
+            else f"not a class but a {type(found).__name__}"
+        )
+        raise NotAGateway(
+            f"SUBSCRIPTIONS_GATEWAY: {path!r} is not a gateway class ({lacks}); a gateway has "
+            f"{' and '.join(f'{name}()' for name in GATEWAY_METHODS)} (docs/subscriptions.md)"
+        )
+    return found
+
+
 def gateway() -> Gateway:
     """The configured gateway (``SUBSCRIPTIONS_GATEWAY``)."""
-    return import_string(conf.gateway_path())()
+    return gateway_class()()
 
 
 class TestGateway:

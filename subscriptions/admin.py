@@ -15,6 +15,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
@@ -231,8 +232,30 @@ def _step(parameter: str) -> str:
         return parameter
 
 
+class ModelAdmin(admin.ModelAdmin):
+    """Every page of this app: a list action posted with a selection that holds something
+    other than ids (a hand-made POST) is refused with a message and changes nothing, where
+    Django would filter by it as it came and answer 500."""
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        pk = self.model._meta.pk
+        try:
+            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                pk.to_python(value)
+        except ValidationError:
+            self.message_user(
+                request,
+                "The selection holds values that are not ids; nothing was done.",
+                level=messages.WARNING,
+            )
+            return None  # Django redirects back to the list
+        return super().response_action(request, queryset, *args, **kwargs)
+
+
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(ModelAdmin):
     # What decides a click; the dates are on the subscription's page.
     list_display = ("id", "customer", "status", "every", "last_error")
     list_filter = (NeedsAttentionFilter, "status")
@@ -410,7 +433,7 @@ class SubscriptionJobForm(forms.ModelForm):
 
 
 @admin.register(SubscriptionJob)
-class SubscriptionJobAdmin(admin.ModelAdmin):
+class SubscriptionJobAdmin(ModelAdmin):
     form = SubscriptionJobForm
     # What decides a click; the step, the counter and the batch are on the job's page.
     list_display = ("scheduled_id", "customer", "action", "due", "status_name", "error")
@@ -505,7 +528,7 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
             self.message_user(request, "; ".join(refused), level=messages.WARNING)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ModelAdmin):
     """Rows that only the app's own services write: the admin shows them and changes nothing,
     for superusers too (these answer before Django's superuser shortcut), so no add, change or
     delete page and no delete action exists for them. Only history retention removes a
@@ -592,5 +615,5 @@ class GatewayDeclineAdmin(ReadOnlyAdmin):
 
 
 @admin.register(GatewayScript)
-class GatewayScriptAdmin(admin.ModelAdmin):
+class GatewayScriptAdmin(ModelAdmin):
     list_display = ("customer", "declines_left", "errors_left", "updated_at")

@@ -323,6 +323,30 @@ def test_a_date_drill_down_out_of_range_shows_the_list_unfiltered(clerk: Client)
         assert response.status_code == 302 and response.url.endswith("?e=1")
 
 
+@pytest.mark.parametrize(
+    ("name", "action"),
+    [
+        ("subscription", "cancel_now"),
+        ("subscriptionjob", "retry_now"),
+        ("gatewayscript", "delete_selected"),
+    ],
+)
+def test_a_list_action_on_a_selection_that_is_not_ids_changes_nothing(
+    clerk: Client, make_subscription: Any, name: str, action: str
+) -> None:
+    subscription = make_subscription()
+    GatewayScript.objects.create(customer="alice", declines_left=1)
+    url = reverse(f"admin:subscriptions_{name}_changelist")
+    response = clerk.post(
+        url, {"action": action, "_selected_action": [str(subscription.pk), "1.5", "abc"]}
+    )
+    assert response.status_code == 302
+    shown = clerk.get(response.url).content.decode()
+    assert "The selection holds values that are not ids; nothing was done." in shown
+    assert Subscription.objects.get(pk=subscription.pk).status == SubscriptionStatus.ACTIVE
+    assert GatewayScript.objects.count() == 1
+
+
 def test_a_renewal_past_the_last_period_number_fails_alone(
     make_subscription: Any, now: Any, settings: Any
 ) -> None:

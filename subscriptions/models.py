@@ -188,9 +188,11 @@ class Subscription(models.Model):
             number = self.first_period
             self.period_bounds(number + 1)
         except (OverflowError, ValueError):
-            # The interval's fault when even a period starting now would not fit.
+            # The interval's fault when even a period starting at creation would not fit.
             try:
-                periods.period_bounds(timezone.now(), self.period_interval, 1)
+                periods.period_bounds(
+                    self.created_at or timezone.now(), self.period_interval, 1
+                )
             except (OverflowError, ValueError):
                 errors["interval"] = (
                     f"{self.interval!r} ends the first period after the year 9999"

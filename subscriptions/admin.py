@@ -1,8 +1,12 @@
 """The admin: subscriptions with their orders and jobs, subscription jobs, the test gateway.
 
-Actions call one service per row and report counts. A subscription job's form carries the
-optimistic counter it was read with; saving it is conditional on that counter, so an edit
-that raced the scheduler is refused with the reason instead of overwriting the run's state.
+Actions call one service per row and report counts. Ledgers (orders, the gateway's charges)
+are read-only for everyone, superusers included: no page adds, changes or deletes them, and
+no subscription is deleted, since that would delete its orders. A subscription job offers only
+the fields an operator may edit (``models.OPERATOR_FIELDS``: none on a renewal); its form
+carries the optimistic counter it was read with, and saving it is conditional on that counter,
+so an edit that raced the scheduler is refused with the reason instead of overwriting the
+run's state.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from scheduling.api import ago, describe_interval, instant
 from subscriptions import services
@@ -24,6 +31,7 @@ from subscriptions.models import (
     FAILING,
     DueBatch,
     GatewayCharge,
+    GatewayDecline,
     GatewayScript,
     JobStatus,
     JobStep,
@@ -104,6 +112,21 @@ class ItemFormSet(forms.BaseInlineFormSet):
     above the items of a saved subscription."""
 
     change_note = ""
+
+    def clean(self) -> None:
+        """The new items must fit the subscription (``services.check_items_fit``): refused
+        here, on the page, rather than when they are saved."""
+        super().clean()
+        adding = [
+            form.instance
+            for form in self.extra_forms
+            if form.has_changed() and form.is_valid() and not self._should_delete_form(form)
+        ]
+        existing = list(self.instance.items.all()) if self.instance.pk else []
+        try:
+            services.check_items_fit(existing=existing, adding=adding)
+        except ValidationError as exc:
+            raise ValidationError(exc.messages) from None
 
     def save_new(self, form: Any, commit: bool = True) -> Any:
         item = super().save_new(form, commit=False)
@@ -209,8 +232,30 @@ def _step(parameter: str) -> str:
         return parameter
 
 
+class ModelAdmin(admin.ModelAdmin):
+    """Every page of this app: a list action posted with a selection that holds something
+    other than ids (a hand-made POST) is refused with a message and changes nothing, where
+    Django would filter by it as it came and answer 500."""
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        pk = self.model._meta.pk
+        try:
+            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                pk.to_python(value)
+        except ValidationError:
+            self.message_user(
+                request,
+                "The selection holds values that are not ids; nothing was done.",
+                level=messages.WARNING,
+            )
+            return None  # Django redirects back to the list
+        return super().response_action(request, queryset, *args, **kwargs)
+
+
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(ModelAdmin):
     # What decides a click; the dates are on the subscription's page.
     list_display = ("id", "customer", "status", "every", "last_error")
     list_filter = (NeedsAttentionFilter, "status")
@@ -226,11 +271,15 @@ class SubscriptionAdmin(admin.ModelAdmin):
         "attention_reason",
         "anchor",
         "cancelled_at",
+        "skipped",
         "history",
     )
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
-        return self.fields if obj is not None else self.fields[:-1]
+        return self.fields if obj is not None else self.fields[:-2]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # its orders would go with it: cancel it instead
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         # What a subscription is cannot change once it bills; status changes by actions.
@@ -249,6 +298,20 @@ class SubscriptionAdmin(admin.ModelAdmin):
             return "-"
         return format_html(
             '<span title="{}">{}</span>', reason, reason if len(reason) < 60 else reason[:59] + "…"
+        )
+
+    @admin.display(description="skipped periods")
+    def skipped(self, subscription: Subscription) -> str:
+        """Periods that started while it was failing: neither ordered nor charged."""
+        rows = [
+            (r.first_period, r.last_period, instant(r.starts_at), instant(r.ends_at), r.reason)
+            for r in subscription.skipped_periods.order_by("-first_period")[:LATEST]
+        ]
+        if not rows:
+            return "-"
+        return format_html(
+            '<ul class="skipped-periods">{}</ul>',
+            format_html_join("", "<li>periods {} to {} ({} to {}): {}</li>", rows),
         )
 
     @admin.display(description="all orders and jobs")
@@ -339,14 +402,14 @@ class SubscriptionAdmin(admin.ModelAdmin):
 
 
 class SubscriptionJobForm(forms.ModelForm):
-    """Carries the counter the page was rendered with; a save is conditional on it."""
+    """Carries the counter the page was rendered with; a save is conditional on it. The
+    fields beside it are the job's operator fields (``SubscriptionJobAdmin.get_fields``)."""
 
     opt_counter = forms.IntegerField(widget=forms.HiddenInput)
 
     class Meta:
         model = SubscriptionJob
-        # ``custom_decimal`` is read-only: a record of the order's amount, never charged.
-        fields = ("parameter", "custom_integer", "custom_text", "opt_counter")
+        fields = ("opt_counter",)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -370,7 +433,7 @@ class SubscriptionJobForm(forms.ModelForm):
 
 
 @admin.register(SubscriptionJob)
-class SubscriptionJobAdmin(admin.ModelAdmin):
+class SubscriptionJobAdmin(ModelAdmin):
     form = SubscriptionJobForm
     # What decides a click; the step, the counter and the batch are on the job's page.
     list_display = ("scheduled_id", "customer", "action", "due", "status_name", "error")
@@ -378,7 +441,8 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
     search_fields = ("subscription__customer",)
     list_select_related = ("subscription",)
     actions = ("retry_now",)
-    readonly_fields = (
+    #: Every column, in the seed's order; only a job's operator fields are editable.
+    shown = (
         "scheduled_id",
         "subscription",
         "action",
@@ -389,19 +453,36 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
         "retry_count",
         "last_error",
         "batch",
-        "custom_decimal",  # a copy of the order's amount; the charge never reads it
-    )
-    fields = (
-        *readonly_fields,
-        "parameter",
+        "step",
         "custom_integer",
+        "custom_decimal",  # a copy of the order's amount; the charge never reads it
         "custom_text",
-        "opt_counter",
     )
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        if obj is not None and obj.operator_fields():
+            return (*self.shown, "opt_counter")
+        return self.shown
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        editable = obj.operator_fields() if obj is not None else ()
+        return tuple(name for name in self.shown if name not in editable)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and not obj.operator_fields():
+            return False  # a renewal: nothing on it is edited by hand (its page is a view)
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a job is stopped by cancelling its subscription, never deleted
 
     @admin.display(description="status", ordering="status")
     def status_name(self, job: SubscriptionJob) -> str:
         return _status(job)
+
+    @admin.display(description="last step (parameter)")
+    def step(self, job: SubscriptionJob) -> str:
+        return _step(job.parameter)
 
     @admin.display(description="subscription", ordering="subscription_id")
     def customer(self, job: SubscriptionJob) -> str:
@@ -424,8 +505,9 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
         return False  # jobs are placed by subscriptions, never by hand
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        values = {name: form.cleaned_data[name] for name in obj.operator_fields()}
         try:
-            obj.save(update_fields=["parameter", "custom_integer", "custom_text"])
+            services.edit_job(job=obj, values=values, now=timezone.now())
         except StaleJob as exc:  # lost a race after the form was checked
             self.message_user(request, str(exc), level=messages.ERROR)
 
@@ -446,8 +528,11 @@ class SubscriptionJobAdmin(admin.ModelAdmin):
             self.message_user(request, "; ".join(refused), level=messages.WARNING)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows that only the app's own services write: the admin shows them and changes nothing."""
+class ReadOnlyAdmin(ModelAdmin):
+    """Rows that only the app's own services write: the admin shows them and changes nothing,
+    for superusers too (these answer before Django's superuser shortcut), so no add, change or
+    delete page and no delete action exists for them. Only history retention removes a
+    ledger's rows."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -473,6 +558,18 @@ class OrderAdmin(ReadOnlyAdmin):
         return _when(order.period_start)
 
 
+class BoundedDates(ChangeList):
+    """Django reads a date drill-down (``?due_at__year=…``) with ``int()`` and builds a date
+    from it; a year of twenty digits overflows instead of failing as a bad parameter. Here it
+    is one, which Django answers with the unfiltered list (``?e=1``), as for ``year=abc``."""
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        try:
+            return super().get_filters(request)
+        except OverflowError as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+
 @admin.register(DueBatch)
 class DueBatchAdmin(ReadOnlyAdmin):
     """Read-only: the batches whose engine jobs run subscription jobs (the engine's Jobs
@@ -484,6 +581,9 @@ class DueBatchAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).annotate(job_count=Count("jobs"))
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return BoundedDates
 
     @admin.display(description="jobs", ordering="job_count")
     def job_count(self, batch: Any) -> int:
@@ -499,19 +599,21 @@ class DueBatchAdmin(ReadOnlyAdmin):
 
 
 @admin.register(GatewayCharge)
-class GatewayChargeAdmin(admin.ModelAdmin):
+class GatewayChargeAdmin(ReadOnlyAdmin):
     """The test gateway's record of charges: read-only, as a bank statement is."""
 
     list_display = ("reference", "customer", "amount", "idempotency_key", "created_at")
     search_fields = ("customer", "idempotency_key", "reference")
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+@admin.register(GatewayDecline)
+class GatewayDeclineAdmin(ReadOnlyAdmin):
+    """The test gateway's record of declined charges: read-only, as its charges are."""
+
+    list_display = ("idempotency_key", "customer", "amount", "reason", "created_at")
+    search_fields = ("customer", "idempotency_key")
 
 
 @admin.register(GatewayScript)
-class GatewayScriptAdmin(admin.ModelAdmin):
+class GatewayScriptAdmin(ModelAdmin):
     list_display = ("customer", "declines_left", "errors_left", "updated_at")

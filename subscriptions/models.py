@@ -7,6 +7,7 @@ the command line and the services refuse the same input with the same message.
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -20,6 +21,58 @@ from subscriptions import periods
 
 #: SMALLINT's largest value: the optimistic counter wraps to 1 after it (seed 002, HCL).
 OPT_COUNTER_MAX = 32767
+
+#: The highest period number a subscription reaches: period numbers are kept in INTEGER
+#: columns (``SubscriptionJob.custom_integer``, ``Order.period_number``,
+#: ``SubscriptionItem.applies_from``), whose largest value is 2,147,483,647.
+MAX_PERIOD_NUMBER = 2_000_000_000
+
+#: Line and paragraph separators, and the bidirectional embeddings, overrides and isolates that
+#: make a name read on screen in another order than it is stored.
+_INVISIBLE_CONTROLS = frozenset(
+    "\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+#: Unicode categories no name, note or reason holds: control characters (NUL, escape, tab,
+#: newline, DEL, the C1 range) and lone surrogates (not text at all: bytes read in the wrong
+#: encoding, which no database column can store).
+_CONTROL_CATEGORIES = frozenset({"Cc", "Cs"})
+
+
+def _control_character(value: str) -> tuple[int, str] | None:
+    for index, char in enumerate(value):
+        if char in _INVISIBLE_CONTROLS or unicodedata.category(char) in _CONTROL_CATEGORIES:
+            return index, char
+    return None
+
+
+def validate_plain_text(value: str) -> None:
+    """Names and notes are one line of plain text: no control characters.
+
+    A NUL cannot be stored at all (PostgreSQL refuses it), a lone surrogate cannot be encoded,
+    and the others (an escape sequence, a newline, a right-to-left override) would break the
+    one-line command output and logs, or show an operator something other than what is stored.
+    """
+    found = _control_character(value or "")
+    if found is not None:
+        index, char = found
+        raise ValidationError(
+            f"holds the control character U+{ord(char):04X} at position {index + 1}; names and "
+            "notes are one line of plain text"
+        )
+
+
+def one_line(text: str, *, limit: int) -> str:
+    """A reason written by the app itself (an exception's message, the gateway's reply) as it
+    is stored and shown: one line, control characters dropped, at most ``limit`` characters."""
+    kept = []
+    for char in text:
+        category = unicodedata.category(char)
+        if char.isspace() or category == "Cc":
+            kept.append(" ")  # a newline, a tab, an escape: a word break at most
+        elif char not in _INVISIBLE_CONTROLS and category != "Cs":
+            kept.append(char)
+    line = " ".join("".join(kept).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 class SubscriptionStatus(models.TextChoices):
@@ -51,7 +104,7 @@ def _aware(value: datetime | None, field: str, errors: dict[str, str]) -> None:
 class Subscription(models.Model):
     """A customer's recurring order: items delivered and charged once per period."""
 
-    customer = models.CharField(max_length=100)
+    customer = models.CharField(max_length=100, validators=[validate_plain_text])
     interval = models.CharField(
         "fulfilment interval",
         max_length=64,
@@ -113,12 +166,7 @@ class Subscription(models.Model):
         if self.anchor and self.starts_at and not errors and self.anchor > self.starts_at:
             errors["anchor"] = "must not be after the start"
         if self.anchor and not errors:
-            try:
-                self.period_bounds(self.first_period)
-            except (OverflowError, ValueError):
-                errors["interval"] = (
-                    f"{self.interval!r} ends the first period after the year 9999"
-                )
+            self._check_first_period(errors)
         if (
             self.pk is None
             and "ends_at" not in errors
@@ -132,6 +180,34 @@ class Subscription(models.Model):
             )
         if errors:
             raise ValidationError(errors)
+
+    def _check_first_period(self, errors: dict[str, str]) -> None:
+        """The first period must be one the calendar and the columns can hold: it ends before
+        the year 9999 is out, and its number fits the period-number columns."""
+        try:
+            number = self.first_period
+            self.period_bounds(number + 1)
+        except (OverflowError, ValueError):
+            # The interval's fault when even a period starting at creation would not fit.
+            try:
+                periods.period_bounds(
+                    self.created_at or timezone.now(), self.period_interval, 1
+                )
+            except (OverflowError, ValueError):
+                errors["interval"] = (
+                    f"{self.interval!r} ends the first period after the year 9999"
+                )
+            else:
+                errors["starts_at"] = (
+                    f"{self.starts_at.isoformat()} leaves no whole period of {self.interval} "
+                    "before the year 9999 ends"
+                )
+            return
+        if number > MAX_PERIOD_NUMBER:
+            errors["starts_at"] = (
+                f"{self.starts_at.isoformat()} lies {number:,} periods of {self.interval} "
+                f"back; a subscription has at most {MAX_PERIOD_NUMBER:,} periods"
+            )
 
     @property
     def period_interval(self) -> periods.Interval:
@@ -151,6 +227,12 @@ class Subscription(models.Model):
 
 #: The most items one line may carry each period: far beyond any order, far inside the column.
 MAX_QUANTITY = 1_000_000
+#: The most one period of a subscription may cost (the sum of its items), and so the most one
+#: item may come to: far beyond any order, far inside the amount columns (decimal(20,5), below
+#: 10^15), so that no sum of items overflows an order or a charge.
+MAX_PERIOD_AMOUNT = Decimal(1_000_000_000)
+#: The most items a subscription has (items are added, never removed).
+MAX_ITEMS = 100
 
 
 class SubscriptionItem(models.Model):
@@ -163,7 +245,7 @@ class SubscriptionItem(models.Model):
     """
 
     subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="items")
-    sku = models.CharField("item (SKU)", max_length=64)
+    sku = models.CharField("item (SKU)", max_length=64, validators=[validate_plain_text])
     quantity = models.IntegerField()
     unit_price = models.DecimalField(max_digits=20, decimal_places=5)
     applies_from = models.IntegerField(
@@ -199,6 +281,16 @@ class SubscriptionItem(models.Model):
             errors["quantity"] = f"{self.quantity} is more than {MAX_QUANTITY:,} items"
         if self.unit_price is not None and self.unit_price < 0:
             errors["unit_price"] = f"{self.unit_price} is negative"
+        elif (
+            not errors
+            and self.quantity is not None
+            and self.unit_price is not None
+            and self.amount > MAX_PERIOD_AMOUNT
+        ):
+            errors["unit_price"] = (
+                f"{self.quantity} x {self.unit_price} comes to {self.amount} a period; one "
+                f"period costs at most {MAX_PERIOD_AMOUNT:,}"
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -282,6 +374,39 @@ class OrderLine(models.Model):
         return self.unit_price * self.quantity
 
 
+class SkippedPeriods(models.Model):
+    """Periods of a subscription that got no order and no charge because they started while
+    it was failing (past due, or needing attention): written when its renewal is paid at last
+    and it resumes with the first period that starts after that (``services.place_next``).
+
+    A failing subscription does not accumulate periods, so paying up never brings a burst of
+    catch-up charges (docs/subscriptions.md, *Past due: no catch-up*).
+    """
+
+    subscription = models.ForeignKey(
+        Subscription, on_delete=models.CASCADE, related_name="skipped_periods"
+    )
+    first_period = models.IntegerField()
+    last_period = models.IntegerField()
+    starts_at = models.DateTimeField(help_text="The first skipped period's start.")
+    ends_at = models.DateTimeField(help_text="The last skipped period's end.")
+    reason = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "skipped periods"
+        verbose_name_plural = "skipped periods"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(last_period__gte=models.F("first_period")),
+                name="skippedperiods_last_not_before_first",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"periods {self.first_period}-{self.last_period} skipped"
+
+
 class JobAction(models.TextChoices):
     CREATE_CHILD_ORDER = "CreateChildOrder", "CreateChildOrder"  # renew: order + charge
     CANCEL = "Cancel", "Cancel"  # end a subscription that is pending cancel
@@ -316,7 +441,28 @@ def step_done(parameter: str, step: JobStep) -> bool:
     ) >= RENEWAL_STEPS.index(step)
 
 
-class UnhandledAction(Exception):
+#: What an operator may edit on a subscription job, by action: the admin's job page offers
+#: these fields and no others, and ``services.edit_job`` refuses any other.
+#:
+#: Nothing on a renewal (CreateChildOrder): its step (``parameter``) says whether the money
+#: was taken, field 1 which period is ordered and charged, field 3 which charge confirms the
+#: order, field 2 is a copy of the amount. Each is the run's own record, and money depends on
+#: each; what an operator does to a renewal is *Retry now*, or cancelling its subscription.
+#: On a Cancel or an Expire, fields 1 and 3 are the seed's customizable columns, which no code
+#: here reads: a number and a note for the operator's own use.
+OPERATOR_FIELDS: dict[str, tuple[str, ...]] = {
+    JobAction.CREATE_CHILD_ORDER: (),
+    JobAction.CANCEL: ("custom_integer", "custom_text"),
+    JobAction.EXPIRE: ("custom_integer", "custom_text"),
+}
+
+
+class NeedsOperator(Exception):
+    """A failure no retry can mend: the job fails at once (status 2) and its subscription
+    needs attention, with the reason."""
+
+
+class UnhandledAction(NeedsOperator):
     """A subscription job whose action no code runs: refused, never guessed at."""
 
 
@@ -402,7 +548,11 @@ class SubscriptionJob(models.Model):
         "after it.",
     )
     custom_integer = models.IntegerField(
-        "field 1 (integer)", null=True, blank=True, help_text="CreateChildOrder: period number."
+        "field 1 (integer)",
+        null=True,
+        blank=True,
+        help_text="CreateChildOrder: the period number (not editable); otherwise an operator's "
+        "number.",
     )
     custom_decimal = models.DecimalField(
         "field 2 (decimal)",
@@ -418,7 +568,9 @@ class SubscriptionJob(models.Model):
         max_length=254,
         blank=True,
         default="",
-        help_text="CreateChildOrder: the charge reference; otherwise a note.",
+        validators=[validate_plain_text],
+        help_text="CreateChildOrder: the gateway's charge reference (not editable); "
+        "otherwise an operator's note.",
     )
     retry_count = models.IntegerField(default=0)
     last_error = models.TextField(
@@ -477,6 +629,10 @@ class SubscriptionJob(models.Model):
         if errors:
             raise ValidationError(errors)
 
+    def operator_fields(self) -> tuple[str, ...]:
+        """The fields an operator may edit on this job (``OPERATOR_FIELDS``)."""
+        return OPERATOR_FIELDS.get(self.action, ())
+
     def change(self, *, now: datetime, **values: Any) -> SubscriptionJob:
         """``UPDATE … SET …, opt_counter = next WHERE scheduled_id = ? AND opt_counter = read``.
 
@@ -520,10 +676,35 @@ class GatewayCharge(models.Model):
         return f"charge {self.reference} {self.amount} ({self.customer})"
 
 
+class GatewayDecline(models.Model):
+    """The test gateway's record of every charge it declined, by idempotency key: what its
+    ``find_charge`` answers for a key that has no accepted charge (a real gateway keeps the
+    same, as a failed payment)."""
+
+    idempotency_key = models.CharField(max_length=255)
+    customer = models.CharField(max_length=100)
+    amount = models.DecimalField(max_digits=20, decimal_places=5)
+    reason = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # find_charge: the latest decline of a key that has no accepted charge.
+            models.Index(fields=["idempotency_key", "-created_at"], name="gatewaydecline_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"decline {self.amount} ({self.customer}): {self.reason}"
+
+
+#: The most calls the test gateway can be told to decline or fail in a row.
+MAX_SCRIPTED = 10_000
+
+
 class GatewayScript(models.Model):
     """What the test gateway does to one customer's next calls: decline N, or fail N."""
 
-    customer = models.CharField(max_length=100, unique=True)
+    customer = models.CharField(max_length=100, unique=True, validators=[validate_plain_text])
     declines_left = models.IntegerField(default=0)
     errors_left = models.IntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
@@ -538,3 +719,16 @@ class GatewayScript(models.Model):
 
     def __str__(self) -> str:
         return f"{self.customer}: decline {self.declines_left}, error {self.errors_left}"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        for field in ("declines_left", "errors_left"):
+            value = getattr(self, field)
+            if value is None:
+                continue
+            if value < 0:
+                errors[field] = f"{value} is negative"
+            elif value > MAX_SCRIPTED:
+                errors[field] = f"{value} is more than {MAX_SCRIPTED:,} calls"
+        if errors:
+            raise ValidationError(errors)

@@ -5,27 +5,40 @@ returns the first charge's reference (``replayed=True``) and takes nothing, as S
 idempotent requests do. That is what makes a retried or duplicated renewal safe even when the
 worker died after the money moved and before the renewal could write that down.
 
+A gateway also answers what happened under a key (``find_charge``): charged (with the
+reference, customer and amount), declined, or not charged. A renewal that resumes past its
+charge step asks it rather than trusting its own record, so money follows the gateway: a step
+or a reference written behind the app's back confirms nothing the gateway did not take.
+
 The test gateway keeps its own tables (``GatewayCharge``: every accepted charge;
-``GatewayScript``: per customer, decline the next N charges or fail the next N calls) and
-commits on its own, outside the caller's transaction, as a remote service would.
+``GatewayDecline``: every declined one; ``GatewayScript``: per customer, decline the next N
+charges or fail the next N calls) and commits on its own, outside the caller's transaction,
+as a remote service would.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from subscriptions import conf, sql
-from subscriptions.models import GatewayCharge, GatewayScript
+from subscriptions.models import (
+    GatewayCharge,
+    GatewayDecline,
+    GatewayScript,
+    NeedsOperator,
+    one_line,
+)
 
 logger = logging.getLogger("subscriptions")
 
@@ -38,10 +51,47 @@ class GatewayError(Exception):
     """The gateway could not be reached or answered with an error; nothing was charged."""
 
 
+class ChargeMismatch(NeedsOperator):
+    """The gateway took money under a period's key, but not that period's amount from that
+    customer: no retry mends it, an operator looks (the job fails, the order stays unpaid)."""
+
+
 @dataclass(frozen=True)
 class ChargeResult:
     reference: str
     replayed: bool = False
+
+
+class ChargeState(enum.StrEnum):
+    """What a gateway says happened under an idempotency key (``Gateway.find_charge``)."""
+
+    CHARGED = "charged"  # the money was taken: reference, customer and amount say how much
+    DECLINED = "declined"  # the last charge under the key was declined; nothing was taken
+    NOT_CHARGED = "not_charged"  # nothing under the key: no charge was made, or it never arrived
+
+
+@dataclass(frozen=True)
+class ChargeLookup:
+    """A gateway's answer about one idempotency key."""
+
+    state: ChargeState
+    reference: str = ""
+    customer: str = ""
+    amount: Decimal | None = None
+    reason: str = ""  # a decline: the gateway's reply
+
+    def confirms(self, *, customer: str, amount: Decimal, key: str) -> bool:
+        """Whether this answer proves ``amount`` was taken from ``customer`` under ``key``:
+        True when charged, False when nothing was taken. A charge for another amount or
+        customer proves nothing and is refused (``ChargeMismatch``)."""
+        if self.state != ChargeState.CHARGED:
+            return False
+        if self.amount != amount or self.customer != customer:
+            raise ChargeMismatch(
+                f"the gateway charged {self.amount} to {self.customer} under {key!r} "
+                f"({self.reference}); the order is for {amount} from {customer}"
+            )
+        return True
 
 
 class Gateway(Protocol):
@@ -50,10 +100,55 @@ class Gateway(Protocol):
         ``PaymentDeclined`` or ``GatewayError`` when nothing was taken."""
         ...
 
+    def find_charge(self, *, idempotency_key: str) -> ChargeLookup:
+        """What happened under ``idempotency_key``: charged, declined or not charged. Takes
+        nothing; raise ``GatewayError`` when the gateway cannot answer."""
+        ...
+
+
+#: What a gateway class must offer (``Gateway``).
+GATEWAY_METHODS = ("charge", "find_charge")
+
+
+class GatewayNotFound(ImproperlyConfigured):
+    """``SUBSCRIPTIONS_GATEWAY`` names nothing that can be imported."""
+
+
+class NotAGateway(ImproperlyConfigured):
+    """``SUBSCRIPTIONS_GATEWAY`` names something that is not a gateway class."""
+
+
+def gateway_class() -> type[Gateway]:
+    """The class ``SUBSCRIPTIONS_GATEWAY`` names, provided it is a gateway: a class with a
+    ``charge`` and a ``find_charge`` method. ``manage.py check`` asks this too."""
+    try:
+        path = conf.gateway_path()
+        found = import_string(path)
+    except ImproperlyConfigured as exc:
+        raise GatewayNotFound(str(exc)) from None
+    except Exception as exc:  # ImportError, or whatever the module raised while importing
+        reason = one_line(f"{type(exc).__name__}: {exc}", limit=200)
+        raise GatewayNotFound(
+            f"SUBSCRIPTIONS_GATEWAY: {path!r} cannot be imported ({reason}); it must be the "
+            f"dotted path of a gateway class, such as {conf.DEFAULT_GATEWAY}"
+        ) from None
+    missing = [name for name in GATEWAY_METHODS if not callable(getattr(found, name, None))]
+    if not isinstance(found, type) or missing:
+        lacks = (
+            f"it has no {' and no '.join(missing)} method"
+            if isinstance(found, type)
+            else f"not a class but a {type(found).__name__}"
+        )
+        raise NotAGateway(
+            f"SUBSCRIPTIONS_GATEWAY: {path!r} is not a gateway class ({lacks}); a gateway has "
+            f"{' and '.join(f'{name}()' for name in GATEWAY_METHODS)} (docs/subscriptions.md)"
+        )
+    return found
+
 
 def gateway() -> Gateway:
     """The configured gateway (``SUBSCRIPTIONS_GATEWAY``)."""
-    return import_string(conf.gateway_path())()
+    return gateway_class()()
 
 
 class TestGateway:
@@ -67,6 +162,30 @@ class TestGateway:
         except IntegrityError:
             # The same key raced in from another process and won: replay its charge.
             return self._charge(customer=customer, amount=amount, key=idempotency_key)
+
+    def find_charge(self, *, idempotency_key: str) -> ChargeLookup:
+        """From its own records: the accepted charge of the key, else its latest decline."""
+        charge = GatewayCharge.objects.filter(idempotency_key=idempotency_key).first()
+        if charge is not None:
+            return ChargeLookup(
+                ChargeState.CHARGED,
+                reference=charge.reference,
+                customer=charge.customer,
+                amount=charge.amount,
+            )
+        declined = (
+            GatewayDecline.objects.filter(idempotency_key=idempotency_key)
+            .order_by("-created_at", "-pk")
+            .first()
+        )
+        if declined is not None:
+            return ChargeLookup(
+                ChargeState.DECLINED,
+                customer=declined.customer,
+                amount=declined.amount,
+                reason=declined.reason,
+            )
+        return ChargeLookup(ChargeState.NOT_CHARGED)
 
     def _charge(self, *, customer: str, amount: Decimal, key: str) -> ChargeResult:
         if not sql.postgres():
@@ -90,6 +209,8 @@ class TestGateway:
                 GatewayScript.objects.filter(customer=customer).update(
                     **{field: F(field) - 1}, updated_at=timezone.now()
                 )
+                if outcome == "declined":
+                    _record_decline(customer=customer, amount=amount, key=key)
         if not outcome:
             raise IntegrityError(f"idempotency key {key!r} was inserted meanwhile")
         raise _failure(outcome, customer)
@@ -113,6 +234,7 @@ class TestGateway:
             elif script is not None and script.declines_left > 0:
                 script.declines_left -= 1
                 script.save(update_fields=["declines_left", "updated_at"])
+                _record_decline(customer=customer, amount=amount, key=key)
                 outcome = "declined"
             else:
                 charge = GatewayCharge.objects.create(
@@ -120,6 +242,15 @@ class TestGateway:
                 )
                 return ChargeResult(charge.reference)
         raise _failure(outcome, customer)  # its countdown is committed first
+
+
+def _record_decline(*, customer: str, amount: Decimal, key: str) -> None:
+    GatewayDecline.objects.create(
+        idempotency_key=key,
+        customer=customer,
+        amount=amount,
+        reason=str(_failure("declined", customer))[:255],
+    )
 
 
 def _reference() -> str:
@@ -156,9 +287,15 @@ def script_customer(*, customer: str, declines: int = 0, errors: int = 0) -> Gat
     next ``errors`` calls (replacing any earlier script)."""
     if not (customer or "").strip():
         raise ValidationError({"customer": "is required"})
-    for name, value in (("decline", declines), ("error", errors)):
-        if value < 0:
-            raise ValidationError({name: f"{value} is negative"})
+    wanted = GatewayScript(customer=customer, declines_left=declines, errors_left=errors)
+    try:
+        # The model's rules (the admin's too); the row is then written by its customer.
+        wanted.full_clean(validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        names = {"declines_left": "decline", "errors_left": "error"}
+        raise ValidationError(
+            {names.get(field, field): messages for field, messages in exc.error_dict.items()}
+        ) from None
     script, _ = GatewayScript.objects.update_or_create(
         customer=customer, defaults={"declines_left": declines, "errors_left": errors}
     )

@@ -13,11 +13,25 @@ import calendar
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 _DURATION = re.compile(
     r"^P(?!$)(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
     r"(?:T(?=\d)(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$"
 )
+
+
+#: The longest interval text read: the column's width. Longer text is refused before it is
+#: parsed, so no input makes the parser convert a number of thousands of digits.
+MAX_INTERVAL_TEXT = 64
+#: The shortest period: one renewal a second. A shorter one (``PT0.000001S``) would ask for a
+#: million renewals, orders and charges a second, every second.
+MIN_PERIOD = timedelta(seconds=1)
+#: Anything longer ends its first period after the year 9999, from any anchor: refused before
+#: ``timedelta`` would overflow on it.
+_MAX_MONTHS = 12 * 10_000
+_MAX_SECONDS = 10_000 * 366 * 86_400
+_SECONDS = {"weeks": 7 * 86_400, "days": 86_400, "hours": 3_600, "minutes": 60, "seconds": 1}
 
 
 class PeriodError(ValueError):
@@ -45,26 +59,33 @@ def parse_interval(text: str, *, field: str = "interval") -> Interval:
     """Read an ISO-8601 duration such as ``P1M``, ``P1Y``, ``P2W`` or ``PT30S``.
 
     Years count as 12 months and weeks as 7 days. Zero (``PT0S``) is refused: a period must
-    end after it starts.
+    end after it starts; so is a period shorter than a second (``MIN_PERIOD``), and one so
+    long that it would end after the year 9999 from any anchor.
     """
-    match = _DURATION.match((text or "").strip().upper())
+    text = text or ""
+    if len(text) > MAX_INTERVAL_TEXT:
+        raise PeriodError(
+            field, f"is {len(text)} characters long; an interval is at most {MAX_INTERVAL_TEXT}"
+        )
+    match = _DURATION.match(text.strip().upper())
     if not match:
         raise PeriodError(
             field, f"{text!r} is not an ISO-8601 duration such as P1M, P1Y, P7D or PT30S"
         )
     parts = {name: value for name, value in match.groupdict().items() if value}
-    interval = Interval(
-        months=12 * int(parts.get("years", 0)) + int(parts.get("months", 0)),
-        elapsed=timedelta(
-            weeks=int(parts.get("weeks", 0)),
-            days=int(parts.get("days", 0)),
-            hours=int(parts.get("hours", 0)),
-            minutes=int(parts.get("minutes", 0)),
-            seconds=float(parts.get("seconds", 0)),
-        ),
+    months = 12 * int(parts.get("years", 0)) + int(parts.get("months", 0))
+    seconds = sum(
+        (Decimal(parts.get(name, 0)) * size for name, size in _SECONDS.items()), Decimal(0)
     )
+    if months > _MAX_MONTHS or seconds > _MAX_SECONDS:
+        raise PeriodError(field, f"{text!r} ends the first period after the year 9999")
+    interval = Interval(months=months, elapsed=timedelta(seconds=float(seconds)))
     if not interval.is_positive:
         raise PeriodError(field, f"{text!r} is zero; an interval must be longer than nothing")
+    if not months and interval.elapsed < MIN_PERIOD:
+        raise PeriodError(
+            field, f"{text!r} is shorter than a second; a period lasts at least PT1S"
+        )
     return interval
 
 

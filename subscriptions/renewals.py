@@ -9,7 +9,9 @@ four steps together, and ``parameter`` records, per job, the last step that succ
    lines and moves the jobs to PROCESSING;
 3. ``charge``: one gateway call per job for the amount its period's order records (never a
    field an operator can edit), with the idempotency key of (subscription, period), outside
-   any transaction; each charge that went through is recorded at once.
+   any transaction; each charge that went through is recorded at once. A job that resumes
+   past this step asks the gateway what happened under its key instead (``_verify``): its
+   own record of the charge is not proof of money taken.
    A job that fails here (declined, gateway error) is retried alone, in a later batch, after
    the action's delay, or failed past its maximum; the rest go on;
 4. ``confirm``: one transaction confirms the orders, completes the jobs and places the next
@@ -46,6 +48,7 @@ from subscriptions.models import (
     ENDED,
     FAILING,
     JOB_RUNNABLE,
+    MAX_PERIOD_NUMBER,
     RENEWABLE,
     JobAction,
     JobStatus,
@@ -60,6 +63,7 @@ from subscriptions.models import (
     UnhandledAction,
     next_counter,
 )
+from subscriptions.periods import PeriodError
 from subscriptions.services import done, idempotency_key
 
 logger = logging.getLogger("subscriptions")
@@ -269,6 +273,10 @@ def _begin(
                 logger.warning("renewal.lost_attempt job=%s parameter=%s", job.pk, job.parameter)
                 job.retry_count += 1
             try:
+                if number + 1 > MAX_PERIOD_NUMBER:
+                    raise PeriodError(
+                        "period", f"{number + 1} is past the last one, {MAX_PERIOD_NUMBER:,}"
+                    )
                 start, end = subscription.period_bounds(number)
                 following, _ = subscription.period_bounds(number + 1)
             except SoftTimeLimitExceeded:
@@ -371,16 +379,33 @@ def _charge(
     failed: Failures,
     tally: Counter[str],
 ) -> list[Renewal]:
-    """Step 3: one gateway call per job not yet charged, each recorded as soon as it is made.
+    """Step 3: one gateway call per job, each charge recorded as soon as it is made.
+
+    A job not yet charged is charged. A job whose record says it was (it resumes after a run
+    that died, or its step was written behind the app's back) is verified with the gateway by
+    its key first (``_verify``), and charged only when the gateway says nothing was taken.
 
     The record is one conditional UPDATE committed on its own (``sql.record_charge``), so the
     window in which a dead worker leaves a charge unrecorded is one call wide, and the
     retry's replay of the key covers it. Every ``CHARGE_GROUP`` charges the subscriptions are
-    read again: one cancelled since the first step is not charged.
+    read again: one cancelled since the first step is not charged. A job recorded as charged
+    is verified even when its subscription has ended since: if the money was taken, its
+    order is confirmed.
     """
     gateway = payments.gateway()
-    paid = [r for r in renewals if done(r.job.parameter, JobStep.CHARGE)]
+    paid: list[Renewal] = []
+    recorded = [r for r in renewals if done(r.job.parameter, JobStep.CHARGE)]
     due = [r for r in renewals if not done(r.job.parameter, JobStep.CHARGE)]
+    for r in recorded:
+        try:
+            if _verify(gateway, r, clock=clock):
+                paid.append(r)
+            else:
+                due.append(r)  # nothing was taken: charged below, as if it had not begun
+        except SoftTimeLimitExceeded:
+            raise
+        except Exception as exc:  # declined, gateway error, a mismatch, or changed meanwhile
+            failed.append((r.job, exc))
     for first in range(0, len(due), CHARGE_GROUP):
         for r in _not_ended(due[first : first + CHARGE_GROUP], clock=clock, tally=tally):
             try:
@@ -398,6 +423,45 @@ def _charge(
                 continue
             paid.append(r)
     return paid
+
+
+def _verify(gateway: payments.Gateway, r: Renewal, *, clock: Clock) -> bool:
+    """Ask the gateway what happened under the period's key, for a job recorded as charged.
+
+    Charged for the order's amount, to the subscription's customer: True, and the job holds
+    the gateway's reference (a different one recorded is replaced). Nothing taken: False,
+    and the job goes back to ``create_order`` with no reference (``sql.rewind_charge``), so
+    that the charge is made now (not charged) or by its retry (declined: raised as the
+    decline it was). Charged for another amount or customer: ``ChargeMismatch``, for an
+    operator.
+    """
+    key = idempotency_key(r.subscription.pk, r.start)
+    found = gateway.find_charge(idempotency_key=key)
+    if found.confirms(customer=r.subscription.customer, amount=r.amount, key=key):
+        if found.reference != r.job.custom_text:
+            logger.warning(
+                "renewal.reference_replaced job=%s recorded=%s gateway=%s",
+                r.job.pk,
+                r.job.custom_text,
+                found.reference,
+            )
+            if not sql.record_charge(r.job, reference=found.reference, now=clock()):
+                raise _stale(r.job)
+        logger.info("renewal.verified job=%s reference=%s", r.job.pk, found.reference)
+        return True
+    logger.warning(
+        "renewal.unverified job=%s step=%s recorded=%s gateway=%s",
+        r.job.pk,
+        r.job.parameter,
+        r.job.custom_text or "-",
+        found.state,
+    )
+    if not sql.rewind_charge(r.job, now=clock()):
+        raise _stale(r.job)
+    r.already_paid = False
+    if found.state == payments.ChargeState.DECLINED:
+        raise payments.PaymentDeclined(found.reason or f"declined under {key!r}")
+    return False
 
 
 def _not_ended(group: Sequence[Renewal], *, clock: Clock, tally: Counter[str]) -> list[Renewal]:
@@ -444,11 +508,8 @@ def _confirm(
         for r in renewals:
             r.job.status, r.job.parameter = JobStatus.COMPLETED, JobStep.CONFIRM
         _write([r.job for r in renewals], now=now)
-        flagged = {
-            r.subscription.pk
-            for r in renewals
-            if subscriptions[r.subscription.pk].status in FAILING
-        }
+        was = {pk: subscription.status for pk, subscription in subscriptions.items()}
+        flagged = {r.subscription.pk for r in renewals if was[r.subscription.pk] in FAILING}
         if flagged:
             Subscription.objects.filter(pk__in=flagged).update(
                 status=SubscriptionStatus.ACTIVE, attention_reason=""
@@ -457,7 +518,9 @@ def _confirm(
                 subscriptions[pk].status = SubscriptionStatus.ACTIVE
         following = services.place_next(
             [
-                (subscriptions[r.subscription.pk], r.number + 1, r.next_start)
+                services.Paid(
+                    subscriptions[r.subscription.pk], r.number, r.next_start, was[r.subscription.pk]
+                )
                 for r in renewals
                 if subscriptions[r.subscription.pk].status == SubscriptionStatus.ACTIVE
                 and not r.already_paid

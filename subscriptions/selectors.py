@@ -15,6 +15,7 @@ from subscriptions.models import (
     GatewayCharge,
     JobStatus,
     Order,
+    SkippedPeriods,
     Subscription,
     SubscriptionJob,
 )
@@ -79,6 +80,16 @@ def charge_summary(charge: GatewayCharge) -> dict[str, Any]:
     }
 
 
+def skipped_summary(skipped: SkippedPeriods) -> dict[str, Any]:
+    return {
+        "first_period": skipped.first_period,
+        "last_period": skipped.last_period,
+        "starts_at": _iso(skipped.starts_at),
+        "ends_at": _iso(skipped.ends_at),
+        "reason": skipped.reason,
+    }
+
+
 def subscription_row(subscription: Subscription) -> dict[str, Any]:
     return {
         "id": subscription.pk,
@@ -95,7 +106,8 @@ def subscription_row(subscription: Subscription) -> dict[str, Any]:
 
 
 def subscription_detail(subscription: Subscription) -> dict[str, Any]:
-    """Everything ``subscriptions show`` prints: status, items, orders, jobs and charges."""
+    """Everything ``subscriptions show`` prints: status, items, orders, jobs, charges, and the
+    periods skipped while it was failing."""
     return {
         **subscription_row(subscription),
         "items": [
@@ -105,6 +117,9 @@ def subscription_detail(subscription: Subscription) -> dict[str, Any]:
         "orders": [order_summary(o) for o in subscription.orders.order_by("pk")],
         "jobs": [job_summary(j) for j in subscription.jobs.order_by("scheduled_id")],
         "charges": [charge_summary(c) for c in charges(subscription_id=subscription.pk)],
+        "skipped": [
+            skipped_summary(s) for s in subscription.skipped_periods.order_by("first_period")
+        ],
     }
 
 

@@ -25,20 +25,26 @@ from scheduling.api import jobs_for_row, pause
 from subscriptions import batches, conf, periods
 from subscriptions.models import (
     ENDED,
+    FAILING,
     JOB_PENDING,
     JOB_RUNNABLE,
+    MAX_ITEMS,
+    MAX_PERIOD_AMOUNT,
     RENEWABLE,
     JobAction,
     JobStatus,
     JobStep,
+    NeedsOperator,
     Order,
     OrderLine,
     OrderStatus,
+    SkippedPeriods,
     Subscription,
     SubscriptionItem,
     SubscriptionJob,
     SubscriptionStatus,
     UnhandledAction,
+    one_line,
     step_done,
 )
 
@@ -117,10 +123,12 @@ def create_subscription(
     try:
         subscription.full_clean()
     except ValidationError as exc:
-        errors.update(exc.message_dict)
+        # Kept as errors, not texts (as the items' below).
+        for field, messages in exc.error_dict.items():
+            errors.setdefault(field, []).extend(messages)
     if not items:
         errors["item"] = ["at least one item is required"]
-    rows = []
+    rows: list[SubscriptionItem] = []
     for spec in items:
         item = SubscriptionItem(
             subscription=subscription,
@@ -136,6 +144,11 @@ def create_subscription(
             for field, messages in exc.error_dict.items():
                 errors.setdefault(field, []).extend(messages)
         rows.append(item)
+    if not errors:
+        try:
+            check_items_fit(existing=[], adding=rows)
+        except ValidationError as exc:
+            errors.update(exc.error_dict)
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -167,6 +180,7 @@ def add_item(*, item: SubscriptionItem, now: datetime) -> SubscriptionItem:
         item.subscription = subscription
         item.applies_from = next_period_for_changes(subscription=subscription, now=now)
         item.full_clean()
+        check_items_fit(existing=list(subscription.items.all()), adding=[item])
         item.save()
     logger.info(
         "subscription.item_added subscription=%s sku=%s applies_from=%s",
@@ -175,6 +189,34 @@ def add_item(*, item: SubscriptionItem, now: datetime) -> SubscriptionItem:
         item.applies_from,
     )
     return item
+
+
+def check_items_fit(
+    *, existing: Sequence[SubscriptionItem], adding: Sequence[SubscriptionItem]
+) -> None:
+    """Refuse items that would give a subscription more than ``MAX_ITEMS`` items, or make a
+    period cost more than ``MAX_PERIOD_AMOUNT`` (the command line, the admin's items and
+    ``add_item`` all ask here).
+
+    Items are never removed, and each applies from its period on, so the periods to come cost
+    the sum of every item: that sum is what must fit an order's amount.
+    """
+    items = [*existing, *adding]
+    if len(items) > MAX_ITEMS:
+        raise ValidationError(
+            {"item": f"{len(items)} items; a subscription has at most {MAX_ITEMS}"}
+        )
+    total = sum(
+        (i.amount for i in items if i.quantity is not None and i.unit_price is not None),
+        Decimal(0),
+    )
+    if total > MAX_PERIOD_AMOUNT:
+        raise ValidationError(
+            {
+                "item": f"the items come to {total} a period; one period costs at most "
+                f"{MAX_PERIOD_AMOUNT:,}"
+            }
+        )
 
 
 def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJob:
@@ -282,13 +324,31 @@ def place_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[Subscr
     return saved
 
 
-def place_next(
-    due: Sequence[tuple[Subscription, int, datetime]], *, now: datetime
-) -> list[SubscriptionJob]:
-    """After confirmed renewals: for each (subscription, next period number, its start), the
-    CreateChildOrder of that period, or the Expire when it starts at or after the end date."""
+@dataclass(frozen=True)
+class Paid:
+    """A renewal just confirmed, for placing what comes after it (``place_next``)."""
+
+    subscription: Subscription
+    number: int  # the period it paid for
+    next_start: datetime  # the start of the period after it
+    was: str  # the subscription's status until this renewal confirmed
+
+
+def place_next(paid: Sequence[Paid], *, now: datetime) -> list[SubscriptionJob]:
+    """After confirmed renewals: for each, the CreateChildOrder of the period after the one
+    it paid, or the Expire when that period starts at or after the end date.
+
+    A subscription that was failing (past due, or needing attention) until this renewal does
+    not catch up: the periods that started while it failed are skipped and recorded
+    (``skip_while_failing``), and it resumes with the first period that starts after ``now``.
+    One that was active catches up period by period, as before: nothing refused its money.
+    """
     jobs = []
-    for subscription, number, start in due:
+    for renewal in paid:
+        subscription = renewal.subscription
+        number, start = renewal.number + 1, renewal.next_start
+        if renewal.was in FAILING and start <= now:
+            number, start = skip_while_failing(renewal, now=now)
         if subscription.ends_at is not None and start >= subscription.ends_at:
             jobs.append(
                 SubscriptionJob(
@@ -307,6 +367,46 @@ def place_next(
                 )
             )
     return place_jobs(jobs, now=now) if jobs else []
+
+
+def skip_while_failing(renewal: Paid, *, now: datetime) -> tuple[int, datetime]:
+    """The period a subscription that was failing resumes with, paid up at ``now``: the first
+    that starts after ``now``. The periods from the one after the paid period up to it (those
+    before the end date) are recorded as skipped; none gets an order or a charge. Returns the
+    resuming period's number and start (caller's transaction).
+    """
+    subscription = renewal.subscription
+    anchor, interval = subscription.anchor, subscription.period_interval
+    resumes = periods.period_containing(anchor, interval, now) + 1
+    last = resumes - 1
+    ends = periods.count_periods(anchor, interval, subscription.ends_at)
+    if ends is not None:
+        last = min(last, ends - 1)
+    first = renewal.number + 1
+    if last >= first:
+        until = subscription.period_bounds(last)[1]
+        if subscription.ends_at is not None:
+            until = min(until, subscription.ends_at)
+        SkippedPeriods.objects.create(
+            subscription=subscription,
+            first_period=first,
+            last_period=last,
+            starts_at=renewal.next_start,
+            ends_at=until,
+            reason=(
+                f"{SubscriptionStatus(renewal.was).label}: period {renewal.number} was paid "
+                f"at {now:%Y-%m-%d %H:%M:%S} UTC, after the periods that started meanwhile"
+            ),
+            created_at=now,
+        )
+        logger.info(
+            "renewal.periods_skipped subscription=%s first=%s last=%s resumes=%s",
+            subscription.pk,
+            first,
+            last,
+            resumes,
+        )
+    return resumes, subscription.period_bounds(resumes)[0]
 
 
 # --- run: what one job's turn in its batch does, apart from the set-based renewal steps ----
@@ -349,7 +449,8 @@ def end_subscription(job: SubscriptionJob, *, clock: Callable[[], datetime]) -> 
 def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
     """A failed attempt of one job: RETRY with retry count + 1, placed again after the
     action's delay, its subscription ``past_due`` with the error; or FAILED past the maximum
-    (at once for an action no code handles), with its subscription flagged as needing
+    (at once for what no retry mends, ``NeedsOperator``: an action no code handles, a charge
+    the gateway took for another amount), with its subscription flagged as needing
     attention. The error is kept on the job (``last_error``) and on the subscription
     (``attention_reason``). Returns "retry", "failed", or "finished" (done meanwhile:
     nothing to record)."""
@@ -363,7 +464,7 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
         if job.status not in JOB_RUNNABLE:
             return "finished"  # cancelled, or completed by another run, meanwhile
         error = describe_error(exc)
-        retryable = not isinstance(exc, UnhandledAction)
+        retryable = not isinstance(exc, NeedsOperator)
         if retryable and job.retry_count < conf.max_retries(job.action):
             later = now + timedelta(seconds=conf.retry_delay(job.action))
             _move(
@@ -380,7 +481,7 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
             )
             Subscription.objects.filter(pk=job.subscription_id, status__in=RENEWABLE).exclude(
                 status=SubscriptionStatus.NEEDS_ATTENTION
-            ).update(status=SubscriptionStatus.PAST_DUE, attention_reason=reason[:1000])
+            ).update(status=SubscriptionStatus.PAST_DUE, attention_reason=_reason(reason))
             outcome = "retry"
         else:
             values: dict[str, Any] = {"status": JobStatus.FAILED, "last_error": error}
@@ -394,7 +495,7 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
             job.change(now=now, **values)
             reason = f"{job.action} job {job.pk} failed after {job.retry_count} retries: {error}"
             Subscription.objects.filter(pk=job.subscription_id, status__in=RENEWABLE).update(
-                status=SubscriptionStatus.NEEDS_ATTENTION, attention_reason=reason[:1000]
+                status=SubscriptionStatus.NEEDS_ATTENTION, attention_reason=_reason(reason)
             )
             outcome = "failed"
     if outcome == "failed":
@@ -406,10 +507,19 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
     return outcome
 
 
+#: The longest error kept on a job or a subscription.
+MAX_REASON = 1000
+
+
 def describe_error(exc: BaseException) -> str:
     """An attempt's error as it is kept and shown: its kind and its message (a decline says
-    the gateway's reply)."""
-    return f"{type(exc).__name__}: {exc}"
+    the gateway's reply), as one line of at most ``MAX_REASON`` characters, whatever the
+    message held (a database error's several lines, a gateway's control characters)."""
+    return one_line(f"{type(exc).__name__}: {exc}", limit=MAX_REASON)
+
+
+def _reason(text: str) -> str:
+    return one_line(text, limit=MAX_REASON)
 
 
 def _move(job: SubscriptionJob, *, at: datetime, now: datetime, **values: Any) -> None:
@@ -454,12 +564,13 @@ def _pause_engine_jobs(jobs: Sequence[SubscriptionJob], *, reason: str) -> None:
 
 
 def get_subscription(subscription_id: Any) -> Subscription:
+    shown = str(subscription_id)
+    if not shown.isascii() or not shown.lstrip("-").isdigit():
+        shown = repr(subscription_id)  # whatever was typed, on one line
     try:
         return Subscription.objects.get(pk=int(subscription_id))
-    except (Subscription.DoesNotExist, TypeError, ValueError):
-        raise ValidationError(
-            {"subscription": f"no subscription with id {subscription_id}"}
-        ) from None
+    except (Subscription.DoesNotExist, TypeError, ValueError, OverflowError):
+        raise ValidationError({"subscription": f"no subscription with id {shown}"}) from None
 
 
 def cancel_subscription(
@@ -513,6 +624,33 @@ def cancel_subscription(
         len(stopped),
     )
     return subscription
+
+
+def edit_job(*, job: SubscriptionJob, values: dict[str, Any], now: datetime) -> SubscriptionJob:
+    """An operator's edit of a job read with its optimistic counter: only the fields
+    ``SubscriptionJob.operator_fields`` names, validated, written conditionally on that
+    counter (``StaleJob`` when the job moved on since it was read).
+
+    A renewal's step, period and charge reference are never edited by hand: money depends on
+    each (``models.OPERATOR_FIELDS`` says why), so they are refused here, whoever asks.
+    """
+    allowed = job.operator_fields()
+    refused = sorted(set(values) - set(allowed))
+    if refused:
+        raise ValidationError(
+            {
+                name: f"is not edited by hand on a {job.action} job (editable: "
+                f"{', '.join(allowed) or 'nothing'})"
+                for name in refused
+            }
+        )
+    for name, value in values.items():
+        setattr(job, name, value)
+    others = [f.name for f in SubscriptionJob._meta.fields if f.name not in values]
+    job.full_clean(exclude=others, validate_unique=False, validate_constraints=False)
+    job.change(now=now, **values)
+    logger.info("subscription_job.edited job=%s fields=%s", job.pk, ",".join(sorted(values)))
+    return job
 
 
 def retry_job_now(*, job_id: int, now: datetime) -> SubscriptionJob:

@@ -55,6 +55,16 @@ RECORD_CHARGE = f"""
        AND set_config('synchronous_commit', 'off', true) IS NOT NULL
 """
 
+# -- rewind_charge: a job whose record says "charged" while the gateway says nothing was taken
+#    goes back to the step before the charge, with no reference, conditional on its counter,
+#    committed on its own: its retry then charges instead of trusting the record again.
+REWIND_CHARGE = f"""
+    UPDATE {JOB}
+       SET parameter = %(parameter)s, custom_text = '', opt_counter = %(next)s,
+           last_update = %(now)s
+     WHERE scheduled_id = %(id)s AND opt_counter = %(read)s
+"""
+
 # -- write_steps: each job's step columns and its next counter (rows locked by the caller).
 WRITE_STEPS = f"""
     UPDATE {JOB} AS j
@@ -166,6 +176,35 @@ def record_charge(job: SubscriptionJob, *, reference: str, now: datetime) -> boo
             written = cursor.rowcount
     if written:
         job.parameter, job.custom_text = JobStep.CHARGE, reference
+        job.opt_counter, job.last_update = counter, now
+    return bool(written)
+
+
+def rewind_charge(job: SubscriptionJob, *, now: datetime) -> bool:
+    """Put ``job`` back at ``create_order`` with no charge reference, in one statement
+    committed on its own; False (nothing written) when its counter moved since it was read.
+    Moves the object's counter on."""
+    counter = next_counter(job.opt_counter)
+    values = {"parameter": JobStep.CREATE_ORDER.value, "custom_text": ""}
+    if not postgres():
+        written = SubscriptionJob.objects.filter(pk=job.pk, opt_counter=job.opt_counter).update(
+            opt_counter=counter, last_update=now, **values
+        )
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                REWIND_CHARGE,
+                {
+                    "parameter": values["parameter"],
+                    "next": counter,
+                    "now": now,
+                    "id": job.pk,
+                    "read": job.opt_counter,
+                },
+            )
+            written = cursor.rowcount
+    if written:
+        job.parameter, job.custom_text = JobStep.CREATE_ORDER, ""
         job.opt_counter, job.last_update = counter, now
     return bool(written)
 

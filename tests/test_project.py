@@ -122,7 +122,7 @@ PRODUCTION = {
     "SITE_URL": "https://duecourse.example.org",
     "EMAIL_HOST": "smtp.example.org",
     # The project's payment gateway (imported when a renewal first charges).
-    "SUBSCRIPTIONS_GATEWAY": "billing.gateways.CardGateway",
+    "SUBSCRIPTIONS_GATEWAY": "tests.card_gateway.CardGateway",
 }
 
 

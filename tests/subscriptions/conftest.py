@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -19,6 +20,41 @@ def one_block(settings: Any) -> None:
     """Every subscription of a test in one block, whatever ids the database hands out (its
     sequences are not rolled back between tests); a test about blocks sets its own size."""
     settings.SUBSCRIPTIONS_BATCH_SIZE = 1_000_000
+
+
+class LogLines(logging.Handler):
+    """The messages one logger wrote, as text."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest.fixture
+def subscriptions_log(monkeypatch: pytest.MonkeyPatch) -> LogLines:
+    """What the app's own logger wrote during the test.
+
+    ``caplog`` listens on the root logger, which the project's LOGGING keeps the app's logger
+    from reaching, and a handler added to the app's logger is dropped when the engine's first
+    look at the task registry runs ``django.setup()`` again (Celery's Django fixup), which
+    configures logging anew. The logger's ``handle`` survives that.
+    """
+    logger, lines = logging.getLogger("subscriptions"), LogLines()
+    real = logger.handle
+
+    def handle(record: logging.LogRecord) -> None:
+        lines.emit(record)
+        real(record)
+
+    monkeypatch.setattr(logger, "handle", handle)
+    return lines
 
 
 @pytest.fixture

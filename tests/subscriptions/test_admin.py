@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from subscriptions import services
 from subscriptions.models import (
     JobStatus,
     Order,
@@ -103,10 +104,13 @@ def test_adding_a_subscription_validates_fields_and_schedules_the_first_renewal(
 def test_a_job_edit_that_raced_the_scheduler_is_refused_with_the_reason(
     admin_client: Any, make_subscription, now
 ) -> None:
-    job = pending_job(make_subscription())
+    subscription = make_subscription()
+    run_inline(pending_job(subscription), at=now)
+    services.cancel_subscription(subscription_id=subscription.pk, at_period_end=True, now=now)
+    job = pending_job(subscription)  # the Cancel at the paid period's end
     url = reverse("admin:subscriptions_subscriptionjob_change", args=[job.pk])
     assert "0 active" in admin_client.get(url).content.decode()
-    form = {"parameter": "", "custom_integer": "0", "custom_decimal": "", "custom_text": "note"}
+    form = {"custom_integer": "7", "custom_text": "note"}
 
     job.change(now=now, status=JobStatus.PROCESSING)  # the scheduler starts it meanwhile
     page = admin_client.post(url, {**form, "opt_counter": "0"}).content.decode()
@@ -117,7 +121,12 @@ def test_a_job_edit_that_raced_the_scheduler_is_refused_with_the_reason(
     response = admin_client.post(url, {**form, "opt_counter": "1"})
     assert response.status_code == 302
     job.refresh_from_db()
-    assert (job.custom_text, job.status, job.opt_counter) == ("note", JobStatus.PROCESSING, 2)
+    assert (job.custom_text, job.custom_integer, job.status, job.opt_counter) == (
+        "note",
+        7,
+        JobStatus.PROCESSING,
+        2,
+    )
 
 
 def test_the_job_list_shows_status_codes_with_their_names(

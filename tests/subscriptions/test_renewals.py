@@ -299,7 +299,7 @@ class EditingGateway(payments.TestGateway):
 
 @override_settings(SUBSCRIPTIONS_GATEWAY=f"{__name__}.EditingGateway")
 def test_a_job_an_operator_changed_mid_run_is_not_overwritten_and_is_retried(
-    make_subscription, now, caplog
+    make_subscription, now, subscriptions_log
 ) -> None:
     subscription = make_subscription()
     job = pending_job(subscription)
@@ -310,7 +310,8 @@ def test_a_job_an_operator_changed_mid_run_is_not_overwritten_and_is_retried(
         "create_order",
         JobStatus.RETRY,
     )
-    assert "StaleJob: subscription job" in caplog.text and "was changed" in caplog.text
+    assert "StaleJob: subscription job" in subscriptions_log.text
+    assert "was changed" in subscriptions_log.text
     with override_settings(SUBSCRIPTIONS_GATEWAY="subscriptions.payments.TestGateway"):
         assert run_inline(job, at=job.action_date) == {"renewed": 1}
     assert GatewayCharge.objects.count() == 1  # the retry replayed the key

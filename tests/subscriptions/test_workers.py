@@ -2,7 +2,8 @@
 
 Periods are a second long, so a year of renewals takes seconds. Whatever happens (declines,
 a worker killed between the charge and the confirmation, a message delivered twice, a cancel
-in the middle), every period has at most one order and at most one charge.
+in the middle), every period has at most one order and at most one charge; and a subscription
+paid up after a long retry resumes at its next period instead of catching up in a burst.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from subscriptions.models import (
     JobStatus,
     Order,
     OrderStatus,
+    SkippedPeriods,
     Subscription,
     SubscriptionJob,
     SubscriptionStatus,
@@ -233,7 +235,9 @@ def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_
         (order,) = child_orders(subscription)
         (charge,) = charges(subscription)
         assert order.status == OrderStatus.CONFIRMED and order.charge_reference == charge.reference
-    assert not log_lines(log, r"gateway\.")  # the gateway was not called again
+        # Its record of the charge was checked with the gateway by its key, not trusted.
+        assert log_lines(log, rf"renewal\.verified job={job.pk} reference={charge.reference}")
+    assert not log_lines(log, r"gateway\.replayed")  # asked, never charged again
     assert (execution.status, execution.retry_count) == (ExecutionStatus.COMPLETED, 1)
 
 
@@ -277,3 +281,34 @@ def test_the_same_message_delivered_twice_runs_the_steps_once(
     assert (job.parameter, job.retry_count) == ("confirm", 0)
     assert len(child_orders(subscription)) == 1 and len(charges(subscription)) == 1
     assert SubscriptionJob.objects.filter(subscription=subscription).count() == 2  # + the next
+
+
+def test_periods_that_start_while_past_due_are_skipped_not_charged_in_a_burst(
+    processes: Any, env: dict[str, str], settings: Any
+) -> None:
+    """Every ten seconds, and a decline retried a minute later: the periods of that minute
+    are skipped and recorded, and the next charge comes at the next period's start."""
+    settings.SUBSCRIPTIONS_RETRY_DELAY = "60"
+    env = {**env, "SUBSCRIPTIONS_RETRY_DELAY": "60"}
+    subscription = subscribe("grace", every="PT10S")
+    payments.script_customer(customer="grace", declines=1)
+    job = first_job(subscription)
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    start_worker(processes, env, "renewals", concurrency=2)
+
+    wait_for(status_is(subscription, SubscriptionStatus.PAST_DUE), timeout=SLOW, message="past due")
+    wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW + 90, message="the retry pays")
+    (paid,) = child_orders(subscription)
+    (skipped,) = SkippedPeriods.objects.filter(subscription=subscription)
+    resumes = skipped.last_period + 1
+    assert skipped.first_period == 1 and resumes >= 7, "a minute of ten-second periods"
+    assert subscription.period_bounds(resumes - 1)[0] <= paid.confirmed_at
+    resumed_at = subscription.period_bounds(resumes)[0]
+    assert resumed_at > paid.confirmed_at
+
+    wait_for(lambda: len(charges(subscription)) >= 2, timeout=SLOW, message="the next charge")
+    assert [o.period_number for o in child_orders(subscription)][:2] == [0, resumes]
+    key = services.idempotency_key(subscription.pk, resumed_at)
+    (second,) = GatewayCharge.objects.filter(idempotency_key=key)
+    assert second.created_at >= resumed_at, "charged at its period's start, not caught up"
+    assert len(charges(subscription)) == 2

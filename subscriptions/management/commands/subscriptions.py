@@ -34,6 +34,17 @@ OPTIONS = {
 }
 
 
+def parse_when(raw: str | None, *, field: str) -> Any:
+    """An ISO-8601 instant with an offset, in UTC; one that UTC cannot hold (9999-12-31T23:00
+    at -01:00 is in the year 10000) is refused naming the field."""
+    try:
+        return parse_instant(raw, field=field)
+    except OverflowError:
+        raise ValidationError(
+            {field: f"{raw!r} is out of range: an instant lies between the years 1 and 9999 UTC"}
+        ) from None
+
+
 def parse_int(raw: str | None, *, field: str) -> int | None:
     if raw is None:
         return None
@@ -117,8 +128,8 @@ class Command(OneLineCommand):
         for key, parse in (
             ("quantity", lambda: parse_int(o["quantity"], field="quantity")),
             ("price", lambda: services.parse_price(o["price"], field="price")),
-            ("start", lambda: parse_instant(o["start"], field="starts_at")),
-            ("end", lambda: parse_instant(o["end"], field="ends_at")),
+            ("start", lambda: parse_when(o["start"], field="starts_at")),
+            ("end", lambda: parse_when(o["end"], field="ends_at")),
         ):
             try:
                 values[key] = parse()
@@ -227,6 +238,11 @@ class Command(OneLineCommand):
             ),
             *(f"  job {self._job_line(j)}" for j in data["jobs"]),
             *(f"  charge {c['reference']} {c['amount']}" for c in data["charges"]),
+            *(
+                f"  skipped periods {k['first_period']}-{k['last_period']} ({k['starts_at']} to "
+                f"{k['ends_at']}): {k['reason']}"
+                for k in data["skipped"]
+            ),
         ]
         if data["attention_reason"]:
             lines.append(f"  needs attention: {data['attention_reason']}")

@@ -122,6 +122,18 @@ KNOBS: dict[str, Knob] = {
     "CATCH_UP_LIMIT": Knob(
         100, int, "Missed occurrences a catch_up job with overlap=allow creates per claim."
     ),
+    "ARGS_MAX_DEPTH": Knob(
+        32,
+        int,
+        "How deeply a job's args or kwargs (and a Django task's arguments) may nest lists and "
+        "objects; deeper values are refused at every door and failed at the claim.",
+    ),
+    "ARGS_MAX_BYTES": Knob(
+        65536,
+        int,
+        "How many bytes a job's args or kwargs (and a Django task's arguments) may take as "
+        "JSON; larger values are refused at every door and failed at the claim.",
+    ),
 }
 
 _UNSET = object()

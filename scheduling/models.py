@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils.timezone import now as current_time
 
 from scheduling import readable, schedules, validation
+from scheduling.arguments import ArgumentsField
 from scheduling.schedules import Misfire, ScheduleError, Timing
 
 
@@ -128,8 +129,8 @@ class Job(models.Model):
     name = models.CharField(max_length=200)
     schedule = models.ForeignKey(Schedule, on_delete=models.PROTECT, related_name="jobs")
     task = models.CharField(max_length=200, help_text="Registered schedulable Celery task name.")
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
+    args = ArgumentsField(default=list, blank=True)
+    kwargs = ArgumentsField(default=dict, blank=True)
     task_table = models.CharField(
         max_length=200, blank=True, help_text="app_label.Model of a task table row, if any."
     )

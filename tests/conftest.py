@@ -9,6 +9,7 @@ deadline, never a bare sleep.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXED_NOW = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday
+SHIPPED_APPS = ("scheduling", "emailer", "subscriptions")
 
 
 def wait_for(
@@ -196,17 +198,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Under the stack matrix (noxfile.py) the apps must come from the installed wheel."""
     if not os.environ.get("DUECOURSE_EXPECT_INSTALLED"):
         return
-    import emailer
-    import scheduling
-    import subscriptions
-
+    found = {name: importlib.util.find_spec(name) for name in SHIPPED_APPS}
     from_checkout = [
-        module.__name__
-        for module in (scheduling, emailer, subscriptions)
-        if Path(module.__file__ or "").resolve().is_relative_to(ROOT)
+        name
+        for name, spec in found.items()
+        if spec is None or Path(spec.origin or "").resolve().is_relative_to(ROOT)
     ]
     if from_checkout:
-        pytest.exit(f"{from_checkout} imported from the checkout, not the installed wheel", 3)
+        pytest.exit(f"{from_checkout} found in the checkout, not the installed wheel", 3)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

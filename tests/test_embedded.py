@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, Processes, free_port, wait_for
+from tests.polling import logged
 
 pytestmark = pytest.mark.slow
 
@@ -76,21 +77,35 @@ def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> Non
             return listed.returncode == 0 and len(json.loads(listed.stdout)) >= 2
 
         wait_for(quick_completed, timeout=90, interval=1, message="two runs of the quick job")
-        # The demo's email project sends its invitation to files a newcomer can open.
+        # The demo's email project sends its invitation to files a newcomer can open; a
+        # message is whole once the line of dashes that ends it is written.
         mail = var_dir / "mail"
-        wait_for(
-            lambda: mail.is_dir() and any(f.stat().st_size for f in mail.iterdir()),
+
+        def whole_message() -> str:
+            for file in mail.iterdir() if mail.is_dir() else []:
+                text = file.read_text()
+                if "-" * 79 in text:
+                    return text
+            return ""
+
+        written = wait_for(
+            whole_message,
             timeout=60,
             interval=1,
             message="the demo invitation written under var/mail",
         )
-        written = next(f for f in mail.iterdir() if f.stat().st_size).read_text()
         first = email.message_from_string(written.split("-" * 79)[0], policy=email.policy.default)
         assert first["Subject"]
         link = f"http://127.0.0.1:{port}/emailer/unsubscribe/"
         assert link in first["List-Unsubscribe"]
         assert link in first.get_body(("plain",)).get_content()
-        output = group.log_of(stack)
+        # The worker logs a run completed after writing it; the stack relays the line.
+        output = logged(
+            lambda: group.log_of(stack),
+            r"execution\.completed",
+            timeout=60,
+            message="the stack prints a completed execution",
+        )
         assert "execution.started" in output
         assert "execution.completed" in output
         os.kill(stack.pid, signal.SIGINT)

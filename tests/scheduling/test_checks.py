@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from io import StringIO
@@ -18,6 +19,7 @@ from scheduling import checks
 from scheduling.api import schedulable_task
 from scheduling.celeryapp import celery_app
 from scheduling.models import Job, SchedulerState
+from tests.conftest import celery_settings
 
 
 def ids(messages: list[CheckMessage]) -> list[str]:
@@ -63,16 +65,19 @@ def test_every_declared_schedulable_task_acks_late_by_default() -> None:
 
 
 @pytest.fixture
-def redis_visibility() -> Callable[[int], None]:
-    conf = celery_app().conf
-    saved = (conf.broker_url, conf.broker_transport_options)
+def redis_visibility() -> Iterator[Callable[[int], None]]:
+    with contextlib.ExitStack() as changes:
 
-    def set_limit(seconds: int) -> None:
-        conf.broker_url = "redis://127.0.0.1:6379/0"
-        conf.broker_transport_options = {"visibility_timeout": seconds}
+        def set_limit(seconds: int) -> None:
+            changes.enter_context(
+                celery_settings(
+                    celery_app(),
+                    broker_url="redis://127.0.0.1:6379/0",
+                    broker_transport_options={"visibility_timeout": seconds},
+                )
+            )
 
-    yield set_limit  # type: ignore[misc]
-    conf.broker_url, conf.broker_transport_options = saved
+        yield set_limit
 
 
 def test_a_visibility_timeout_under_the_default_time_limit_is_warned(

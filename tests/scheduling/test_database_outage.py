@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from tests.conftest import Processes, scheduler_command, wait_for
+from tests.polling import logged
 from tests.scheduling.test_worker_crashes import (  # noqa: F401 (a fixture)
     PrivatePostgres,
     private_postgres,
@@ -117,5 +118,14 @@ def test_completions_written_during_an_outage_are_kept_until_the_database_is_bac
     assert all(row[4] == 1 for row in rows), rows
     assert pg.query(db, "SELECT execute_count FROM scheduling_job") == [(1,)] * TASKS
     assert not log_lines(processes.log_of(scheduler), r"execution\.reaped")
-    # Each body ran once, on the worker that kept its outcome through the outage.
-    assert len(log_lines(processes.log_of(worker), r"diagnostics\.sleep\[.*\] succeeded")) == TASKS
+    # Each body ran once, on the worker that kept its outcome through the outage (Celery logs
+    # a run succeeded after its completion is written).
+    succeeded = r"diagnostics\.sleep\[.*\] succeeded"
+    log = logged(
+        lambda: processes.log_of(worker),
+        succeeded,
+        count=TASKS,
+        timeout=SLOW,
+        message="the worker logs every run succeeded",
+    )
+    assert len(log_lines(log, succeeded)) == TASKS

@@ -31,7 +31,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -68,11 +68,13 @@ SUCCEEDED = re.compile(r"Task " + re.escape(NOOP) + r"\[([0-9a-f-]{36})\] succee
 
 @dataclass(frozen=True)
 class Load:
-    """``job_ids``, each due every second from ``first`` to ``last`` inclusive."""
+    """``job_ids``, each due every second from ``first`` to ``last`` inclusive, planned by the
+    service as of ``planned_at``."""
 
     job_ids: tuple[int, ...]
     first: datetime
     last: datetime
+    planned_at: datetime | None = None
 
     @property
     def occurrences(self) -> list[datetime]:
@@ -94,19 +96,21 @@ def create_load(
     seconds: int,
     lead: float = 2,
     first: datetime | None = None,
+    planned_at: datetime | None = None,
     queue: str = "celery",
     name: str = "load",
 ) -> Load:
     """``jobs`` jobs with one shared PT1S schedule whose window holds ``seconds`` occurrences.
 
     The first occurrence falls ``lead`` seconds from now on a whole second, or at ``first``
-    when given (to line a second load up with a first one). One job goes
-    through ``create_job`` (validated and planned by the service, which must put its
+    when given (to line a second load up with a first one; ``planned_at``, the first load's
+    own, then plans it as of the same moment, however long writing the first one took). One
+    job goes through ``create_job`` (validated and planned by the service, which must put its
     next due time on the window's start); the others are copies of that row written in one
     bulk insert, because creating hundreds of jobs one by one would eat into the window.
     overlap=allow so an occurrence never waits for the previous one to finish.
     """
-    now = timezone.now()
+    now = planned_at or timezone.now()
     first = first or (now + timedelta(seconds=lead)).replace(microsecond=0) + SECOND
     last = first + (seconds - 1) * SECOND
     schedule = Schedule.objects.create(name=name, interval="PT1S", starts_at=first, ends_at=last)
@@ -139,7 +143,7 @@ def create_load(
     )
     ids = tuple(Job.objects.filter(schedule=schedule).order_by("pk").values_list("pk", flat=True))
     assert len(ids) == jobs
-    return Load(job_ids=ids, first=first, last=last)
+    return Load(job_ids=ids, first=first, last=last, planned_at=now)
 
 
 def combined(*loads: Load) -> Load:
@@ -221,6 +225,23 @@ def assert_exactly_once(load: Load, worker_logs: Iterable[str]) -> dict[str, Any
         "extra_doorbells": sum(dupes),
         "executions_with_extra_doorbells": len(dupes),
     }
+
+
+def runs_logged(load: Load, read: Callable[[], list[str]], *, timeout: float) -> list[str]:
+    """Wait until the worker logs ``read()`` name every execution of ``load`` ``succeeded``;
+    return them. Celery logs a run succeeded after the run's completion is written, so the
+    line of the last run may come a moment after its row (workers that have exited have
+    written all theirs)."""
+    ids = {str(task_id) for task_id in load.executions().values_list("task_id", flat=True)}
+
+    def every_run_logged() -> list[str] | None:
+        logs = read()
+        seen = {task_id for log in logs for task_id in SUCCEEDED.findall(log)}
+        return logs if ids <= seen else None
+
+    return list(
+        wait_for(every_run_logged, timeout=timeout, message="every run is logged succeeded")
+    )
 
 
 def latency(load: Load) -> dict[str, Any]:
@@ -563,7 +584,13 @@ def test_broker_outage_loses_and_doubles_nothing(
     scheduler = processes.start(scheduler_command(), env=env, name="sched")
     main = create_load(owner, jobs=16, seconds=int(OUTAGE) + 30, lead=2)
     backlog = create_load(
-        owner, jobs=4, seconds=int(OUTAGE) + 30, first=main.first, queue="backlog", name="bl"
+        owner,
+        jobs=4,
+        seconds=int(OUTAGE) + 30,
+        first=main.first,
+        planned_at=main.planned_at,
+        queue="backlog",
+        name="bl",
     )
     load = combined(main, backlog)
     wait_for(
@@ -573,8 +600,13 @@ def test_broker_outage_loses_and_doubles_nothing(
         message="the first occurrences run before the outage",
     )
 
-    in_redis = queued_in_redis(port, env["CELERY_REDIS_KEY_PREFIX"], "backlog")
-    assert in_redis >= len(backlog.job_ids), "backlog messages wait in Redis before the outage"
+    def backlog_waiting() -> int:
+        waiting = queued_in_redis(port, env["CELERY_REDIS_KEY_PREFIX"], "backlog")
+        return waiting if waiting >= len(backlog.job_ids) else 0
+
+    in_redis = wait_for(
+        backlog_waiting, timeout=90, message="backlog messages wait in Redis before the outage"
+    )
     log_before = len(processes.log_of(scheduler).splitlines())
     cpu_before = cpu_seconds(scheduler.pid)
     processes.kill(server, signal.SIGKILL)

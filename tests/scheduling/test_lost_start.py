@@ -68,10 +68,15 @@ def crash_right_after_the_start(pg: PrivatePostgres) -> None:
         message="the body starts",
     )
     stop_immediately(pg)
-    pg.start()
+    # What the recovery kept is read before any process can reach the server: the worker's
+    # heartbeat or end writes the start again as soon as it can.
+    pg.start(tcp=False)
     # The crash undid the start: the execution waits again, with no attempt.
     assert pg.query(DB, "SELECT status FROM scheduling_execution") == [("queued",)]
     assert pg.query(DB, "SELECT count(*) FROM scheduling_attempt") == [(0,)]
+    # A clean restart, open to the processes again; it keeps the record of the recovery.
+    pg.stop()
+    pg.start()
 
 
 def run_of_record(pg: PrivatePostgres) -> list[tuple[Any, ...]]:
@@ -109,6 +114,15 @@ def wait_until_completed(pg: PrivatePostgres) -> None:
 def body_runs(processes: Processes, *workers: Any) -> int:
     text = "\n".join(processes.log_of(worker) for worker in workers)
     return len(log_lines(text, r"diagnostics\.sleep\[.*\] succeeded"))
+
+
+def wait_body_logged(processes: Processes, *workers: Any) -> None:
+    """Celery logs a run succeeded after its completion is written: wait for that line."""
+    wait_for(
+        lambda: body_runs(processes, *workers),
+        timeout=SLOW,
+        message="a worker logs the body succeeded",
+    )
 
 
 @pytest.fixture
@@ -157,6 +171,7 @@ def test_the_end_restores_a_start_the_crash_undid_and_a_second_message_waits(
         timeout=STALE_AFTER + SLOW,
         message="the second message is acknowledged as a duplicate",
     )
+    wait_body_logged(processes, first, second)
     assert body_runs(processes, first, second) == 1
     assert run_of_record(pg) == [("completed", 0, 1, "completed", 1)]
 
@@ -180,5 +195,6 @@ def test_a_heartbeat_restores_the_start_of_a_body_still_running(
     assert pg.query(DB, "SELECT status FROM scheduling_execution") == [("running",)]
     wait_until_completed(pg)
     assert run_of_record(pg) == [("completed", 0, 1, "completed", 1)]
+    wait_body_logged(processes, worker)
     assert body_runs(processes, worker) == 1
     assert "execution.fenced" not in processes.log_of(worker)

@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.netns]
 PG_BINS = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
 SUBNET = "10.77.{n}.{host}"
 HOSTS = {"db": 2, "mq": 3, "w1": 11, "w2": 12, "s1": 21, "s2": 22}
+WORKERS = ("w1", "w2")
 LEASE = 8  # SCHEDULING_STALE_AFTER: bodies are fenced after 4 s unrenewed, ended after 6 s
 SLOW = 60.0
 
@@ -452,13 +453,88 @@ def assert_no_gaps(cluster: Cluster, job: str, every: float) -> None:
     assert all(abs(gap - every) < 0.01 for gap in gaps), gaps
 
 
-def hold(seconds: float, *alive: Any) -> None:
-    """Let a cut last ``seconds`` (a duration, not a wait for a condition), watching processes."""
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
+def body_ended_on(work: Path, worker: str) -> bool:
+    """Whether a body that ran on ``worker`` (``w1@dc``) has written its stop line."""
+    for file in work.glob("*.ticks"):
+        for line in file.read_text().splitlines():
+            _execution, _attempt, host, kind, _at = line.split()
+            if host == worker and kind == "stop":
+                return True
+    return False
+
+
+def database_now(cluster: Cluster) -> Any:
+    """The database server's clock: the one the engine stamps its rows with."""
+    return cluster.query("SELECT now()")[0][0]
+
+
+def completed_after(cluster: Cluster, job: str, since: Any) -> int:
+    """Executions of ``job`` completed by an attempt that started after ``since``."""
+    ((count,),) = cluster.query(
+        "SELECT count(*) FROM scheduling_attempt a"
+        " JOIN scheduling_execution e ON e.id = a.execution_id"
+        " JOIN scheduling_job j ON j.id = e.job_id"
+        " WHERE j.name = %s AND a.outcome = 'completed' AND a.started_at > %s",
+        job,
+        since,
+    )
+    return int(count)
+
+
+def due_after(cluster: Cluster, job: str, since: Any, *, status: str | None = None) -> int:
+    """Executions of ``job`` due after ``since`` (in ``status``, when given)."""
+    ((count,),) = cluster.query(
+        "SELECT count(*) FROM scheduling_execution e JOIN scheduling_job j ON j.id = e.job_id"
+        " WHERE j.name = %s AND e.scheduled_for > %s AND (%s::text IS NULL OR e.status = %s)",
+        job,
+        since,
+        status,
+        status,
+    )
+    return int(count)
+
+
+def executions_of(cluster: Cluster, job: str) -> int:
+    ((count,),) = cluster.query(
+        "SELECT count(*) FROM scheduling_execution e JOIN scheduling_job j ON j.id = e.job_id"
+        " WHERE j.name = %s",
+        job,
+    )
+    return int(count)
+
+
+def taken_by(cluster: Cluster, job: str) -> tuple[str, str]:
+    """(The worker host that runs ``job``'s body, the other one), as soon as it runs.
+
+    Both workers are up before the job is added, so the cut that follows comes while the body
+    runs, however long a worker takes to start on a loaded machine.
+    """
+
+    def runner() -> str | None:
+        rows = cluster.query(
+            "SELECT a.worker FROM scheduling_attempt a"
+            " JOIN scheduling_execution e ON e.id = a.execution_id"
+            " JOIN scheduling_job j ON j.id = e.job_id"
+            " WHERE j.name = %s AND a.outcome = 'running'",
+            job,
+        )
+        return rows[0][0].split("@")[0] if rows else None
+
+    host = wait_for(runner, timeout=SLOW, interval=0.2, message=f"a worker runs {job}'s body")
+    (other,) = set(WORKERS) - {host}
+    return host, other
+
+
+def until(condition: Callable[[], Any], *alive: Any, message: str) -> Any:
+    """Let a cut (or what follows a heal) last until ``condition`` holds, however long the
+    machine takes, failing at once if a process in ``alive`` exits meanwhile."""
+
+    def check() -> Any:
         for child in alive:
-            assert child.poll() is None
-        time.sleep(0.5)
+            assert child.poll() is None, f"a process exited while waiting until {message}"
+        return condition()
+
+    return wait_for(check, timeout=SLOW * 3, interval=0.5, message=message)
 
 
 # --- the cases ----------------------------------------------------------------------------------
@@ -467,69 +543,107 @@ def hold(seconds: float, *alive: Any) -> None:
 def test_a_worker_cut_off_from_the_database_is_fenced_before_another_runs_its_body(
     cluster: Cluster,
 ) -> None:
-    """w1 loses PostgreSQL (the broker stays reachable) for longer than the lease.
+    """The worker running a long body loses PostgreSQL (the broker stays reachable) for longer
+    than the lease.
 
     Its body is fenced after half the lease unrenewed, the reaper gives the run back after the
-    full lease (on the database's clock), and w2 runs it; the bodies never overlap. After the
-    heal w1 records its attempt as ``fenced``.
+    full lease (on the database's clock), and the other worker runs it; the bodies never
+    overlap. After the heal the first worker records its attempt as ``fenced``.
     """
-    w1 = cluster.worker("w1")
+    workers = {host: cluster.worker(host) for host in WORKERS}
     scheduler = cluster.scheduler("s1")
     cluster.add_job("long", every="PT1H", seconds=14)
-    wait_for(lambda: cluster.running_on("w1"), timeout=SLOW, message="w1 runs the body")
-    w2 = cluster.worker("w2")
-    cluster.net.cut("w1", "db")
-    hold(LEASE * 2, w1, w2, scheduler)
+    cut_off, other = taken_by(cluster, "long")
+    cluster.net.cut(cut_off, "db")
+    # The cut outlasts the lease: the reaper has given the run back and the other worker runs
+    # its body.
+    until(
+        lambda: cluster.running_on(other),
+        *workers.values(),
+        scheduler,
+        message=f"{other} runs the body",
+    )
     cluster.net.heal()
     wait_settled(cluster, timeout=SLOW)
     wait_for(
         lambda: "fenced" in {row[4] for row in cluster.attempts()},
         timeout=SLOW,
-        message="w1 recorded its attempt as fenced",
+        message=f"{cut_off} recorded its attempt as fenced",
     )
     spans = assert_no_overlap(cluster.work)
     assert_all_done_once(cluster)
     [(_execution, bodies)] = spans.items()
-    assert [worker.split("@", 1)[1] for worker, _, _ in sorted(bodies)] == ["w1@dc", "w2@dc"]
+    assert [worker.split("@", 1)[1] for worker, _, _ in sorted(bodies)] == [
+        f"{cut_off}@dc",
+        f"{other}@dc",
+    ]
     outcomes = [(row[3], row[4]) for row in cluster.attempts()]
-    assert outcomes == [("w1@dc", "fenced"), ("w2@dc", "completed")], outcomes
-    assert "execution.fenced" in cluster.processes.log_of(w1)
-    assert w1.poll() is None and w2.poll() is None
+    assert outcomes == [(f"{cut_off}@dc", "fenced"), (f"{other}@dc", "completed")], outcomes
+    assert "execution.fenced" in cluster.processes.log_of(workers[cut_off])
+    assert all(worker.poll() is None for worker in workers.values())
 
 
 def test_a_worker_cut_off_from_the_broker_keeps_or_hands_back_its_run(cluster: Cluster) -> None:
-    """w1 loses Redis while PostgreSQL stays reachable: its heartbeats go on, so nobody else
-    may take the run while its body lives; every run ends completed once."""
-    w1 = cluster.worker("w1")
+    """The worker running a long body loses Redis while PostgreSQL stays reachable: its
+    heartbeats go on, so nobody else may take the run while its body lives; every run ends
+    completed once."""
+    workers = {host: cluster.worker(host) for host in WORKERS}
     scheduler = cluster.scheduler("s1")
     cluster.add_job("long", every="PT1H", seconds=10)
-    wait_for(lambda: cluster.running_on("w1"), timeout=SLOW, message="w1 runs the body")
-    w2 = cluster.worker("w2")
-    cluster.net.cut("w1", "mq")
-    hold(LEASE * 2, w2, scheduler)
+    cut_off, other = taken_by(cluster, "long")
+    cluster.net.cut(cut_off, "mq")
+    # The cut outlasts the body: it ends while its worker cannot reach the broker.
+    until(
+        lambda: body_ended_on(cluster.work, f"{cut_off}@dc"),
+        workers[other],
+        scheduler,
+        message=f"the body ends on {cut_off} while it is cut off from the broker",
+    )
     cluster.net.heal()
     wait_settled(cluster, timeout=SLOW * 2)
     assert_no_overlap(cluster.work)
     assert_all_done_once(cluster)
-    assert w2.poll() is None
-    wait_for(lambda: not cluster.running_on("w1"), timeout=SLOW, message="nothing left on w1")
-    assert w1.poll() is None or "fence_exit" not in cluster.processes.log_of(w1)
+    assert workers[other].poll() is None
+    wait_for(
+        lambda: not cluster.running_on(cut_off),
+        timeout=SLOW,
+        message=f"nothing left on {cut_off}",
+    )
+    cut_worker = workers[cut_off]
+    assert cut_worker.poll() is None or "fence_exit" not in cluster.processes.log_of(cut_worker)
 
 
-def test_a_worker_host_cut_off_from_everything_for_a_minute(cluster: Cluster) -> None:
-    """w1's link goes down for 60 s under a long body and a job due every 5 s: no overlap, no
-    lost occurrence, none completed twice, and nothing running once the link is back."""
-    cluster.worker("w1")
+def test_a_worker_host_cut_off_from_everything_while_the_others_go_on(cluster: Cluster) -> None:
+    """The link of the worker running a long body goes down, with a job due every 5 s, and
+    stays down until the other worker has run the long body again through to its end and
+    several occurrences of the frequent job: no overlap, no lost occurrence, none completed
+    twice, and nothing running once the link is back."""
+    workers = {host: cluster.worker(host) for host in WORKERS}
     scheduler = cluster.scheduler("s1")
-    cluster.add_job("long", every="PT1H", seconds=12)
-    wait_for(lambda: cluster.running_on("w1"), timeout=SLOW, message="w1 runs the body")
-    w2 = cluster.worker("w2")
     cluster.add_job("often", every="PT5S", seconds=1)
-    cluster.net.isolate("w1")
-    hold(60, w2, scheduler)
+    cluster.add_job("long", every="PT1H", seconds=12)
+    cut_off, other = taken_by(cluster, "long")
+    cluster.net.isolate(cut_off)
+    cut_at = database_now(cluster)
+    # Only the other worker can start anything while the link is down.
+    until(
+        lambda: (
+            completed_after(cluster, "long", cut_at) >= 1
+            and completed_after(cluster, "often", cut_at) >= 3
+        ),
+        workers[other],
+        scheduler,
+        message=f"{other} completes the long run and three runs of the frequent job meanwhile",
+    )
     cluster.net.heal()
-    # Let the frequent job go on after the heal (a duration), then stop it and let all finish.
-    hold(10, w2, scheduler)
+    healed_at = database_now(cluster)
+    # The frequent job goes on after the heal; then it is stopped and everything finishes.
+    until(
+        lambda: due_after(cluster, "often", healed_at, status="completed") >= 2,
+        workers[other],
+        scheduler,
+        message="two occurrences of the frequent job due after the heal complete",
+    )
     cluster.manage("shell", "-c", "from scheduling.models import Job; Job.objects.filter("
                    "name='often').update(status='paused')")  # fmt: skip
     wait_settled(cluster, timeout=SLOW)
@@ -537,8 +651,12 @@ def test_a_worker_host_cut_off_from_everything_for_a_minute(cluster: Cluster) ->
     assert_all_done_once(cluster)
     assert_no_gaps(cluster, "often", 5)
     assert not cluster.query("SELECT 1 FROM scheduling_attempt WHERE outcome = 'running'")
-    assert w2.poll() is None and scheduler.poll() is None
-    wait_for(lambda: not cluster.running_on("w1"), timeout=SLOW, message="nothing left on w1")
+    assert workers[other].poll() is None and scheduler.poll() is None
+    wait_for(
+        lambda: not cluster.running_on(cut_off),
+        timeout=SLOW,
+        message=f"nothing left on {cut_off}",
+    )
 
 
 def test_a_scheduler_cut_off_from_the_database_mid_claim(cluster: Cluster) -> None:
@@ -571,9 +689,30 @@ def test_a_scheduler_cut_off_from_the_database_mid_claim(cluster: Cluster) -> No
     finally:
         blocker.close()
     s2 = cluster.scheduler("s2")
-    hold(LEASE * 2, s2)
+    # The cut lasts until the server has ended s1's session (releasing its job locks) and s2
+    # has claimed the occurrence s1 was claiming and the next, of both jobs.
+    until(
+        lambda: (
+            not cluster.query("SELECT 1 FROM pg_stat_activity WHERE client_addr = %s", s1_address)
+            and executions_of(cluster, "often") >= 2
+            and executions_of(cluster, "also") >= 2
+        ),
+        s2,
+        message="s1's session is ended and s2 claims two occurrences of each job",
+    )
     cluster.net.heal()
-    hold(6, s1, s2)
+    healed_at = database_now(cluster)
+    # s1 is back on the database, and both jobs go on with the two schedulers side by side.
+    until(
+        lambda: (
+            "dispatch.database_back" in cluster.processes.log_of(s1)
+            and due_after(cluster, "often", healed_at) >= 1
+            and due_after(cluster, "also", healed_at) >= 1
+        ),
+        s1,
+        s2,
+        message="s1 reaches the database again and both jobs have occurrences due after the heal",
+    )
     cluster.manage("shell", "-c", "from scheduling.models import Job; Job.objects.update("
                    "status='paused')")  # fmt: skip
     wait_settled(cluster, timeout=SLOW)

@@ -34,6 +34,7 @@ from scheduling.models import Attempt, Execution, ExecutionStatus, Job
 from scheduling.worker.heartbeat import HeartbeatThread
 from scheduling.worker.taskbase import schedulable_task
 from tests.conftest import celery_worker_command, scheduler_command, wait_for
+from tests.polling import logged
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -166,6 +167,40 @@ def log_lines(text: str, pattern: str) -> list[str]:
     return [line for line in text.splitlines() if re.search(pattern, line)]
 
 
+def succeeded_logged(processes: Any, worker: Any, task_id: Any) -> str:
+    """Wait for the worker's ``succeeded`` line of ``task_id``; return its log.
+
+    Celery logs it after the ``task_success`` receiver has completed the execution, so the
+    line may come a moment after the row a test waited for.
+    """
+    return logged(
+        lambda: processes.log_of(worker),
+        rf"\[{task_id}\] succeeded",
+        timeout=SLOW,
+        message=f"the worker logs task {task_id} succeeded",
+    )
+
+
+def endings_logged(processes: Any, worker: Any, jobs: list[Job], count: int) -> str:
+    """Wait until the worker has logged ``count`` attempt endings (``execution.retry`` and
+    ``execution.failed`` lines) of each job's execution; return its log.
+
+    Each line is written right after the row it reports, so the last one may come a moment
+    after the failed row a test waited for.
+    """
+    for job in jobs:
+        execution = execution_of(job)
+        assert execution is not None
+        logged(
+            lambda: processes.log_of(worker),
+            rf"execution\.(retry|failed) execution={execution.pk} ",
+            count=count,
+            timeout=SLOW,
+            message=f"the worker logs {count} endings of execution {execution.pk}",
+        )
+    return str(processes.log_of(worker))
+
+
 # --- A. history from signals ----------------------------------------------------------------
 
 
@@ -283,7 +318,7 @@ def test_failures_retry_from_rows_with_backoff_then_fail(
         return len(rows) == 3 and all(row.status == ExecutionStatus.FAILED for row in rows)
 
     wait_for(all_failed, timeout=SLOW, interval=0.05, message="all three executions fail")
-    log = processes.log_of(worker)
+    log = endings_logged(processes, worker, [failing, asks], count=1 + 3)
 
     # A retryable error: 1 + 3 attempts, each error kept with its class and a short traceback.
     execution = execution_of(failing)
@@ -361,7 +396,7 @@ def test_attempts_past_their_timeout_are_stopped_retried_then_failed(
         return rows.count() == 2
 
     wait_for(both_failed, timeout=SLOW * 2, message="both executions time out four times")
-    log = processes.log_of(worker)
+    log = endings_logged(processes, worker, [soft, hard], count=4)
 
     execution = execution_of(soft)
     assert execution is not None
@@ -545,7 +580,7 @@ def test_a_retried_attempt_resumes_after_the_last_checkpointed_step(
     assert execution.worker.startswith("second@")
 
     step = rf"diagnostics\.step execution={execution.pk} step="
-    before, after = processes.log_of(first), processes.log_of(second)
+    before, after = processes.log_of(first), succeeded_logged(processes, second, execution.task_id)
     assert len(log_lines(before, step + "[12]$")) == 2 and not log_lines(before, step + "[34]$")
     assert not log_lines(after, step + "[12]$")
     assert len(log_lines(after, step + "3$")) == 1 and len(log_lines(after, step + "4$")) == 1
@@ -578,7 +613,7 @@ def test_ad_hoc_calls_are_recorded_only_when_asked(
     assert execution.task == "scheduling.diagnostics.noop"
     assert execution.worker.startswith("recording@")
     assert [a.outcome for a in execution.attempts.all()] == ["completed"]
-    assert log_lines(processes.log_of(on), rf"noop\[{recorded.id}\] succeeded")
+    succeeded_logged(processes, on, recorded.id)
 
     wait_for(
         lambda: log_lines(processes.log_of(off), rf"noop\[{plain.id}\] succeeded"),

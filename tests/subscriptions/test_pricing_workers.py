@@ -156,7 +156,8 @@ def test_a_start_two_years_back_charges_only_the_current_period_then_goes_on(
 
     wait_for(lambda: len(confirmed(secondly)) >= 4, timeout=SLOW, message="four periods")
     # Monthly: one period, the one that contains the creation, charged once; the next is
-    # placed at its own start, a month ahead at most.
+    # placed at its own start, a month ahead at most (in the confirmation's transaction).
+    wait_for(lambda: confirmed(monthly), timeout=SLOW, message="the monthly period confirmed")
     (order,) = child_orders(monthly)
     assert order.period_number in (23, 24)  # about 24 months back, whatever today's date
     assert order.period_start <= monthly.created_at < order.period_end

@@ -30,6 +30,7 @@ from subscriptions.models import (
     SubscriptionStatus,
 )
 from tests.conftest import scheduler_command, wait_for
+from tests.polling import logged
 from tests.scheduling.test_worker_lifecycle import log_lines, send_message, start_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -109,6 +110,17 @@ def batch_execution(batch: DueBatch) -> Execution:
     return Execution.objects.get(job_id=engine_job.id)
 
 
+def batch_completed(batch: DueBatch) -> Callable[[], Execution | None]:
+    """The batch's execution once its run is recorded completed: the renewals complete inside
+    the run, and the worker records the run's own end after its body has returned."""
+
+    def check() -> Execution | None:
+        execution = batch_execution(batch)
+        return execution if execution.status == ExecutionStatus.COMPLETED else None
+
+    return check
+
+
 def test_twelve_short_periods_give_twelve_orders_and_a_cancel_midway_stops_the_rest(
     processes: Any, env: dict[str, str]
 ) -> None:
@@ -169,11 +181,7 @@ def test_declines_are_retried_until_paid_or_failed_past_the_maximum(
     assert job.batch_id != first_batch.pk
     assert job.action_date >= first_batch.due_at + 2 * SECOND
     for batch in (first_batch, job.batch):
-        wait_for(
-            lambda b=batch: batch_execution(b).status == ExecutionStatus.COMPLETED,
-            timeout=SLOW,
-            message="the batch's run completes",
-        )
+        wait_for(batch_completed(batch), timeout=SLOW, message="the batch's run completes")
         batch.refresh_from_db()
         assert batch.closed_at is not None
 
@@ -215,6 +223,9 @@ def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_
     survivor = start_worker(processes, env, "survivor", concurrency=1)
     for job in jobs:
         wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="the survivor confirms")
+    execution = wait_for(
+        batch_completed(jobs[0].batch), timeout=SLOW, message="the survivor's run completes"
+    )
     log = processes.log_of(survivor)
     for job, subscription in zip(jobs, batch, strict=True):
         assert log_lines(log, rf"renewal\.resumed job={job.pk} after=charge")
@@ -223,7 +234,6 @@ def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_
         (charge,) = charges(subscription)
         assert order.status == OrderStatus.CONFIRMED and order.charge_reference == charge.reference
     assert not log_lines(log, r"gateway\.")  # the gateway was not called again
-    execution = batch_execution(jobs[0].batch)
     assert (execution.status, execution.retry_count) == (ExecutionStatus.COMPLETED, 1)
 
 
@@ -255,7 +265,13 @@ def test_the_same_message_delivered_twice_runs_the_steps_once(
         timeout=SLOW,
         message="the second delivery is absorbed",
     )
-    log = processes.log_of(worker)
+    # Logged once the renewal's confirmation has committed, a moment after the job completes.
+    log = logged(
+        lambda: processes.log_of(worker),
+        rf"renewal\.completed job={job.pk} ",
+        timeout=SLOW,
+        message="the worker logs the renewal completed",
+    )
     assert len(log_lines(log, rf"\[{execution.task_id}\] received")) == 2
     assert len(log_lines(log, rf"renewal\.completed job={job.pk} ")) == 1
     assert (job.parameter, job.retry_count) == ("confirm", 0)

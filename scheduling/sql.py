@@ -214,6 +214,8 @@ HELD_AFTER_CRASH = f"""
 #    both, see docs/architecture.md, *One flush per task*): so for one lease after the server
 #    last recovered from a crash (``RECOVERED_AT``), an execution made before that
 #    recovery starts only for the worker whose start the crash lost (``attempts.restore_start``).
+#    A job with a running limit (or any job, while owner limits are on) is started only by
+#    the limited start, which has locked and counted first (``limits_checked``).
 START_EXECUTION = f"""
     WITH started AS (
         UPDATE {EXECUTION}
@@ -226,9 +228,13 @@ START_EXECUTION = f"""
                 OR (status = %(retry)s AND retry_at <= %(now)s))
            AND NOT EXISTS (
                 SELECT 1 FROM {JOB} x
-                 WHERE x.id = {EXECUTION}.job_id AND x.expires IS NOT NULL
-                   AND {EXECUTION}.scheduled_for
-                       + x.expires * interval '1 second' < %(now)s)
+                 WHERE x.id = {EXECUTION}.job_id
+                   AND ((x.expires IS NOT NULL
+                         AND {EXECUTION}.scheduled_for
+                             + x.expires * interval '1 second' < %(now)s)
+                        -- A limited job starts through limits.py, which counts first.
+                        OR (NOT %(limits_checked)s
+                            AND (x.max_running IS NOT NULL OR %(owner_limits)s))))
            AND NOT {HELD}
      RETURNING id, job_id, checkpoint, scheduled_for
     ), attempt AS (
@@ -319,7 +325,8 @@ SCHEDULER_PROBE = f"""
                AND last_heartbeat_at < %s),
       (SELECT MIN(next_due_at) FROM {JOB} WHERE status = 'active'
                AND current_execution_id IS NULL
-               AND next_due_at > '-infinity' AND next_due_at < 'infinity')
+               AND next_due_at > '-infinity' AND next_due_at < 'infinity'),
+      EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = 'waiting')
 
     """
 

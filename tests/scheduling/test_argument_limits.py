@@ -160,13 +160,22 @@ BEHIND = {
 }
 
 
+def storable() -> dict[str, tuple[str, str]]:
+    """The rows of ``BEHIND`` this database takes: SQLite's JSON check refuses nesting past
+    1,000 levels, so text nested past what Python reads never gets in there."""
+    if connection.vendor == "postgresql":
+        return BEHIND
+    return {name: row for name, row in BEHIND.items() if name != "unreadable"}
+
+
 def written_behind(owner: Any, name: str, kwargs_text: str) -> Job:
     """An interval job due now (the kind the locking statement plans itself) whose kwargs are
     then overwritten by raw SQL."""
     job = jobs.create_job(owner=owner, name=name, task=NOOP, every="PT1H", now=timezone.now())
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE scheduling_job SET kwargs = %s::jsonb WHERE id = %s", [kwargs_text, job.pk]
+            f"UPDATE scheduling_job SET kwargs = %s{cast} WHERE id = %s", [kwargs_text, job.pk]
         )
     return job
 
@@ -175,18 +184,19 @@ def written_behind(owner: Any, name: str, kwargs_text: str) -> Job:
 def test_the_claim_fails_an_occurrence_whose_row_breaks_the_limits_and_serves_the_rest(
     owner: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The locking statement plans a row itself once the process has read its interval text.
+    # On PostgreSQL the locking statement plans a row itself once the process has read its
+    # interval text; SQLite plans every row in Python.
     monkeypatch.setattr(claims, "_STEPS", claims._Steps())
     claims._STEPS.learn("PT1H", timedelta(hours=1))
     healthy = jobs.create_job(owner=owner, name="healthy", task=NOOP, every="PT1H",
                               kwargs={"small": [1, 2]}, now=timezone.now())  # fmt: skip
-    poisoned = {name: written_behind(owner, name, text) for name, (text, _) in BEHIND.items()}
+    poisoned = {name: written_behind(owner, name, text) for name, (text, _) in storable().items()}
 
     claim = claims.claim_due_jobs(now=timezone.now() + timedelta(seconds=1), limit=100)
 
     assert [bell.kwargs for bell in claim.bells] == [{"small": [1, 2]}]
     assert Execution.objects.get(job=healthy).status == ExecutionStatus.PENDING
-    for name, (_, reason) in BEHIND.items():
+    for name, (_, reason) in storable().items():
         failed = Execution.objects.get(job=poisoned[name])
         assert failed.status == ExecutionStatus.FAILED, name
         assert failed.last_error.startswith(reason), (name, failed.last_error[:200])
@@ -194,15 +204,15 @@ def test_the_claim_fails_an_occurrence_whose_row_breaks_the_limits_and_serves_th
 
 @db
 def test_every_reader_shows_such_rows(owner: Any, admin_client: Client) -> None:
-    for name, (text, _) in BEHIND.items():
+    for name, (text, _) in storable().items():
         written_behind(owner, name, text)
     for command in (["jobs", "list"], ["jobs", "list", "--json"],
-                    *(["jobs", "show", name] for name in BEHIND)):  # fmt: skip
+                    *(["jobs", "show", name] for name in storable())):  # fmt: skip
         out = io.StringIO()
         call_command(*command, stdout=out, stderr=io.StringIO())
         assert out.getvalue(), command
     assert admin_client.get("/admin/scheduling/job/").status_code == 200
-    for job in Job.objects.filter(name__in=BEHIND):
+    for job in Job.objects.filter(name__in=storable()):
         response = admin_client.get(f"/admin/scheduling/job/{job.pk}/change/")
         assert response.status_code == 200, job.name
 

@@ -193,6 +193,7 @@ JOB_POLICY_FIELDS = (
     "jitter",
     "timeout",
     "max_retries",
+    "max_running",
     "retry_backoff",
     "retry_backoff_max",
     "expires",

@@ -25,10 +25,11 @@ from django.db.models import Case, Exists, F, Q, Value, When
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
-from scheduling import conf, schedules, sql
+from scheduling import conf, limits, schedules, sql
 from scheduling.errors import MAX_ERROR, StartHeld
 from scheduling.models import (
     EXECUTION_STARTABLE,
+    EXECUTION_UNFINISHED,
     Attempt,
     AttemptOutcome,
     Execution,
@@ -70,6 +71,9 @@ def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) 
                 raise StartHeld(execution_id, held)
         if skip_expired(execution_id=execution_id, now=now):
             return None
+        slot = limits.limited_slot(execution_id)
+        if slot is not None:
+            return _start_within_limits(slot, worker=worker, pid=pid, now=now)
         Execution.objects.filter(pk=execution_id).update(duplicates=F("duplicates") + 1)
         logger.warning(
             "execution.duplicate execution=%s worker=%s: already started or finished; "
@@ -88,13 +92,51 @@ def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) 
     return started
 
 
+def _start_within_limits(
+    slot: limits.Slot, *, worker: str, pid: int, now: datetime
+) -> Started | None:
+    """The start of an execution whose job or owner has a running limit (``scheduling.limits``):
+    locked and counted in one transaction, then started, or moved to WAITING with the reason."""
+    with transaction.atomic(durable=True):
+        limits.lock(slot)
+        reason = limits.over_limit(slot)
+        if reason is not None:
+            limits.hold(slot, reason=reason, now=now)
+            return None
+        if connection.vendor == "postgresql":
+            started = _start_in_one_statement(
+                slot.execution_id, worker=worker, pid=pid, now=now, limits_checked=True
+            )
+        else:
+            started = _start_with_orm(
+                slot.execution_id, worker=worker, pid=pid, now=now, limits_checked=True
+            )
+    if started is not None:
+        logger.info(
+            "execution.started execution=%s job=%s attempt=%s worker=%s",
+            slot.execution_id,
+            started.job_id,
+            started.attempt,
+            worker,
+        )
+    return started
+
+
 #: Startable now: waiting for a worker, or a retry whose time has come (see ``_start_with_orm``).
 _STARTABLE_NOW = Q(status__in=EXECUTION_STARTABLE) & ~Q(status=ExecutionStatus.RETRY)
 
 
-def _start_with_orm(execution_id: int, *, worker: str, pid: int, now: datetime) -> Started | None:
+def _start_with_orm(
+    execution_id: int, *, worker: str, pid: int, now: datetime, limits_checked: bool = False
+) -> Started | None:
     startable = _STARTABLE_NOW | Q(status=ExecutionStatus.RETRY, retry_at__lte=now)
-    with transaction.atomic(durable=True):
+    if not limits_checked:
+        # As START_EXECUTION: a limited job starts only through _start_within_limits.
+        limited = Q(job__max_running__isnull=False)
+        if limits.owner_limits_on():
+            limited |= Q(job__isnull=False)
+        startable &= ~limited
+    with transaction.atomic():
         if _expired(execution_id, now):
             return None
         changed = Execution.objects.filter(startable, pk=execution_id).update(
@@ -160,7 +202,7 @@ def skip_expired(*, execution_id: int, now: datetime) -> bool:
 
 
 def _start_in_one_statement(
-    execution_id: int, *, worker: str, pid: int, now: datetime
+    execution_id: int, *, worker: str, pid: int, now: datetime, limits_checked: bool = False
 ) -> Started | None:
     """``_start_with_orm`` as one PostgreSQL statement: a worker pays one round trip per start.
 
@@ -175,6 +217,8 @@ def _start_in_one_statement(
             "worker": worker,
             "pid": pid,
             "lease": conf.get("STALE_AFTER"),
+            "limits_checked": limits_checked,
+            "owner_limits": limits.owner_limits_on(),
         },
     )
     if row is None:
@@ -528,7 +572,7 @@ def cancel_execution(*, execution_id: int, now: datetime, reason: str = "cancell
     with transaction.atomic():
         execution = (
             Execution.objects.select_for_update(of=("self",))
-            .filter(pk=execution_id, status__in=[*EXECUTION_STARTABLE, ExecutionStatus.RUNNING])
+            .filter(pk=execution_id, status__in=EXECUTION_UNFINISHED)
             .first()
         )
         if execution is None:

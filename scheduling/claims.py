@@ -26,8 +26,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
-from scheduling import conf, schedules, sql
+from scheduling import arguments, conf, schedules, sql
+from scheduling.arguments import Unreadable, decode
 from scheduling.ids import uuid4_text
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap
 from scheduling.registry import schedulable_names
@@ -80,6 +83,9 @@ _DUE_FIELDS = (
     "schedule__ends_at",
 )
 
+
+#: The due fields but the arguments, which the ORM path reads as text.
+_ROW_FIELDS = tuple(name for name in _DUE_FIELDS if name not in ("args", "kwargs"))
 
 _TIME_FIELDS = (
     "next_occurrence_at",
@@ -214,6 +220,7 @@ def _claim_pg(now: datetime, limit: int, grace: timedelta, catch_up_limit: int) 
                     "earliest": PLANNED_EARLIEST,
                     "latest": PLANNED_LATEST,
                     "max_step": MAX_PLANNED_STEP,
+                    **_argument_bounds(),
                 },
             )
             rows = cursor.fetchall()
@@ -256,6 +263,23 @@ def _claim_pg(now: datetime, limit: int, grace: timedelta, catch_up_limit: int) 
     return Claim(bells, len(rows))
 
 
+def _argument_bounds() -> dict[str, Any]:
+    """Where ``CLAIM_DUE_JOBS`` may plan a row's arguments itself: well inside the limits.
+
+    PostgreSQL's text of a value can be shorter than Python's (``1E2`` reads back as ``100``
+    there and as ``100.0`` here), so the statement plans only texts under half the size
+    limit and leaves the rest to ``_argument_error``; a text of fewer than twice the depth
+    limit's characters cannot nest deeper than it. The path finds a list or object at the
+    depth limit's level: one level deeper than allowed.
+    """
+    max_depth, max_bytes = arguments.limits()
+    return {
+        "planned_bytes": max_bytes // 2,
+        "shallow_text": 2 * (max_depth + 1),
+        "too_deep": f'strict $.**{{{max_depth}}} ? (@.type() == "object" || @.type() == "array")',
+    }
+
+
 def _log_claimed(jobs: int, executions: int) -> None:
     logger.info("dispatch.claimed jobs=%s executions=%s", jobs, executions)
 
@@ -290,14 +314,23 @@ def _bells(due: Sequence[_Due]) -> list[Doorbell]:
 
 
 def _lock_due_orm(now: datetime, limit: int) -> list[dict[str, Any]]:
-    return list(
+    """The due rows, their arguments as stored text (decoded by ``_json``, which names a
+    value nested past what Python reads instead of failing the whole batch on it)."""
+    rows = (
         Job.objects.filter(
             status=JobStatus.ACTIVE, current_execution__isnull=True, next_due_at__lte=now
         )
         .select_for_update(skip_locked=True, no_key=True, of=("self",))
         .order_by("next_due_at")
-        .values(*_DUE_FIELDS)[:limit]
+        .annotate(
+            args_text=Cast("args", output_field=TextField()),
+            kwargs_text=Cast("kwargs", output_field=TextField()),
+        )
+        .values(*_ROW_FIELDS, "args_text", "kwargs_text")[:limit]
     )
+    return [
+        {**row, "args": row.pop("args_text"), "kwargs": row.pop("kwargs_text")} for row in rows
+    ]
 
 
 def _read_times(row: dict[str, Any]) -> dict[str, Any]:
@@ -340,7 +373,7 @@ def _json(value: Any) -> Any:
         return value
     if value in _EMPTY_JSON:
         return type(_EMPTY_JSON[value])()
-    return json.loads(value)
+    return decode(value)
 
 
 def _timing(row: dict[str, Any], cache: dict[tuple[Any, ...], Timing | ScheduleError]) -> Any:
@@ -377,8 +410,16 @@ def _target_error(row: dict[str, Any], cache: dict[tuple[Any, ...], str]) -> str
 
 
 def _argument_error(row: dict[str, Any]) -> str:
-    """Why the job's ``args`` or ``kwargs`` cannot be sent, or "" (rows written by raw SQL)."""
-    return arguments_error(_json(row["args"]), _json(row["kwargs"]))
+    """Why the job's ``args`` or ``kwargs`` cannot be sent, or "" (rows written by raw SQL):
+    their type, their depth or size (``scheduling.arguments``), or text nested deeper than
+    Python can read."""
+    values = {}
+    for name in ("args", "kwargs"):
+        try:
+            values[name] = _json(row[name])
+        except Unreadable as exc:
+            return f"{name}: is {exc}; the limit is {arguments.limits()[0]} levels"
+    return arguments_error(values["args"], values["kwargs"])
 
 
 MAX_PAUSE_REASON = 500

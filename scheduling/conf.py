@@ -122,6 +122,31 @@ KNOBS: dict[str, Knob] = {
     "CATCH_UP_LIMIT": Knob(
         100, int, "Missed occurrences a catch_up job with overlap=allow creates per claim."
     ),
+    "OWNER_MAX_RUNNING": Knob(
+        0,
+        int,
+        "Most executions of one owner's jobs running at once, across all workers (0: no "
+        "limit); one over it waits in the ledger. Turning owner limits on costs each start "
+        "one more round trip.",
+    ),
+    "OWNER_MAX_RUNNING_OVERRIDES": Knob(
+        {},
+        dict,
+        "Per-owner exceptions to OWNER_MAX_RUNNING, by username: {\"reports\": 8, "
+        "\"duecourse-system\": 0} (0: no limit for that owner).",
+    ),
+    "ARGS_MAX_DEPTH": Knob(
+        32,
+        int,
+        "How deeply a job's args or kwargs (and a Django task's arguments) may nest lists and "
+        "objects; deeper values are refused at every door and failed at the claim.",
+    ),
+    "ARGS_MAX_BYTES": Knob(
+        65536,
+        int,
+        "How many bytes a job's args or kwargs (and a Django task's arguments) may take as "
+        "JSON; larger values are refused at every door and failed at the claim.",
+    ),
 }
 
 _UNSET = object()
@@ -132,6 +157,10 @@ _FALSE = {"0", "false", "no", "off"}
 def _coerce(name: str, raw: Any, kind: type) -> Any:
     if kind is str:
         return str(raw)
+    if kind is dict:
+        if isinstance(raw, dict):
+            return dict(raw)
+        raise ImproperlyConfigured(f"SCHEDULING_{name}: expected a dict, got {raw!r}")
     if kind is bool:
         if isinstance(raw, bool):
             return raw

@@ -37,6 +37,7 @@ CHART_SERIES = [
             ExecutionStatus.PENDING,
             ExecutionStatus.QUEUED,
             ExecutionStatus.RETRY,
+            ExecutionStatus.WAITING,
             ExecutionStatus.RUNNING,
         ),
     ),
@@ -100,6 +101,7 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
     return {
         "due_soon": overview.due_soon(now=now, owner_id=owner_id, internal=internal),
         "running": overview.running(now=now, owner_id=owner_id),
+        "waiting": overview.waiting(now=now, owner_id=owner_id),
         "stale": overview.stale(now=now, owner_id=owner_id),
         "late": overview.late(now=now, owner_id=owner_id, internal=internal),
         "failures": failures,

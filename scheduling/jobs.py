@@ -71,6 +71,8 @@ class Policies:
     priority: int | None = None
     expires: int | None = None
     note: str = ""
+    #: Most of this job's executions running at once (None: no limit; ``scheduling.limits``).
+    max_running: int | None = None
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,9 @@ def create_job(
             starts_at=start,
             ends_at=end,
         )
-    values = {k: v for k, v in policies.items() if v is not None or k == "priority"}
+    values = {
+        k: v for k, v in policies.items() if v is not None or k in ("priority", "max_running")
+    }
     if values.get("jitter") is None:
         values.pop("jitter", None)
     return save_new(
@@ -268,6 +272,7 @@ def save_new(
         priority=policies.priority,
         expires=policies.expires,
         note=policies.note,
+        max_running=policies.max_running,
         created_at=now,
     )
     # Kept as ValidationError instances: their codes tell Django's generic messages from ours.
@@ -346,6 +351,7 @@ EDITABLE = frozenset(
         "priority",
         "expires",
         "note",
+        "max_running",
     }
 )
 #: Schedule fields ``edit_job`` takes in ``timing``; giving one kind clears the other two.

@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils.timezone import now as current_time
 
 from scheduling import readable, schedules, validation
+from scheduling.arguments import ArgumentsField
 from scheduling.schedules import Misfire, ScheduleError, Timing
 
 
@@ -128,8 +129,8 @@ class Job(models.Model):
     name = models.CharField(max_length=200)
     schedule = models.ForeignKey(Schedule, on_delete=models.PROTECT, related_name="jobs")
     task = models.CharField(max_length=200, help_text="Registered schedulable Celery task name.")
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
+    args = ArgumentsField(default=list, blank=True)
+    kwargs = ArgumentsField(default=dict, blank=True)
     task_table = models.CharField(
         max_length=200, blank=True, help_text="app_label.Model of a task table row, if any."
     )
@@ -163,6 +164,13 @@ class Job(models.Model):
         default=300, validators=[MinValueValidator(1)], help_text="Seconds per attempt."
     )
     max_retries = models.PositiveIntegerField(default=3, help_text="Retries after the first try.")
+    max_running = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Most of this job's executions running at once, across all workers (empty: "
+        "no limit). One over it waits in the ledger until one of them ends.",
+    )
     retry_backoff = models.FloatField(
         null=True, blank=True, help_text="First retry delay in seconds (default from settings)."
     )
@@ -232,10 +240,11 @@ class ExecutionStatus(models.TextChoices):
     FAILED = "failed"  # retries spent, a permanent error, or nothing to run
     SKIPPED = "skipped"  # missed occurrences dropped by the skip misfire policy
     CANCELLED = "cancelled"  # stopped by a person before it finished
+    WAITING = "waiting"  # its job or owner had its limit of running executions; released later
 
 
 EXECUTION_STARTABLE = (ExecutionStatus.PENDING, ExecutionStatus.QUEUED, ExecutionStatus.RETRY)
-EXECUTION_UNFINISHED = (*EXECUTION_STARTABLE, ExecutionStatus.RUNNING)
+EXECUTION_UNFINISHED = (*EXECUTION_STARTABLE, ExecutionStatus.WAITING, ExecutionStatus.RUNNING)
 EXECUTION_FINISHED = (
     ExecutionStatus.COMPLETED,
     ExecutionStatus.FAILED,
@@ -322,6 +331,12 @@ class Execution(models.Model):
                 fields=["status", "queued_at"],
                 name="execution_waiting_idx",
                 condition=Q(status__in=["pending", "queued"]),
+            ),
+            # limits.release_waiting: "executions waiting for a running slot, oldest first".
+            models.Index(
+                fields=["scheduled_for"],
+                name="execution_held_idx",
+                condition=Q(status="waiting"),
             ),
             # republish_due_retries: "executions in retry whose retry_at has passed".
             models.Index(

@@ -98,6 +98,17 @@ def running(*, now: datetime, limit: int = 10, owner_id: int | None = None) -> P
     return _panel(rows, limit)
 
 
+def waiting(*, now: datetime, limit: int = 10, owner_id: int | None = None) -> Panel:
+    """Executions held back by a running limit (``scheduling.limits``), oldest first."""
+    rows = (
+        _executions(owner_id)
+        .filter(status=ExecutionStatus.WAITING)
+        .select_related("job")
+        .order_by("scheduled_for")
+    )
+    return _panel(rows, limit)
+
+
 def stale(*, now: datetime, limit: int = 10, owner_id: int | None = None) -> Panel:
     """Running executions whose heartbeat is older than ``SCHEDULING_STALE_AFTER``.
 
@@ -279,12 +290,14 @@ def _lag_percentiles_pg(
 
 
 def unfinished_by_status() -> dict[str, int]:
-    """Pending, queued, retry and running executions now (each a small partial index)."""
+    """Pending, queued, retry, waiting and running executions now (each a small partial
+    index); ``waiting`` are those held back by a running limit (``scheduling.limits``)."""
     counts = dict.fromkeys(
         [
             ExecutionStatus.PENDING,
             ExecutionStatus.QUEUED,
             ExecutionStatus.RETRY,
+            ExecutionStatus.WAITING,
             ExecutionStatus.RUNNING,
         ],
         0,

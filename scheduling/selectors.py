@@ -78,6 +78,7 @@ def job_summary(job: Job) -> dict[str, Any]:
         "jitter": job.jitter.total_seconds(),
         "timeout": job.timeout,
         "max_retries": job.max_retries,
+        "max_running": job.max_running,
         "queue": job.queue,
         "priority": job.priority,
         "expires": job.expires,
@@ -167,13 +168,15 @@ class Probe:
     """What one scheduler tick has to do, from one statement.
 
     ``due``: jobs to claim; ``republish``: executions to publish again; ``stale``: running
-    executions to reap; ``next_due_at``: when the next job falls due (for the idle sleep).
+    executions to reap; ``next_due_at``: when the next job falls due (for the idle sleep);
+    ``waiting``: executions waiting for a running slot (``scheduling.limits``).
     """
 
     due: bool
     republish: bool
     stale: bool
     next_due_at: datetime | None
+    waiting: bool = False
 
 
 def scheduler_probe(
@@ -189,11 +192,11 @@ def scheduler_probe(
             sql.SCHEDULER_PROBE,
             [now, pending_before, queued_before, now, stale_before],
         )
-        due, republish, stale, next_due = cursor.fetchone()
+        due, republish, stale, next_due, waiting = cursor.fetchone()
     if isinstance(next_due, str):  # SQLite returns the raw text of the column
         parsed = parse_datetime(next_due)
         next_due = parsed.replace(tzinfo=UTC) if parsed and parsed.tzinfo is None else parsed
-    return Probe(bool(due), bool(republish), bool(stale), next_due)
+    return Probe(bool(due), bool(republish), bool(stale), next_due, bool(waiting))
 
 
 # --- the schedule in words, and the job list's health columns --------------------------------

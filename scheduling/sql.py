@@ -46,12 +46,21 @@ CLAIM_DUE_JOBS = f"""
         SELECT j.id, j.next_occurrence_at, j.next_due_at, j.created_at, j.misfire,
                j.overlap, j.jitter, j.task, j.args, j.kwargs, j.queue, j.priority, j.timeout,
                j.task_table, j.task_row_id, s.interval, s.cron, s.timezone, s.run_at,
-               s.starts_at, s.ends_at, c.occurrence, c.following,
+               s.starts_at, s.ends_at, c.occurrence, c.following, a.args_text, a.kwargs_text,
                j.overlap = %(forbid)s AS forbid,
                COALESCE(
                    j.task = ANY(%(tasks)s::text[]) AND j.task_table = ''
                    AND j.task_row_id IS NULL
                    AND jsonb_typeof(j.args) = 'array' AND jsonb_typeof(j.kwargs) = 'object'
+                   -- Arguments well inside their limits (scheduling.arguments); Python
+                   -- measures the rest. A text shorter than twice the depth limit cannot nest
+                   -- deeper than it, so the path search runs only on longer ones.
+                   AND octet_length(a.args_text) <= %(planned_bytes)s
+                   AND octet_length(a.kwargs_text) <= %(planned_bytes)s
+                   AND (octet_length(a.args_text) < %(shallow_text)s
+                        OR NOT jsonb_path_exists(j.args, %(too_deep)s::jsonpath))
+                   AND (octet_length(a.kwargs_text) < %(shallow_text)s
+                        OR NOT jsonb_path_exists(j.kwargs, %(too_deep)s::jsonpath))
                    AND s.cron = '' AND s.run_at IS NULL AND s.timezone IN ('', 'UTC')
                    AND j.jitter = interval '0'
                    AND j.misfire = ANY(%(misfires)s::text[])
@@ -70,6 +79,10 @@ CLAIM_DUE_JOBS = f"""
                    false) AS planned
           FROM {JOB} AS j
           JOIN {SCHEDULE} AS s ON s.id = j.schedule_id
+         CROSS JOIN LATERAL (
+               -- The arguments as text once: measured here, returned to Python below.
+               SELECT j.args::text AS args_text, j.kwargs::text AS kwargs_text
+               ) AS a
          CROSS JOIN LATERAL (
                SELECT COALESCE(j.next_occurrence_at, j.next_due_at) AS occurrence,
                       COALESCE(s.starts_at, j.created_at) AS base,
@@ -115,7 +128,7 @@ CLAIM_DUE_JOBS = f"""
     )
     SELECT d.planned, (m.ids ->> d.id::text)::bigint, m.uuids ->> d.id::text,
            d.occurrence::text, d.id, h.next_occurrence_at, h.next_due_at, h.created_at,
-           h.misfire, h.overlap, h.jitter, d.task, d.args::text, d.kwargs::text, d.queue,
+           h.misfire, h.overlap, h.jitter, d.task, d.args_text, d.kwargs_text, d.queue,
            d.priority, d.timeout, h.task_table, h.task_row_id, h.interval, h.cron,
            h.timezone, h.run_at, h.starts_at, h.ends_at
       FROM due AS d
@@ -201,6 +214,8 @@ HELD_AFTER_CRASH = f"""
 #    both, see docs/architecture.md, *One flush per task*): so for one lease after the server
 #    last recovered from a crash (``RECOVERED_AT``), an execution made before that
 #    recovery starts only for the worker whose start the crash lost (``attempts.restore_start``).
+#    A job with a running limit (or any job, while owner limits are on) is started only by
+#    the limited start, which has locked and counted first (``limits_checked``).
 START_EXECUTION = f"""
     WITH started AS (
         UPDATE {EXECUTION}
@@ -213,9 +228,13 @@ START_EXECUTION = f"""
                 OR (status = %(retry)s AND retry_at <= %(now)s))
            AND NOT EXISTS (
                 SELECT 1 FROM {JOB} x
-                 WHERE x.id = {EXECUTION}.job_id AND x.expires IS NOT NULL
-                   AND {EXECUTION}.scheduled_for
-                       + x.expires * interval '1 second' < %(now)s)
+                 WHERE x.id = {EXECUTION}.job_id
+                   AND ((x.expires IS NOT NULL
+                         AND {EXECUTION}.scheduled_for
+                             + x.expires * interval '1 second' < %(now)s)
+                        -- A limited job starts through limits.py, which counts first.
+                        OR (NOT %(limits_checked)s
+                            AND (x.max_running IS NOT NULL OR %(owner_limits)s))))
            AND NOT {HELD}
      RETURNING id, job_id, checkpoint, scheduled_for
     ), attempt AS (
@@ -306,7 +325,8 @@ SCHEDULER_PROBE = f"""
                AND last_heartbeat_at < %s),
       (SELECT MIN(next_due_at) FROM {JOB} WHERE status = 'active'
                AND current_execution_id IS NULL
-               AND next_due_at > '-infinity' AND next_due_at < 'infinity')
+               AND next_due_at > '-infinity' AND next_due_at < 'infinity'),
+      EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = 'waiting')
 
     """
 

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from scheduling import conf, enqueued
+from scheduling import arguments, conf, enqueued
 from scheduling.celeryapp import celery_app
 from scheduling.djangotasks import (
     DEFAULT_TASK_QUEUE_NAME,
@@ -186,11 +186,20 @@ _FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 
 
 def _json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
-    """The arguments as JSON gives them back; anything else is refused before it is stored."""
+    """The arguments as JSON gives them back, within ``scheduling.arguments``' limits of depth
+    and size; anything else is refused before it is stored."""
+    call_args, call_kwargs = list(args), dict(kwargs)
+    for name, value in (("args", call_args), ("kwargs", call_kwargs)):
+        depth = arguments.nesting_depth(value)
+        if depth > arguments.limits()[0]:
+            raise InvalidTask(f"Task {name} {arguments.problem(value)}")
     try:
-        return (
-            json.loads(json.dumps(list(args), allow_nan=False)),
-            json.loads(json.dumps(dict(kwargs), allow_nan=False)),
-        )
+        call_args = json.loads(json.dumps(call_args, allow_nan=False))
+        call_kwargs = json.loads(json.dumps(call_kwargs, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise InvalidTask(f"Task arguments must round-trip through JSON: {exc}") from None
+    for name, value in (("args", call_args), ("kwargs", call_kwargs)):
+        too_much = arguments.problem(value)
+        if too_much is not None:
+            raise InvalidTask(f"Task {name} {too_much}")
+    return call_args, call_kwargs

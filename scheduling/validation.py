@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 
-from scheduling import conf, tasktables
+from scheduling import arguments, conf, tasktables
 from scheduling.celeryapp import celery_app
 from scheduling.registry import UnknownTask, get_ledger_task, get_schedulable
 from scheduling.tasktables import TASK_ROW_TASK
@@ -31,14 +31,22 @@ MAX_JITTER = timedelta(days=1)
 
 
 def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:
-    """Parse command-line JSON for ``args`` (a list) or ``kwargs`` (an object)."""
+    """Parse command-line JSON for ``args`` (a list) or ``kwargs`` (an object), within the
+    limits of ``scheduling.arguments``."""
     try:
-        value = json.loads(raw)
+        value = arguments.decode(raw)
+    except arguments.Unreadable as exc:
+        raise ValidationError(
+            {field: f"is {exc}; the limit is {arguments.limits()[0]} levels"}
+        ) from None
     except json.JSONDecodeError as exc:
         raise ValidationError(
             {field: f"is not valid JSON ({exc.msg} at position {exc.pos})"}
         ) from None
     _check_json_shape(value, field=field, expect=expect)
+    too_much = arguments.problem(value)
+    if too_much is not None:
+        raise ValidationError({field: too_much})
     return value
 
 
@@ -72,16 +80,17 @@ def _non_finite(value: Any) -> float | None:
 
     Python's JSON reads ``NaN`` and ``Infinity`` (and ``1e999``), but JSON has no such
     numbers: PostgreSQL refuses them in ``jsonb`` and a worker could not send them on.
+    Walked without recursion, as a value may be nested past the call stack's depth.
     """
-    if isinstance(value, float):
-        return None if math.isfinite(value) else value
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            found = _non_finite(item)
-            if found is not None:
-                return found
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return item
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
     return None
 
 
@@ -97,6 +106,10 @@ def argument_errors(args: Any, kwargs: Any) -> dict[str, str]:
             _check_json_shape(value, field=field, expect=expect)
         except ValidationError as exc:
             errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+        else:
+            too_much = arguments.problem(value)
+            if too_much is not None:
+                errors[field] = too_much
     return errors
 
 
@@ -218,14 +231,18 @@ def validate_job(job: Job) -> None:
     if not (job.name or "").strip():
         errors["name"] = "must not be empty"
     for field, expect in (("args", list), ("kwargs", dict)):
+        value = getattr(job, field)
         try:
-            _check_json_shape(getattr(job, field), field=field, expect=expect)
+            _check_json_shape(value, field=field, expect=expect)
         except ValidationError as exc:
             errors.update(exc.message_dict)
-        else:
-            bad = _non_finite(getattr(job, field))
-            if bad is not None:
-                errors[field] = f"holds {bad!r}; JSON numbers must be finite (no NaN or Infinity)"
+            continue
+        too_much = arguments.problem(value)
+        bad = None if too_much else _non_finite(value)
+        if too_much is not None:
+            errors[field] = too_much
+        elif bad is not None:
+            errors[field] = f"holds {bad!r}; JSON numbers must be finite (no NaN or Infinity)"
     if job.note and len(job.note) > MAX_NOTE:
         errors["note"] = f"is {len(job.note)} characters; the limit is {MAX_NOTE}"
     if job.timeout is not None:

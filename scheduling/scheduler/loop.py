@@ -20,7 +20,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 from django.utils import timezone
 
-from scheduling import claims, conf, liveness, publishing, selectors, ticks
+from scheduling import claims, conf, limits, liveness, publishing, selectors, ticks
 from scheduling.claims import Doorbell
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.publisher import Publisher
@@ -30,7 +30,7 @@ logger = logging.getLogger("scheduling")
 #: A context manager factory called with the name of each step of a tick.
 StepTimer = Callable[[str], AbstractContextManager[Any]]
 #: The steps a ``StepTimer`` sees.
-STEPS = ("probe", "claim", "publish", "mark_queued", "reclaim", "reap")
+STEPS = ("probe", "claim", "publish", "mark_queued", "reclaim", "release", "reap")
 
 BACKOFF_MAX = 5.0
 
@@ -156,6 +156,16 @@ class Dispatcher:
             self.stats["published"] += published
             if published < len(again):
                 return None
+        released: list[Doorbell] = []
+        if probe.waiting:
+            with self.timer("release"):
+                released = publishing.doorbells_for(
+                    execution_ids=limits.release_waiting(now=now, limit=self.batch_size)
+                )
+            published = self._publish(released, self.publisher)
+            self.stats["published"] += published
+            if published < len(released):
+                return None
         reaped: list[int] = []
         if probe.stale and self._may_reap():
             with self.timer("reap"):
@@ -165,7 +175,7 @@ class Dispatcher:
             self.stats["reaped"] += len(reaped)
         # Straight on while there was work; rows that are only waiting (a backlog not yet
         # lost, a stale run under the reaping hold-off) do not make the loop spin.
-        if probe.due or again or reaped:
+        if probe.due or again or released or reaped:
             return 0.0
         if probe.next_due_at is None:
             return self.max_sleep

@@ -33,6 +33,9 @@ class ScheduledTask(Task):
     superuser_only: bool = False
     #: The permission (``app_label.codename``) a user needs to point a job at this task.
     permission: str | None = None
+    #: Celery's strategy with a check in front: a message whose arguments break the limits is
+    #: refused alone instead of killing the worker's main process (``scheduling.worker.guard``).
+    Strategy = "scheduling.worker.guard:guarded_strategy"
 
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
         """Claim the execution row; a message that may not run is acknowledged and ignored.

@@ -25,6 +25,7 @@ class Command(DuecourseCommand):
         "starts_at": "--start",
         "ends_at": "--end",
         "max_retries": "--max-retries",
+        "max_running": "--max-running",
         "task_table": "--task-table",
         "task_row_id": "--task-row-id",
     }
@@ -94,6 +95,12 @@ class Command(DuecourseCommand):
             "--end", help=f"No occurrence after this instant; then completed{clear}."
         )
         parser.add_argument("--max-retries", type=int, help="Retries after the first try (3).")
+        parser.add_argument(
+            "--max-running",
+            type=int,
+            help="Most of its executions running at once across all workers; more wait in the "
+            "ledger (0: no limit, the default).",
+        )
         parser.add_argument("--timeout", type=int, help="Seconds per attempt (300).")
         parser.add_argument(
             "--jitter", default=default("0"), help="Spread in seconds, up to 86400 (0)."
@@ -155,6 +162,8 @@ class Command(DuecourseCommand):
         for field in ("max_retries", "timeout", "expires"):
             if o[field] is not None and o[field] < 0:
                 errors[field] = "must be zero or more"
+        if o["max_running"] is not None and o["max_running"] < 0:
+            errors["max_running"] = "must be zero (no limit) or more"
         if o["jitter"] is not None:
             try:
                 parsed["jitter"] = parse_seconds(o["jitter"], field="jitter", maximum=MAX_JITTER)
@@ -196,6 +205,7 @@ class Command(DuecourseCommand):
             task_table=o["task_table"],
             task_row_id=o["task_row_id"],
             max_retries=o["max_retries"],
+            max_running=o["max_running"] or None,
             timeout=o["timeout"],
             jitter=parsed["jitter"],
             misfire=o["misfire"],
@@ -245,6 +255,8 @@ class Command(DuecourseCommand):
         for option, field in (("at", "run_at"), ("start", "starts_at"), ("end", "ends_at")):
             if parsed[option] is not None:
                 timing[field] = parsed[option] or None
+        if o["max_running"] is not None:
+            changes["max_running"] = o["max_running"] or None
         if not changes and not timing:
             raise ValidationError({"input": "nothing to change; give at least one option"})
         self.refuse_internal(changes.get("task_table"))

@@ -1,0 +1,190 @@
+"""Limits on running executions, per job and per owner, kept by the ledger for every worker.
+
+One job due every second with a body of an hour, overlap allowed, would otherwise take every
+worker slot, and every other owner's work would wait behind it in the broker. So a job may
+cap its own running executions (``max_running``) and the site may cap each owner's
+(``SCHEDULING_OWNER_MAX_RUNNING``, with exceptions by username in
+``SCHEDULING_OWNER_MAX_RUNNING_OVERRIDES``).
+
+The limit is kept where an execution becomes RUNNING, the one step every execution takes
+whatever published it (the claim, a retry, a run-now, a republish): the start of a limited
+job takes a lock per job and per owner (an advisory lock on PostgreSQL; SQLite has one
+writer), counts what runs, and either starts or moves the execution to WAITING with the
+reason. A waiting execution is in the ledger like any other, unfinished (a job whose overlap
+is ``forbid`` claims no next occurrence meanwhile), and its message is acknowledged: it
+holds no worker slot. The scheduler releases waiting executions, oldest first, as slots free
+up (``release_waiting``): back to PENDING, published again.
+
+Jobs without a limit, when no owner limit is set, start as before in one statement; only
+limited starts pay for the lock and the counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.db.models import F
+
+from scheduling import conf
+from scheduling.models import (
+    EXECUTION_STARTABLE,
+    Execution,
+    ExecutionStatus,
+    Job,
+)
+
+logger = logging.getLogger("scheduling")
+
+#: Executions that hold, or are about to take, a running slot.
+IN_FLIGHT = (ExecutionStatus.PENDING, ExecutionStatus.QUEUED, ExecutionStatus.RUNNING)
+
+
+def owner_limits_on() -> bool:
+    """Whether any owner has a limit (then every start of a job is a limited start)."""
+    if conf.get("OWNER_MAX_RUNNING") > 0:
+        return True
+    return any(int(value) > 0 for value in conf.get("OWNER_MAX_RUNNING_OVERRIDES").values())
+
+
+def owner_limit(username: str) -> int | None:
+    """How many of ``username``'s executions may run at once; None for no limit."""
+    overrides = conf.get("OWNER_MAX_RUNNING_OVERRIDES")
+    value = int(overrides[username]) if username in overrides else conf.get("OWNER_MAX_RUNNING")
+    return value if value > 0 else None
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What a limited start needs to know of its execution's job and owner."""
+
+    execution_id: int
+    job_id: int
+    job_name: str
+    job_limit: int | None
+    owner_id: int
+    owner: str
+    owner_limit: int | None
+
+
+def limited_slot(execution_id: int) -> Slot | None:
+    """The execution's limits, if it is startable and the one-statement start leaves it to the
+    limited start (its job has a limit, or owner limits are on); else None."""
+    row = (
+        Execution.objects.filter(pk=execution_id, status__in=EXECUTION_STARTABLE)
+        .values_list(
+            "job_id", "job__name", "job__max_running", "job__owner_id", "job__owner__username"
+        )
+        .first()
+    )
+    if row is None or row[0] is None:
+        return None
+    job_id, name, job_limit, owner_id, username = row
+    slot = Slot(execution_id, job_id, name, job_limit, owner_id, username, owner_limit(username))
+    return slot if slot.job_limit or owner_limits_on() else None
+
+
+def lock(slot: Slot) -> None:
+    """Serialise limited starts of the slot's job and owner until this transaction ends.
+
+    Must run inside the transaction that counts and starts. PostgreSQL: advisory locks, the
+    job's before the owner's in every process, so two starts never wait on each other in a
+    circle. SQLite: one writer at a time; a write first takes it before anything is counted.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            if slot.job_limit:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                    [f"duecourse.job.{slot.job_id}"],
+                )
+            if slot.owner_limit:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                    [f"duecourse.owner.{slot.owner_id}"],
+                )
+        return
+    Job.objects.filter(pk=slot.job_id).update(updated_at=F("updated_at"))
+
+
+def over_limit(slot: Slot) -> str | None:
+    """Why the slot's execution may not start now (its job's or owner's limit), or None."""
+    running = Execution.objects.filter(status=ExecutionStatus.RUNNING)
+    if slot.job_limit:
+        count = running.filter(job_id=slot.job_id).count()
+        if count >= slot.job_limit:
+            return (
+                f"waiting: job {slot.job_name!r} has {count} of {slot.job_limit} running "
+                "(max_running)"
+            )
+    if slot.owner_limit:
+        count = running.filter(job__owner_id=slot.owner_id).count()
+        if count >= slot.owner_limit:
+            return (
+                f"waiting: owner {slot.owner!r} has {count} of {slot.owner_limit} running "
+                "(SCHEDULING_OWNER_MAX_RUNNING)"
+            )
+    return None
+
+
+def hold(slot: Slot, *, reason: str, now: datetime) -> bool:
+    """Move the slot's execution to WAITING with the reason; False if it is no longer
+    startable (another message started it meanwhile)."""
+    held = Execution.objects.filter(
+        pk=slot.execution_id, status__in=EXECUTION_STARTABLE
+    ).update(status=ExecutionStatus.WAITING, last_error=reason, retry_at=None, updated_at=now)
+    if held:
+        logger.info("execution.waiting execution=%s reason=%s", slot.execution_id, reason)
+    return bool(held)
+
+
+def release_waiting(*, now: datetime, limit: int) -> list[int]:
+    """Release waiting executions, oldest first, for which their job and owner have room.
+
+    Room counts the executions in flight (running, or released and not yet started), so a
+    release is not undone at its start by the releases before it; a start still checks the
+    limit itself, and one that loses a race with another start waits again. Returns the ids
+    made PENDING, for the scheduler to publish.
+    """
+    with transaction.atomic(durable=True):
+        waiting = list(
+            Execution.objects.filter(status=ExecutionStatus.WAITING)
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("scheduled_for", "pk")
+            .values_list(
+                "pk", "job_id", "job__max_running", "job__owner_id", "job__owner__username"
+            )[:limit]
+        )
+        if not waiting:
+            return []
+        jobs = {row[1] for row in waiting}
+        owners = {row[3] for row in waiting}
+        flying = Execution.objects.filter(status__in=IN_FLIGHT)
+        per_job = Counter(
+            flying.filter(job_id__in=jobs).values_list("job_id", flat=True).iterator()
+        )
+        per_owner = Counter(
+            flying.filter(job__owner_id__in=owners)
+            .values_list("job__owner_id", flat=True)
+            .iterator()
+        )
+        released: list[int] = []
+        for pk, job_id, job_limit, owner_id, username in waiting:
+            room_for_owner = owner_limit(username)
+            if job_limit and per_job[job_id] >= job_limit:
+                continue
+            if room_for_owner and per_owner[owner_id] >= room_for_owner:
+                continue
+            released.append(pk)
+            per_job[job_id] += 1
+            per_owner[owner_id] += 1
+        if released:
+            Execution.objects.filter(pk__in=released, status=ExecutionStatus.WAITING).update(
+                status=ExecutionStatus.PENDING, queued_at=now, last_error="", updated_at=now
+            )
+    if released:
+        logger.info("executions.released count=%s", len(released))
+    return released

@@ -62,7 +62,11 @@ class SMTPUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Tuning:
-    """The run's knobs, from settings (``EMAILER_*``), read when a run starts."""
+    """The run's knobs, from settings (``EMAILER_*``), read when a run starts.
+
+    ``conf.get`` refuses a value out of its range (the system checks report the same), so a
+    misconfigured worker fails its run with the setting's name instead of sending oddly.
+    """
 
     chunk_size: int
     progress_interval: float
@@ -73,11 +77,11 @@ class Tuning:
     @classmethod
     def from_settings(cls) -> Tuning:
         return cls(
-            chunk_size=max(1, int(conf.get("CHUNK_SIZE"))),
+            chunk_size=int(conf.get("CHUNK_SIZE")),
             progress_interval=float(conf.get("PROGRESS_INTERVAL")),
             backoff_base=float(conf.get("BACKOFF_BASE")),
-            backoff_max=float(conf.get("BACKOFF_MAX")),
-            tries=max(1, int(conf.get("TRIES"))),
+            backoff_max=max(float(conf.get("BACKOFF_MAX")), float(conf.get("BACKOFF_BASE"))),
+            tries=int(conf.get("TRIES")),
         )
 
 

@@ -19,6 +19,7 @@ from django.db import models
 from django.db.models import Q
 
 from emailer.rendering import template_errors
+from emailer.text import control_character_error
 
 
 class ProjectState(models.TextChoices):
@@ -78,6 +79,11 @@ class Project(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        errors = text_errors(self, one_line=("name",))
+        if errors:
+            raise ValidationError(errors)
+
 
 class Participant(models.Model):
     """Someone a project may mail; ``unsubscribed_at`` set means never again."""
@@ -120,6 +126,9 @@ class Participant(models.Model):
 
     def clean(self) -> None:
         self.email = (self.email or "").strip().lower()
+        errors = text_errors(self, one_line=("email", "name"))
+        if errors:
+            raise ValidationError(errors)
 
 
 class SendEmailTask(models.Model):
@@ -190,11 +199,17 @@ class SendEmailTask(models.Model):
         return self.name
 
     def clean(self) -> None:
-        errors: dict[str, Any] = template_errors(
+        self.from_email = (self.from_email or "").strip()
+        errors: dict[str, Any] = text_errors(
+            self,
+            one_line=("name", "from_email", "note", "subject"),
+            multiline=("body", "html_body"),
+        )
+        templates = template_errors(
             subject=self.subject, body=self.body, html_body=self.html_body
         )
-        self.from_email = (self.from_email or "").strip()
-        sender = sender_error(self.from_email)
+        errors.update({k: v for k, v in templates.items() if k not in errors})
+        sender = "" if "from_email" in errors else sender_error(self.from_email)
         if sender:
             errors["from_email"] = sender
         if isinstance(self.rate, float) and not math.isfinite(self.rate):
@@ -210,6 +225,21 @@ class SendEmailTask(models.Model):
             )
         if errors:
             raise ValidationError(errors)
+
+
+def text_errors(
+    row: models.Model, *, one_line: tuple[str, ...] = (), multiline: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """Each typed field of ``row`` that holds a control character, and why (``emailer.text``):
+    the fields in ``one_line`` are one line, those in ``multiline`` may hold line breaks and
+    tabs."""
+    errors: dict[str, str] = {}
+    for fields, lines in ((one_line, False), (multiline, True)):
+        for name in fields:
+            problem = control_character_error(str(getattr(row, name) or ""), multiline=lines)
+            if problem:
+                errors[name] = problem
+    return errors
 
 
 def sender_error(value: str) -> str:

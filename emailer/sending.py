@@ -51,6 +51,7 @@ from emailer.models import (
 )
 from emailer.pacing import Pacer
 from emailer.rendering import CompiledTask, compile_task
+from emailer.text import one_line
 from scheduling.api import PermanentError, RunContext
 
 logger = logging.getLogger("emailer")
@@ -152,7 +153,7 @@ def write_counts(
         if status != HistoryStatus.RUNNING:
             fields["finished_at"] = now
     if note is not None:
-        fields["note"] = note[:500]
+        fields["note"] = one_line(note, limit=500)  # an error's words may span lines
     SendEmailHistory.objects.filter(pk=history.pk).update(**fields)
     for name, value in fields.items():
         setattr(history, name, value)

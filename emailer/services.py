@@ -26,6 +26,7 @@ from emailer.models import (
     SendEmailTask,
 )
 from emailer.rendering import SAMPLE_CONTEXT, Rendered, compile_task
+from emailer.text import control_character_error
 from emailer.tokens import unsubscribe_url
 from scheduling.api import Cron, Every, JobInfo, Once, Policies, Timing, schedule_row
 
@@ -167,6 +168,10 @@ def _parse_row(row: list[str], columns: tuple[str, ...] | None) -> tuple[str, st
     values = dict(zip(columns, cells, strict=False))
     raw_email = values["email"]
     email = raw_email.lower()
+    for column in ("email", "name"):
+        problem = control_character_error(values.get(column, ""))
+        if problem:
+            raise ValueError(f"{column}: {problem}")
     try:
         validate_email(email)
     except ValidationError:

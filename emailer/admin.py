@@ -296,8 +296,11 @@ class SendEmailTaskAdmin(TaskTableAdmin, admin.ModelAdmin):
         )
         try:
             rendered = services.preview(obj, sample=sample, live_link=False)
-        except Exception as exc:
-            return format_html('<span class="errornote">{}</span>', exc)
+        except ValidationError as exc:
+            return format_html(
+                '<span class="errornote">{}</span>',
+                "; ".join(f"{field}: {' '.join(why)}" for field, why in exc.message_dict.items()),
+            )
         html = format_html(
             '<div class="emailer-preview"><p><strong>Subject:</strong> {}</p>'
             '<pre style="white-space:pre-wrap">{}</pre></div>',

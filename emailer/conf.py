@@ -83,6 +83,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("BACKOFF_BASE", 1.0, "float", 0.001, 3600, "emailer.E004"),
     Setting("BACKOFF_MAX", 60.0, "float", 0.001, 86_400, "emailer.E005"),
     Setting("TRIES", 5, "int", 1, 100, "emailer.E006"),
+    # What a task's template may be (checked when it is saved): its length in characters, and
+    # how deep for loops may nest (emailer/sandbox.py).
+    Setting("TEMPLATE_MAX_LENGTH", 100_000, "int", 1_000, 1_000_000, "emailer.E007"),
+    Setting("TEMPLATE_MAX_LOOP_DEPTH", 2, "int", 0, 5, "emailer.E008"),
+    # What rendering one part of one message may cost: characters produced (every literal,
+    # value and filter result, each time round a loop), times round for loops, seconds.
+    Setting("RENDER_MAX_CHARS", 1_000_000, "int", 10_000, 50_000_000, "emailer.E009"),
+    Setting("RENDER_MAX_LOOPS", 10_000, "int", 0, 1_000_000, "emailer.E010"),
+    Setting("RENDER_TIMEOUT", 1.0, "float", 0.01, 60, "emailer.E011"),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -18,8 +18,9 @@ from django.core.validators import MinValueValidator, validate_email
 from django.db import models
 from django.db.models import Q
 
-from emailer.rendering import template_errors
+from emailer.rendering import SAMPLE_CONTEXT, template_errors, worst_cases
 from emailer.text import control_character_error
+from emailer.tokens import unsubscribe_url
 
 
 class ProjectState(models.TextChoices):
@@ -198,6 +199,17 @@ class SendEmailTask(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def check_templates(self) -> dict[str, str]:
+        """Each template that does not compile, or exceeds the render limits for the sample
+        participant or the longest values a participant may have, and why (by field). The
+        save refuses them; a run starts only without any."""
+        return template_errors(
+            subject=self.subject,
+            body=self.body,
+            html_body=self.html_body,
+            samples=template_samples(),
+        )
+
     def clean(self) -> None:
         self.from_email = (self.from_email or "").strip()
         errors: dict[str, Any] = text_errors(
@@ -205,9 +217,7 @@ class SendEmailTask(models.Model):
             one_line=("name", "from_email", "note", "subject"),
             multiline=("body", "html_body"),
         )
-        templates = template_errors(
-            subject=self.subject, body=self.body, html_body=self.html_body
-        )
+        templates = self.check_templates()
         errors.update({k: v for k, v in templates.items() if k not in errors})
         sender = "" if "from_email" in errors else sender_error(self.from_email)
         if sender:
@@ -225,6 +235,26 @@ class SendEmailTask(models.Model):
             )
         if errors:
             raise ValidationError(errors)
+
+
+def template_samples() -> list[dict[str, Any]]:
+    """What a task's templates are checked with: the sample participant, then the longest
+    name, address and project name the tables hold, for every status, and the longest
+    unsubscribe link a participant id can give."""
+    try:
+        link = unsubscribe_url(2**63 - 1)
+    except Exception:  # the emailer's URLs not included yet (checks say so): the sample's
+        link = SAMPLE_CONTEXT["unsubscribe_url"]
+    return [
+        SAMPLE_CONTEXT,
+        *worst_cases(
+            name_length=Participant._meta.get_field("name").max_length or 0,
+            email_length=Participant._meta.get_field("email").max_length or 0,
+            project_length=Project._meta.get_field("name").max_length or 0,
+            statuses=ParticipantStatus.values,
+            unsubscribe_url=link,
+        ),
+    ]
 
 
 def text_errors(

@@ -229,15 +229,22 @@ def run_send_email_task(task: SendEmailTask, run: RunContext) -> dict[str, Any]:
             fold_idle_run(history)
         logger.info("emailer.skipped task=%s history=%s reason=%s", task.pk, history.pk, reason)
         return {"status": status, "reason": reason, **counts}
+    # The check the admin makes on save, made again: a row written behind its back, or
+    # limits lowered since, fails the run here with the reason, before anyone is claimed.
+    problems = task.check_templates()
     try:
+        if problems:
+            raise TemplateSyntaxError(
+                "; ".join(f"{field}: {reason}" for field, reason in problems.items())
+            )
         compiled = compile_task(
             subject=task.subject, body=task.body, html_body=task.html_body
         )
     except TemplateSyntaxError as exc:
-        note = f"template error: {exc}"
+        note = str(exc)
         write_counts(history, counts, now=timezone.now(), status=HistoryStatus.INTERRUPTED,
                      note=note)
-        raise PermanentError(note) from None
+        raise PermanentError(one_line(note, limit=500)) from None
     sender = Sender(task=task, run=run, history=history, compiled=compiled, tuning=tuning)
     try:
         sender.send(selection, counts)

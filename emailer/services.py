@@ -25,7 +25,7 @@ from emailer.models import (
     ProjectState,
     SendEmailTask,
 )
-from emailer.rendering import SAMPLE_CONTEXT, Rendered, compile_task
+from emailer.rendering import SAMPLE_CONTEXT, Rendered, RenderError, compile_task
 from emailer.text import control_character_error
 from emailer.tokens import unsubscribe_url
 from scheduling.api import Cron, Every, JobInfo, Once, Policies, Timing, schedule_row
@@ -382,6 +382,8 @@ def preview(
     ``sample`` renders it for the sample participant instead, for a viewer who may not see
     the project's people; ``live_link=False`` puts the sample unsubscribe link in place of the
     participant's own, which would unsubscribe them for whoever clicks it in a preview.
+    Rendered under the same limits as a run's messages; a template that fails the checks a
+    run makes, or fails for this participant, raises ``ValidationError`` naming the part.
     """
     if sample:
         participant = Participant(pk=0, **SAMPLE_CONTEXT["participant"])
@@ -393,20 +395,26 @@ def preview(
             people.filter(unsubscribed_at__isnull=True).order_by("id").first()
             or Participant(pk=0, email="someone@example.com", name="Someone", status="invited")
         )
+    problems = task.check_templates()
+    if problems:  # a row written behind the admin's back: the reason, as the run would give it
+        raise ValidationError(problems)
     compiled = compile_task(subject=task.subject, body=task.body, html_body=task.html_body)
-    return compiled.render(
-        {
-            "participant": {
-                "id": participant.pk,
-                "email": participant.email,
-                "name": participant.name,
-                "status": participant.status,
-            },
-            "project": {"name": task.project.name},
-            "unsubscribe_url": (
-                unsubscribe_url(participant.pk or 0)
-                if live_link
-                else SAMPLE_CONTEXT["unsubscribe_url"]
-            ),
-        }
-    )
+    try:
+        return compiled.render(
+            {
+                "participant": {
+                    "id": participant.pk,
+                    "email": participant.email,
+                    "name": participant.name,
+                    "status": participant.status,
+                },
+                "project": {"name": task.project.name},
+                "unsubscribe_url": (
+                    unsubscribe_url(participant.pk or 0)
+                    if live_link
+                    else SAMPLE_CONTEXT["unsubscribe_url"]
+                ),
+            }
+        )
+    except RenderError as exc:  # this participant's values take a branch the check did not
+        raise ValidationError({exc.field: f"render error: {exc.reason}"}) from None

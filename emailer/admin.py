@@ -416,10 +416,15 @@ class SendEmailHistoryAdmin(admin.ModelAdmin):
         running = SendEmailHistory.objects.filter(status=HistoryStatus.RUNNING).exists()
         return super().changelist_view(request, {**(extra_context or {}), "refresh": running})
 
+    # Append-only for everyone, superusers too (add, change, delete page, delete_selected):
+    # history is what happened. Deleting a task or its project takes its history with it.
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -437,8 +442,13 @@ class DeliveryAdmin(admin.ModelAdmin):
     def when(self, delivery: Delivery) -> str:
         return _when(delivery.occurrence)
 
+    # Append-only for everyone, superusers too: the next run reads the ledger to know who has
+    # had the mail, so a delivery deleted here would mail that participant again.
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -353,11 +353,15 @@ class Delivery(models.Model):
 
     task = models.ForeignKey(SendEmailTask, on_delete=models.CASCADE, related_name="deliveries")
     occurrence = models.DateTimeField(help_text="The occurrence's original due time.")
+    # The ledger is what a run reads to know who has had a task's mail: a participant deleted
+    # and imported again, or a history row deleted, must not take their deliveries with them
+    # (the next run would mail those people again). RESTRICT refuses those deletes alone and
+    # still lets a task or a project go whole, with its ledger.
     participant = models.ForeignKey(
-        Participant, on_delete=models.CASCADE, related_name="deliveries"
+        Participant, on_delete=models.RESTRICT, related_name="deliveries"
     )
     history = models.ForeignKey(
-        SendEmailHistory, on_delete=models.CASCADE, related_name="deliveries"
+        SendEmailHistory, on_delete=models.RESTRICT, related_name="deliveries"
     )
     email = models.EmailField(max_length=254, help_text="The address the message went to.")
     state = models.CharField(max_length=10, choices=DeliveryState.choices)

@@ -7,6 +7,7 @@ what the command line refuses, with the same reason beside the same field.
 
 from __future__ import annotations
 
+from functools import wraps
 from typing import Any
 
 from django import forms
@@ -14,14 +15,16 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import escape, format_html, format_html_join
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
-from emailer import sending, services
+from emailer import conf, sending, services
 from emailer.models import (
     Delivery,
     HistoryStatus,
@@ -72,6 +75,42 @@ class ParticipantInline(admin.TabularInline):
     fields = ("email", "name", "status", "unsubscribed_at")
     readonly_fields = ("unsubscribed_at",)
     extra = 0
+
+
+class BoundedUpload(FileUploadHandler):
+    """Stops reading an upload past ``EMAILER_IMPORT_MAX_BYTES``: a huge file is neither held
+    in memory nor spooled to disk (the rest of the request is read and dropped), and the
+    import form says why. The limit itself is the import service's (``read_limited``)."""
+
+    def __init__(self, request: HttpRequest, *, most: int) -> None:
+        super().__init__(request)
+        self.most = most
+        self.stopped = False
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes:
+        if start + len(raw_data) > self.most:
+            self.stopped = True
+            raise StopUpload(connection_reset=False)
+        return raw_data
+
+    def file_complete(self, file_size: int) -> None:
+        return None  # the handlers after this one make the file
+
+
+def bounded_upload(view: Any) -> Any:
+    """``view`` with ``BoundedUpload`` in front of the upload handlers. Handlers can only be
+    changed before the request's body is read, and the CSRF check reads it, so the view is
+    exempt from the middleware's check and makes the same check itself, afterwards."""
+    protected = csrf_protect(view)
+
+    @csrf_exempt
+    @wraps(view)
+    def bounded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        most = int(conf.get("IMPORT_MAX_BYTES"))
+        request.upload_handlers.insert(0, BoundedUpload(request, most=most))
+        return protected(request, *args, **kwargs)
+
+    return bounded
 
 
 class ImportForm(forms.Form):
@@ -134,7 +173,7 @@ class ProjectAdmin(TaskTableAdmin, admin.ModelAdmin):
         return [
             path(
                 "<path:object_id>/import/",
-                self.admin_site.admin_view(self.import_view),
+                self.admin_site.admin_view(bounded_upload(self.import_view)),
                 name="emailer_project_import",
             ),
             *super().get_urls(),
@@ -170,11 +209,17 @@ class ProjectAdmin(TaskTableAdmin, admin.ModelAdmin):
             raise Http404(f"no project with id {object_id!r}")
         if not self.may_import(request, project):
             raise PermissionDenied  # a view-only user is refused the form and the upload alike
-        form = ImportForm(request.POST or None, request.FILES or None)
-        if request.method == "POST" and form.is_valid():
+        posted = request.method == "POST"
+        form = ImportForm(request.POST if posted else None, request.FILES if posted else None)
+        stopped = [h for h in request.upload_handlers if getattr(h, "stopped", False)]
+        if stopped:  # the upload went past the limit: say so, not "this field is required"
+            form.is_valid()
+            form.errors.pop("file", None)
+            form.add_error("file", services.too_large(stopped[0].most))
+        elif posted and form.is_valid():
             try:
                 report = services.import_participants_file(
-                    project=project, data=form.cleaned_data["file"].read()
+                    project=project, data=services.read_limited(form.cleaned_data["file"])
                 )
             except ValidationError as exc:
                 form.add_error("file", exc.message_dict.get("file", exc.messages))

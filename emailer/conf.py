@@ -70,6 +70,8 @@ def _number(value: float) -> str:
     return f"{value:,}" if float(value).is_integer() and abs(value) >= 1 else f"{value:g}"
 
 
+MiB = 1024 * 1024
+
 SETTINGS: tuple[Setting, ...] = (
     # The public address of the site, for the unsubscribe link in every message (https in
     # production); its host name also ends each Message-ID.
@@ -92,6 +94,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("RENDER_MAX_CHARS", 1_000_000, "int", 10_000, 50_000_000, "emailer.E009"),
     Setting("RENDER_MAX_LOOPS", 10_000, "int", 0, 1_000_000, "emailer.E010"),
     Setting("RENDER_TIMEOUT", 1.0, "float", 0.01, 60, "emailer.E011"),
+    # A participants CSV: its size in bytes and its number of participant rows.
+    Setting("IMPORT_MAX_BYTES", 10 * MiB, "int", 1024, 1024 * MiB, "emailer.E012"),
+    Setting("IMPORT_MAX_ROWS", 100_000, "int", 1, 10_000_000, "emailer.E013"),
 )
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -60,6 +60,11 @@ class DeliveryState(models.TextChoices):
 DELIVERED_STATES = (DeliveryState.SENDING, DeliveryState.SENT, DeliveryState.FAILED)
 
 
+#: The range of a task's rate limit other than 0 (no limit), in messages per second.
+SLOWEST_RATE = 0.01
+FASTEST_RATE = 100_000
+
+
 class Project(models.Model):
     """A mailing audience and its state; deleting it deletes its tasks, jobs and history."""
 
@@ -222,9 +227,17 @@ class SendEmailTask(models.Model):
         sender = "" if "from_email" in errors else sender_error(self.from_email)
         if sender:
             errors["from_email"] = sender
-        if isinstance(self.rate, float) and not math.isfinite(self.rate):
+        if isinstance(self.rate, int | float) and not math.isfinite(self.rate):
             errors["rate"] = (
                 f"{self.rate!r} is not a number of messages per second; 0 means no limit"
+            )
+        elif isinstance(self.rate, int | float) and self.rate and not (
+            SLOWEST_RATE <= self.rate <= FASTEST_RATE
+        ):
+            # A rate of 1e-300 would make the run wait for ever after its first message.
+            errors["rate"] = (
+                f"{self.rate:g} messages per second; give 0 (no limit) or from {SLOWEST_RATE:g} "
+                f"(one message every {1 / SLOWEST_RATE:g} s) to {FASTEST_RATE:,}"
             )
         if not isinstance(self.statuses, list) or any(
             s not in ParticipantStatus.values for s in self.statuses

@@ -7,6 +7,7 @@ what the command line refuses, with the same reason beside the same field.
 
 from __future__ import annotations
 
+from functools import wraps
 from typing import Any
 
 from django import forms
@@ -14,14 +15,18 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import escape, format_html, format_html_join
+from django.utils.decorators import method_decorator
+from django.utils.html import format_html, format_html_join
+from django.views.decorators.clickjacking import xframe_options_sameorigin
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
-from emailer import sending, services
+from emailer import conf, sending, services
 from emailer.models import (
     Delivery,
     HistoryStatus,
@@ -61,6 +66,36 @@ def _outcome(history: SendEmailHistory | None) -> str:
     )
 
 
+#: The HTML preview's own response headers: no fetch but inline styles and ``data:`` images,
+#: no script, no form, no plugin, framed only by the admin's own pages, nothing cached, no
+#: referrer and no DNS prefetch for links.
+PREVIEW_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'self'; sandbox"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "X-DNS-Prefetch-Control": "off",
+    "Cache-Control": "private, no-store",
+}
+
+
+def _preview_for(task: SendEmailTask, viewer: Any) -> Any:
+    """The task rendered for ``viewer``: for its first due participant when the viewer may
+    see the project's people, else for the sample participant; never with a participant's
+    live unsubscribe link, which would unsubscribe them for whoever clicks it."""
+    sample = not (
+        viewer.has_perm(f"{Participant._meta.app_label}.view_participant")
+        or viewer.has_perm(f"{Participant._meta.app_label}.change_participant")
+    )
+    return services.preview(task, sample=sample, live_link=False)
+
+
+def _reasons(exc: ValidationError) -> str:
+    return "; ".join(f"{field}: {' '.join(why)}" for field, why in exc.message_dict.items())
+
+
 #: Above this many participants a project page links to them instead of listing them inline.
 INLINE_LIMIT = 200
 #: Refused import rows shown one per message; the rest are counted.
@@ -72,6 +107,42 @@ class ParticipantInline(admin.TabularInline):
     fields = ("email", "name", "status", "unsubscribed_at")
     readonly_fields = ("unsubscribed_at",)
     extra = 0
+
+
+class BoundedUpload(FileUploadHandler):
+    """Stops reading an upload past ``EMAILER_IMPORT_MAX_BYTES``: a huge file is neither held
+    in memory nor spooled to disk (the rest of the request is read and dropped), and the
+    import form says why. The limit itself is the import service's (``read_limited``)."""
+
+    def __init__(self, request: HttpRequest, *, most: int) -> None:
+        super().__init__(request)
+        self.most = most
+        self.stopped = False
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes:
+        if start + len(raw_data) > self.most:
+            self.stopped = True
+            raise StopUpload(connection_reset=False)
+        return raw_data
+
+    def file_complete(self, file_size: int) -> None:
+        return None  # the handlers after this one make the file
+
+
+def bounded_upload(view: Any) -> Any:
+    """``view`` with ``BoundedUpload`` in front of the upload handlers. Handlers can only be
+    changed before the request's body is read, and the CSRF check reads it, so the view is
+    exempt from the middleware's check and makes the same check itself, afterwards."""
+    protected = csrf_protect(view)
+
+    @csrf_exempt
+    @wraps(view)
+    def bounded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        most = int(conf.get("IMPORT_MAX_BYTES"))
+        request.upload_handlers.insert(0, BoundedUpload(request, most=most))
+        return protected(request, *args, **kwargs)
+
+    return bounded
 
 
 class ImportForm(forms.Form):
@@ -134,7 +205,7 @@ class ProjectAdmin(TaskTableAdmin, admin.ModelAdmin):
         return [
             path(
                 "<path:object_id>/import/",
-                self.admin_site.admin_view(self.import_view),
+                self.admin_site.admin_view(bounded_upload(self.import_view)),
                 name="emailer_project_import",
             ),
             *super().get_urls(),
@@ -170,11 +241,17 @@ class ProjectAdmin(TaskTableAdmin, admin.ModelAdmin):
             raise Http404(f"no project with id {object_id!r}")
         if not self.may_import(request, project):
             raise PermissionDenied  # a view-only user is refused the form and the upload alike
-        form = ImportForm(request.POST or None, request.FILES or None)
-        if request.method == "POST" and form.is_valid():
+        posted = request.method == "POST"
+        form = ImportForm(request.POST if posted else None, request.FILES if posted else None)
+        stopped = [h for h in request.upload_handlers if getattr(h, "stopped", False)]
+        if stopped:  # the upload went past the limit: say so, not "this field is required"
+            form.is_valid()
+            form.errors.pop("file", None)
+            form.add_error("file", services.too_large(stopped[0].most))
+        elif posted and form.is_valid():
             try:
                 report = services.import_participants_file(
-                    project=project, data=form.cleaned_data["file"].read()
+                    project=project, data=services.read_limited(form.cleaned_data["file"])
                 )
             except ValidationError as exc:
                 form.add_error("file", exc.message_dict.get("file", exc.messages))
@@ -284,20 +361,15 @@ class SendEmailTaskAdmin(TaskTableAdmin, admin.ModelAdmin):
 
     @admin.display(description="preview")
     def preview(self, obj: SendEmailTask) -> str:
-        """The saved task rendered for its first due participant."""
+        """The saved task rendered for its first due participant: subject and text body as
+        text, the HTML part in a sandboxed frame loaded from ``html_preview_view``."""
         if obj.pk is None:
             return "Save the task to see it rendered for a participant."
         viewer = getattr(obj, "viewer", None) or AnonymousUser()  # set by ``get_object``
-        # A viewer who may not see the project's people sees the sample participant; nobody
-        # gets a participant's live unsubscribe link from a preview.
-        sample = not (
-            viewer.has_perm(f"{Participant._meta.app_label}.view_participant")
-            or viewer.has_perm(f"{Participant._meta.app_label}.change_participant")
-        )
         try:
-            rendered = services.preview(obj, sample=sample, live_link=False)
-        except Exception as exc:
-            return format_html('<span class="errornote">{}</span>', exc)
+            rendered = _preview_for(obj, viewer)
+        except ValidationError as exc:
+            return format_html('<span class="errornote">{}</span>', _reasons(exc))
         html = format_html(
             '<div class="emailer-preview"><p><strong>Subject:</strong> {}</p>'
             '<pre style="white-space:pre-wrap">{}</pre></div>',
@@ -306,12 +378,50 @@ class SendEmailTaskAdmin(TaskTableAdmin, admin.ModelAdmin):
         )
         if rendered.html_body:
             html += format_html(
-                '<p><strong>HTML:</strong></p><iframe sandbox srcdoc="{}" '
-                'style="width:100%;height:12em;border:1px solid #ccc"></iframe>',
-                # Escaped always, whatever marks the string carries: the attribute is the sandbox.
-                escape(rendered.html_body),
+                '<p><strong>HTML:</strong></p><iframe class="emailer-html-preview" sandbox '
+                'src="{}" referrerpolicy="no-referrer" title="The HTML part" width="100%" '
+                'height="240"></iframe>',
+                reverse("admin:emailer_sendemailtask_preview", args=[obj.pk]),
             )
         return html
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path(
+                "<path:object_id>/preview.html",
+                self.admin_site.admin_view(self.html_preview_view),
+                name="emailer_sendemailtask_preview",
+            ),
+            *super().get_urls(),
+        ]
+
+    @method_decorator(xframe_options_sameorigin)  # framed by the task's own page, no other
+    def html_preview_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The task's HTML part as its own document, under a policy of its own.
+
+        A mail's HTML may load remote images, styles and scripts; opened in the admin, they
+        would tell the author (or anyone whose address is in it) who looked and when. This
+        response forbids every fetch but inline styles and ``data:`` images, runs no script
+        (the policy's ``sandbox``, and the frame's), and is shown only framed by the admin's
+        own pages. The header is set here, on this response, so a project's own policy
+        (Django 6's ``SECURE_CSP``) neither loosens nor replaces it.
+        """
+        task = self.get_object(request, unquote(object_id))
+        if task is None:
+            raise Http404(f"no task with id {object_id!r}")
+        if not self.has_view_or_change_permission(request, task):
+            raise PermissionDenied
+        try:
+            html = _preview_for(task, request.user).html_body
+        except ValidationError as exc:
+            response = HttpResponse(_reasons(exc), content_type="text/plain; charset=utf-8")
+        else:
+            if not html:
+                raise Http404("this task has no HTML part")
+            response = HttpResponse(html, content_type="text/html; charset=utf-8")
+        for header, value in PREVIEW_HEADERS.items():
+            response[header] = value
+        return response
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         """Each listed task carries the jobs this request's user may see, for the schedule
@@ -413,10 +523,15 @@ class SendEmailHistoryAdmin(admin.ModelAdmin):
         running = SendEmailHistory.objects.filter(status=HistoryStatus.RUNNING).exists()
         return super().changelist_view(request, {**(extra_context or {}), "refresh": running})
 
+    # Append-only for everyone, superusers too (add, change, delete page, delete_selected):
+    # history is what happened. Deleting a task or its project takes its history with it.
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -434,8 +549,13 @@ class DeliveryAdmin(admin.ModelAdmin):
     def when(self, delivery: Delivery) -> str:
         return _when(delivery.occurrence)
 
+    # Append-only for everyone, superusers too: the next run reads the ledger to know who has
+    # had the mail, so a delivery deleted here would mail that participant again.
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -4,6 +4,8 @@
 | --- | --- | --- |
 | emailer.W001 | warning, ``--deploy`` only | ``EMAILER_SITE_URL`` is not a public https address |
 | emailer.W002 | warning | the emailer's URLs are not included: no unsubscribe link can be built |
+| emailer.E001 … | error | an ``EMAILER_*`` setting of a wrong type or out of range |
+| emailer.E014 | error | ``EMAILER_BACKOFF_MAX`` is below ``EMAILER_BACKOFF_BASE`` |
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Warning, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.urls import NoReverseMatch, reverse
 
 from emailer import conf
@@ -25,7 +27,7 @@ def check_site_url(**_: Any) -> list[CheckMessage]:
     """Every message carries an unsubscribe link built on ``EMAILER_SITE_URL``; left at its
     default (``http://localhost:8000``) the link reaches nobody, and over http the signed
     token travels in the clear."""
-    url = conf.site_url()
+    url = str(conf.raw("SITE_URL")).rstrip("/")
     parts = urlsplit(url)
     if parts.scheme == "https" and (parts.hostname or "") not in LOCAL_HOSTS:
         return []
@@ -62,3 +64,34 @@ def check_urls_included(**_: Any) -> list[CheckMessage]:
     except Exception:  # the URLconf itself is broken: Django's url checks say how
         return []
     return []
+
+
+@register("emailer")
+def check_settings(**_: Any) -> list[CheckMessage]:
+    """Each ``EMAILER_*`` setting has the type and range ``conf.SETTINGS`` gives it. Without
+    this check a chunk size of 0 or a site URL that is not one passes ``manage.py check`` and
+    surfaces later, as an error page or a failed run."""
+    found: list[CheckMessage] = []
+    for setting in conf.SETTINGS:
+        problem = setting.problem(conf.raw(setting.name))
+        if problem:
+            found.append(
+                Error(
+                    f"{problem}.",
+                    hint=f"Set {setting.setting} to {setting.accepted()}, or remove it for the "
+                    f"default ({setting.default!r}); see docs/install.md.",
+                    id=setting.check_id,
+                )
+            )
+    base, longest = conf.raw("BACKOFF_BASE"), conf.raw("BACKOFF_MAX")
+    ranged = ("BACKOFF_BASE", "BACKOFF_MAX")
+    if not any(conf.BY_NAME[name].problem(conf.raw(name)) for name in ranged) and longest < base:
+        found.append(
+            Error(
+                f"EMAILER_BACKOFF_MAX is {longest!r}, below EMAILER_BACKOFF_BASE ({base!r}): the "
+                "longest delay after a \"try later\" reply must be at least the first one.",
+                hint="Raise EMAILER_BACKOFF_MAX or lower EMAILER_BACKOFF_BASE.",
+                id="emailer.E014",
+            )
+        )
+    return found

@@ -19,6 +19,7 @@ from typing import Any
 from django.db import connection
 
 from emailer.models import DELIVERED_STATES, Delivery, DeliveryState, Participant
+from emailer.text import one_line
 
 _D = Delivery._meta.db_table
 _P = Participant._meta.db_table
@@ -167,7 +168,7 @@ def record_chunk(*, history_id: int, outcomes: Sequence[Outcome], now: datetime)
     for o in outcomes:
         if o.reply:
             replies.append("WHEN %s THEN %s")
-            params += [o.delivery_id, o.reply[:500]]
+            params += [o.delivery_id, one_line(o.reply, limit=500)]  # a server's own words
     for o in outcomes:
         if o.tries != 1:
             tries.append("WHEN %s THEN %s")

@@ -18,7 +18,9 @@ from django.core.validators import MinValueValidator, validate_email
 from django.db import models
 from django.db.models import Q
 
-from emailer.rendering import template_errors
+from emailer.rendering import SAMPLE_CONTEXT, template_errors, worst_cases
+from emailer.text import control_character_error
+from emailer.tokens import unsubscribe_url
 
 
 class ProjectState(models.TextChoices):
@@ -58,6 +60,11 @@ class DeliveryState(models.TextChoices):
 DELIVERED_STATES = (DeliveryState.SENDING, DeliveryState.SENT, DeliveryState.FAILED)
 
 
+#: The range of a task's rate limit other than 0 (no limit), in messages per second.
+SLOWEST_RATE = 0.01
+FASTEST_RATE = 100_000
+
+
 class Project(models.Model):
     """A mailing audience and its state; deleting it deletes its tasks, jobs and history."""
 
@@ -77,6 +84,11 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        errors = text_errors(self, one_line=("name",))
+        if errors:
+            raise ValidationError(errors)
 
 
 class Participant(models.Model):
@@ -120,6 +132,9 @@ class Participant(models.Model):
 
     def clean(self) -> None:
         self.email = (self.email or "").strip().lower()
+        errors = text_errors(self, one_line=("email", "name"))
+        if errors:
+            raise ValidationError(errors)
 
 
 class SendEmailTask(models.Model):
@@ -189,17 +204,40 @@ class SendEmailTask(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def clean(self) -> None:
-        errors: dict[str, Any] = template_errors(
-            subject=self.subject, body=self.body, html_body=self.html_body
+    def check_templates(self) -> dict[str, str]:
+        """Each template that does not compile, or exceeds the render limits for the sample
+        participant or the longest values a participant may have, and why (by field). The
+        save refuses them; a run starts only without any."""
+        return template_errors(
+            subject=self.subject,
+            body=self.body,
+            html_body=self.html_body,
+            samples=template_samples(),
         )
+
+    def clean(self) -> None:
         self.from_email = (self.from_email or "").strip()
-        sender = sender_error(self.from_email)
+        errors: dict[str, Any] = text_errors(
+            self,
+            one_line=("name", "from_email", "note", "subject"),
+            multiline=("body", "html_body"),
+        )
+        templates = self.check_templates()
+        errors.update({k: v for k, v in templates.items() if k not in errors})
+        sender = "" if "from_email" in errors else sender_error(self.from_email)
         if sender:
             errors["from_email"] = sender
-        if isinstance(self.rate, float) and not math.isfinite(self.rate):
+        if isinstance(self.rate, int | float) and not math.isfinite(self.rate):
             errors["rate"] = (
                 f"{self.rate!r} is not a number of messages per second; 0 means no limit"
+            )
+        elif isinstance(self.rate, int | float) and self.rate and not (
+            SLOWEST_RATE <= self.rate <= FASTEST_RATE
+        ):
+            # A rate of 1e-300 would make the run wait for ever after its first message.
+            errors["rate"] = (
+                f"{self.rate:g} messages per second; give 0 (no limit) or from {SLOWEST_RATE:g} "
+                f"(one message every {1 / SLOWEST_RATE:g} s) to {FASTEST_RATE:,}"
             )
         if not isinstance(self.statuses, list) or any(
             s not in ParticipantStatus.values for s in self.statuses
@@ -210,6 +248,41 @@ class SendEmailTask(models.Model):
             )
         if errors:
             raise ValidationError(errors)
+
+
+def template_samples() -> list[dict[str, Any]]:
+    """What a task's templates are checked with: the sample participant, then the longest
+    name, address and project name the tables hold, for every status, and the longest
+    unsubscribe link a participant id can give."""
+    try:
+        link = unsubscribe_url(2**63 - 1)
+    except Exception:  # the emailer's URLs not included yet (checks say so): the sample's
+        link = SAMPLE_CONTEXT["unsubscribe_url"]
+    return [
+        SAMPLE_CONTEXT,
+        *worst_cases(
+            name_length=Participant._meta.get_field("name").max_length or 0,
+            email_length=Participant._meta.get_field("email").max_length or 0,
+            project_length=Project._meta.get_field("name").max_length or 0,
+            statuses=ParticipantStatus.values,
+            unsubscribe_url=link,
+        ),
+    ]
+
+
+def text_errors(
+    row: models.Model, *, one_line: tuple[str, ...] = (), multiline: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """Each typed field of ``row`` that holds a control character, and why (``emailer.text``):
+    the fields in ``one_line`` are one line, those in ``multiline`` may hold line breaks and
+    tabs."""
+    errors: dict[str, str] = {}
+    for fields, lines in ((one_line, False), (multiline, True)):
+        for name in fields:
+            problem = control_character_error(str(getattr(row, name) or ""), multiline=lines)
+            if problem:
+                errors[name] = problem
+    return errors
 
 
 def sender_error(value: str) -> str:
@@ -293,11 +366,15 @@ class Delivery(models.Model):
 
     task = models.ForeignKey(SendEmailTask, on_delete=models.CASCADE, related_name="deliveries")
     occurrence = models.DateTimeField(help_text="The occurrence's original due time.")
+    # The ledger is what a run reads to know who has had a task's mail: a participant deleted
+    # and imported again, or a history row deleted, must not take their deliveries with them
+    # (the next run would mail those people again). RESTRICT refuses those deletes alone and
+    # still lets a task or a project go whole, with its ledger.
     participant = models.ForeignKey(
-        Participant, on_delete=models.CASCADE, related_name="deliveries"
+        Participant, on_delete=models.RESTRICT, related_name="deliveries"
     )
     history = models.ForeignKey(
-        SendEmailHistory, on_delete=models.CASCADE, related_name="deliveries"
+        SendEmailHistory, on_delete=models.RESTRICT, related_name="deliveries"
     )
     email = models.EmailField(max_length=254, help_text="The address the message went to.")
     state = models.CharField(max_length=10, choices=DeliveryState.choices)

@@ -51,6 +51,7 @@ from emailer.models import (
 )
 from emailer.pacing import Pacer
 from emailer.rendering import CompiledTask, compile_task
+from emailer.text import one_line
 from scheduling.api import PermanentError, RunContext
 
 logger = logging.getLogger("emailer")
@@ -62,7 +63,11 @@ class SMTPUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Tuning:
-    """The run's knobs, from settings (``EMAILER_*``), read when a run starts."""
+    """The run's knobs, from settings (``EMAILER_*``), read when a run starts.
+
+    ``conf.get`` refuses a value out of its range (the system checks report the same), so a
+    misconfigured worker fails its run with the setting's name instead of sending oddly.
+    """
 
     chunk_size: int
     progress_interval: float
@@ -73,11 +78,11 @@ class Tuning:
     @classmethod
     def from_settings(cls) -> Tuning:
         return cls(
-            chunk_size=max(1, int(conf.get("CHUNK_SIZE"))),
+            chunk_size=int(conf.get("CHUNK_SIZE")),
             progress_interval=float(conf.get("PROGRESS_INTERVAL")),
             backoff_base=float(conf.get("BACKOFF_BASE")),
-            backoff_max=float(conf.get("BACKOFF_MAX")),
-            tries=max(1, int(conf.get("TRIES"))),
+            backoff_max=max(float(conf.get("BACKOFF_MAX")), float(conf.get("BACKOFF_BASE"))),
+            tries=int(conf.get("TRIES")),
         )
 
 
@@ -148,7 +153,7 @@ def write_counts(
         if status != HistoryStatus.RUNNING:
             fields["finished_at"] = now
     if note is not None:
-        fields["note"] = note[:500]
+        fields["note"] = one_line(note, limit=500)  # an error's words may span lines
     SendEmailHistory.objects.filter(pk=history.pk).update(**fields)
     for name, value in fields.items():
         setattr(history, name, value)
@@ -224,15 +229,22 @@ def run_send_email_task(task: SendEmailTask, run: RunContext) -> dict[str, Any]:
             fold_idle_run(history)
         logger.info("emailer.skipped task=%s history=%s reason=%s", task.pk, history.pk, reason)
         return {"status": status, "reason": reason, **counts}
+    # The check the admin makes on save, made again: a row written behind its back, or
+    # limits lowered since, fails the run here with the reason, before anyone is claimed.
+    problems = task.check_templates()
     try:
+        if problems:
+            raise TemplateSyntaxError(
+                "; ".join(f"{field}: {reason}" for field, reason in problems.items())
+            )
         compiled = compile_task(
             subject=task.subject, body=task.body, html_body=task.html_body
         )
     except TemplateSyntaxError as exc:
-        note = f"template error: {exc}"
+        note = str(exc)
         write_counts(history, counts, now=timezone.now(), status=HistoryStatus.INTERRUPTED,
                      note=note)
-        raise PermanentError(note) from None
+        raise PermanentError(one_line(note, limit=500)) from None
     sender = Sender(task=task, run=run, history=history, compiled=compiled, tuning=tuning)
     try:
         sender.send(selection, counts)

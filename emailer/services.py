@@ -12,12 +12,14 @@ import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 
+from emailer import conf
 from emailer.models import (
     Participant,
     ParticipantStatus,
@@ -25,7 +27,8 @@ from emailer.models import (
     ProjectState,
     SendEmailTask,
 )
-from emailer.rendering import SAMPLE_CONTEXT, Rendered, compile_task
+from emailer.rendering import SAMPLE_CONTEXT, Rendered, RenderError, compile_task
+from emailer.text import control_character_error
 from emailer.tokens import unsubscribe_url
 from scheduling.api import Cron, Every, JobInfo, Once, Policies, Timing, schedule_row
 
@@ -38,7 +41,7 @@ IMPORT_BATCH = 1000
 def get_project(name: str, *, field: str = "project") -> Project:
     project = Project.objects.filter(name=name).first()
     if project is None:
-        raise ValidationError({field: f"no project named {name!r}"})
+        raise ValidationError({field: f"no project named {_shown(name, 80)}"})
     return project
 
 
@@ -125,10 +128,29 @@ class ImportReport:
         }
 
 
-def _rows(text: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+def _shown(value: str, limit: int = 60, *, quoted: bool = True) -> str:
+    """``value`` for a message, cut short: a refused cell may be 100,000 characters."""
+    shown = repr if quoted else str
+    return shown(value) if len(value) <= limit else shown(value[:limit]) + "…"
+
+
+def _rows(text: Iterable[str]) -> Iterator[tuple[int, list[str] | None, str]]:
+    """Each CSV record as (line, cells, ""), or (line, None, why) for one the csv module
+    cannot read (a field over its limit of 131,072 characters, say); reading goes on after it.
+    """
     reader = csv.reader(text)
-    for row in reader:
-        yield reader.line_num, row
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            reason = str(exc)
+            if "field larger than field limit" in reason:
+                reason = f"a field longer than {csv.field_size_limit():,} characters"
+            yield reader.line_num, None, f"cannot be read as CSV: {reason}"
+            continue
+        yield reader.line_num, row, ""
 
 
 def _header(line: int, row: list[str]) -> tuple[str, ...] | None:
@@ -141,13 +163,15 @@ def _header(line: int, row: list[str]) -> tuple[str, ...] | None:
     if any("@" in c for c in cells):
         return None
     if "email" not in cells:
-        raise ValidationError(
-            {"file": f"line {line} has no email column ({','.join(cells)}); {_EXPECTED}"}
-        )
+        named = _shown(",".join(cells), 80, quoted=False)
+        raise ValidationError({"file": f"line {line} has no email column ({named}); {_EXPECTED}"})
     unknown = [c for c in cells if c not in COLUMNS]
     repeated = sorted({c for c in cells if cells.count(c) > 1})
     if unknown or repeated:
-        what = f"unknown column {unknown[0]!r}" if unknown else f"column {repeated[0]!r} twice"
+        what = (
+            f"unknown column {_shown(unknown[0])}" if unknown
+            else f"column {repeated[0]!r} twice"
+        )
         raise ValidationError({"file": f"line {line} names {what}; {_EXPECTED}"})
     return cells
 
@@ -167,17 +191,23 @@ def _parse_row(row: list[str], columns: tuple[str, ...] | None) -> tuple[str, st
     values = dict(zip(columns, cells, strict=False))
     raw_email = values["email"]
     email = raw_email.lower()
+    for column in ("email", "name"):
+        problem = control_character_error(values.get(column, ""))
+        if problem:
+            raise ValueError(f"{column}: {problem}")
     try:
         validate_email(email)
     except ValidationError:
-        raise ValueError(f"email: {raw_email!r} is not an email address") from None
+        raise ValueError(f"email: {_shown(raw_email)} is not an email address") from None
     name = values.get("name", "")
-    if len(name) > 200:
-        raise ValueError("name: longer than 200 characters")
+    longest = Participant._meta.get_field("name").max_length or 0
+    if len(name) > longest:
+        raise ValueError(f"name: {len(name):,} characters; at most {longest}")
     status = values["status"].lower() if values.get("status") else None
     if status is not None and status not in ParticipantStatus.values:
         raise ValueError(
-            f"status: {values['status']!r} is not one of {', '.join(ParticipantStatus.values)}"
+            f"status: {_shown(values['status'])} is not one of "
+            f"{', '.join(ParticipantStatus.values)}"
         )
     return email, name, status
 
@@ -186,49 +216,66 @@ def import_participants(*, project: Project, text: Iterable[str]) -> ImportRepor
     """Add or update participants from CSV lines ``email,name[,status]``, idempotent by email.
 
     A first line without an address is a header naming the columns (``email`` among them, in
-    any order); without one the columns are ``email,name[,status]``. Rows are read and written
-    a thousand at a time; only the addresses seen are kept, to name a repeated one. Every row
-    is accounted for in the report (see ``ImportReport``), refused rows with their line
-    numbers, and the rows that can be taken still go in. A file with no data rows, or whose
-    header has no email column, is refused whole (``ValidationError`` on ``file``).
+    any order); without one the columns are ``email,name[,status]``. Every row is accounted
+    for in the report (see ``ImportReport``), refused rows with their line numbers, and the
+    rows that can be taken still go in. A file with no data rows, whose header has no email
+    column, or with more than ``EMAILER_IMPORT_MAX_ROWS`` rows is refused whole
+    (``ValidationError`` on ``file``), before anything is written: the whole file is read
+    first, then written a thousand rows at a time.
     """
+    most = int(conf.get("IMPORT_MAX_ROWS"))
     report = ImportReport()
-    batch: dict[str, tuple[int, str, str | None]] = {}
-    seen: dict[str, int] = {}
+    taken: dict[str, tuple[int, str, str | None]] = {}
     columns: tuple[str, ...] | None = None
     first = True
-    for line, row in _rows(text):
-        if not any(c.strip() for c in row):
+    read = 0
+    for line, row, unreadable in _rows(text):
+        if row is not None and not any(c.strip() for c in row):
+            continue
+        read += 1
+        if read > most:
+            raise ValidationError(
+                {
+                    "file": f"more than {most:,} participant rows (EMAILER_IMPORT_MAX_ROWS); "
+                    "nothing was imported: split the file"
+                }
+            )
+        if row is None:
+            report.refused.append((line, unreadable))
+            first = False
             continue
         if first:
             first = False
             columns = _header(line, row)
             if columns is not None:
+                read -= 1
                 continue
         try:
             email, name, status = _parse_row(row, columns)
         except ValueError as exc:
             report.refused.append((line, str(exc)))
             continue
-        if email in seen:
+        if email in taken:
             report.refused.append(
                 (
                     line,
-                    f"email: {email!r} repeats line {seen[email]} (addresses are compared in "
-                    "lower case); not imported",
+                    f"email: {email!r} repeats line {taken[email][0]} (addresses are compared "
+                    "in lower case); not imported",
                 )
             )
             report.duplicates += 1
             continue
-        seen[email] = line
-        batch[email] = (line, name, status)
+        taken[email] = (line, name, status)
+    if not taken and not report.refused:
+        raise ValidationError({"file": f"has no participant rows; {_EXPECTED}"})
+    batch: dict[str, tuple[int, str, str | None]] = {}
+    for email, values in taken.items():
+        batch[email] = values
         if len(batch) >= IMPORT_BATCH:
             _import_batch(project, batch, report)
             batch = {}
     if batch:
         _import_batch(project, batch, report)
-    if report.rows == 0:
-        raise ValidationError({"file": f"has no participant rows; {_EXPECTED}"})
     return report
 
 
@@ -264,12 +311,52 @@ def _import_batch(
     report.updated += len(changed)
 
 
+def read_limited(handle: BinaryIO) -> bytes:
+    """An import file's bytes, read no further than ``EMAILER_IMPORT_MAX_BYTES`` (and one):
+    a larger file is refused without being held in memory."""
+    most = int(conf.get("IMPORT_MAX_BYTES"))
+    data = handle.read(most + 1)
+    _check_size(data, most)
+    return data
+
+
+def read_import_file(path: Path) -> bytes:
+    """The command line's import file, or ``ValidationError`` on ``file`` saying why not."""
+    named = _shown(str(path), 200, quoted=False)
+    if not path.is_file():
+        raise ValidationError({"file": f"{named} is not a readable file"})
+    try:
+        with path.open("rb") as handle:
+            return read_limited(handle)
+    except OSError as exc:
+        raise ValidationError({"file": f"{named} cannot be read: {exc.strerror or exc}"}) from None
+
+
+def too_large(most: int) -> str:
+    """Why a file over ``most`` bytes is refused (the admin's upload stops with these words)."""
+    return (
+        f"larger than {most:,} bytes (EMAILER_IMPORT_MAX_BYTES); nothing was imported: "
+        "split the file"
+    )
+
+
+def _check_size(data: bytes, most: int) -> None:
+    if len(data) > most:
+        raise ValidationError({"file": too_large(most)})
+
+
 def import_participants_file(*, project: Project, data: bytes) -> ImportReport:
-    """The admin's upload: bytes in UTF-8 (with or without a byte-order mark)."""
+    """Import a CSV file's bytes: UTF-8, with or without a byte-order mark, at most
+    ``EMAILER_IMPORT_MAX_BYTES``. The admin's upload and the command line both come here."""
+    _check_size(data, int(conf.get("IMPORT_MAX_BYTES")))
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ValidationError({"file": "UTF-16 text; save the file as CSV in UTF-8"})
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        reason = f"not UTF-8 text: {exc.reason} at byte {exc.start}"
+        reason = (
+            f"not UTF-8 text: {exc.reason} at byte {exc.start:,}; save the file as CSV in UTF-8"
+        )
         raise ValidationError({"file": reason}) from None
     return import_participants(project=project, text=io.StringIO(text, newline=""))
 
@@ -277,7 +364,9 @@ def import_participants_file(*, project: Project, data: bytes) -> ImportReport:
 def get_participant(*, project: Project, email: str) -> Participant:
     found = Participant.objects.filter(project=project, email=email.strip().lower()).first()
     if found is None:
-        raise ValidationError({"email": f"no participant {email!r} in project {project.name!r}"})
+        raise ValidationError(
+            {"email": f"no participant {_shown(email, 80)} in project {project.name!r}"}
+        )
     return found
 
 
@@ -301,7 +390,7 @@ def unsubscribe_participant(*, participant: Participant, now: datetime) -> bool:
 def get_task(name: str, *, field: str = "task") -> SendEmailTask:
     task = SendEmailTask.objects.select_related("project").filter(name=name).first()
     if task is None:
-        raise ValidationError({field: f"no task named {name!r}"})
+        raise ValidationError({field: f"no task named {_shown(name, 80)}"})
     return task
 
 
@@ -377,6 +466,8 @@ def preview(
     ``sample`` renders it for the sample participant instead, for a viewer who may not see
     the project's people; ``live_link=False`` puts the sample unsubscribe link in place of the
     participant's own, which would unsubscribe them for whoever clicks it in a preview.
+    Rendered under the same limits as a run's messages; a template that fails the checks a
+    run makes, or fails for this participant, raises ``ValidationError`` naming the part.
     """
     if sample:
         participant = Participant(pk=0, **SAMPLE_CONTEXT["participant"])
@@ -388,20 +479,26 @@ def preview(
             people.filter(unsubscribed_at__isnull=True).order_by("id").first()
             or Participant(pk=0, email="someone@example.com", name="Someone", status="invited")
         )
+    problems = task.check_templates()
+    if problems:  # a row written behind the admin's back: the reason, as the run would give it
+        raise ValidationError(problems)
     compiled = compile_task(subject=task.subject, body=task.body, html_body=task.html_body)
-    return compiled.render(
-        {
-            "participant": {
-                "id": participant.pk,
-                "email": participant.email,
-                "name": participant.name,
-                "status": participant.status,
-            },
-            "project": {"name": task.project.name},
-            "unsubscribe_url": (
-                unsubscribe_url(participant.pk or 0)
-                if live_link
-                else SAMPLE_CONTEXT["unsubscribe_url"]
-            ),
-        }
-    )
+    try:
+        return compiled.render(
+            {
+                "participant": {
+                    "id": participant.pk,
+                    "email": participant.email,
+                    "name": participant.name,
+                    "status": participant.status,
+                },
+                "project": {"name": task.project.name},
+                "unsubscribe_url": (
+                    unsubscribe_url(participant.pk or 0)
+                    if live_link
+                    else SAMPLE_CONTEXT["unsubscribe_url"]
+                ),
+            }
+        )
+    except RenderError as exc:  # this participant's values take a branch the check did not
+        raise ValidationError({exc.field: f"render error: {exc.reason}"}) from None

@@ -63,7 +63,9 @@ def test_the_task_page_previews_the_message_for_its_first_due_participant(
     page = admin_client.get(reverse("admin:emailer_sendemailtask_change", args=[task.pk]))
     html = page.content.decode()
     assert "Your survey, Person 0" in html
-    assert "&lt;b&gt;Hi Person 0&lt;/b&gt;" in html  # shown in a sandboxed frame
+    preview = reverse("admin:emailer_sendemailtask_preview", args=[task.pk])
+    assert f'sandbox src="{preview}"' in html  # the HTML part, in a sandboxed frame
+    assert admin_client.get(preview).content.decode() == "<b>Hi Person 0</b>"
     assert "none yet" in html  # no job runs it yet
 
 

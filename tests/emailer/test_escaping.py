@@ -1,7 +1,8 @@
 """Escaping, both ways: user text is escaped on every emailer admin page, and mail is not.
 
 A task body or a participant's name holding a script is shown as text in the admin (the HTML
-part only inside a sandboxed frame, its markup escaped into ``srcdoc``). The subject and the
+part only inside a sandboxed frame, as a document of its own under a policy that runs no
+script and fetches nothing). The subject and the
 text body are plain text and go out verbatim; only the HTML part escapes what it interpolates.
 """
 
@@ -76,9 +77,15 @@ def test_the_preview_shows_text_parts_as_text_and_the_html_part_only_in_a_sandbo
     assert_shown_escaped(html, *PAYLOADS)
     assert f"<strong>Subject:</strong> {escape(SCRIPT)} {escape(ATTRIBUTE)}</p>" in html
     assert f">{escape(SCRIPT)}\nDear {escape(ATTRIBUTE)}</pre>" in html
-    # The HTML part, interpolation escaped by its template, then escaped once more into srcdoc.
-    framed = escape(f"<p>{escape(ATTRIBUTE)}</p>{SCRIPT}")
-    assert f'<iframe sandbox srcdoc="{framed}"' in html
+    # The HTML part is not on the page: a sandboxed frame loads it as a document of its own,
+    # where the interpolation is escaped by its template and the policy runs no script.
+    assert SCRIPT not in html and "<p>" + escape(ATTRIBUTE) not in html
+    url = reverse("admin:emailer_sendemailtask_preview", args=[hostile_task.pk])
+    assert f'<iframe class="emailer-html-preview" sandbox src="{url}"' in html
+    framed = admin_client.get(url)
+    assert framed.content.decode() == f"<p>{escape(ATTRIBUTE)}</p>{SCRIPT}"
+    assert "script-src" not in framed["Content-Security-Policy"]
+    assert framed["Content-Security-Policy"].startswith("default-src 'none';")
 
 
 def test_subject_and_text_body_go_out_verbatim_and_the_html_part_escaped(

@@ -2,8 +2,9 @@
 
 What only real processes can show: a worker killed with SIGKILL mid-batch, two schedules that
 fire the same task at the same moment, an SMTP server that goes away (the job's retry rules
-take over), and an occurrence too old to start. In each, nobody is mailed twice for one
-occurrence and nobody is left out without a record saying so.
+take over), an occurrence too old to start, and a template rewritten behind the admin's back
+to cost more than a render may. In each, nobody is mailed twice for one occurrence, nobody is
+left out without a record saying so, and the worker goes on.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from django.utils import timezone
 
 from emailer import services
-from emailer.models import Delivery, SendEmailHistory
+from emailer.models import Delivery, SendEmailHistory, SendEmailTask
 from scheduling.api import Once, executions
 from tests.conftest import free_port, scheduler_command, wait_for
 from tests.emailer.smtp import SMTPServer
@@ -180,3 +181,31 @@ def test_an_occurrence_too_old_to_start_is_skipped_with_the_reason_and_mails_nob
     assert "the job's expires is 3600s" in execution.last_error
     assert not SendEmailHistory.objects.exists() and not Delivery.objects.exists()
     assert server.recorder.count == 0
+
+
+def test_a_template_rewritten_to_cost_too_much_fails_its_job_and_the_worker_runs_on(
+    processes: Any, env: dict[str, str], server: SMTPServer, make_project: Any, make_task: Any
+) -> None:
+    """Three nested loops over a name: eight million rounds, 4 s or more per message, were it
+    rendered; the run refuses it at once and the same worker sends the next task's mail."""
+    server.start()
+    project = make_project(participants=5)
+    rewritten = make_task(project, name="rewritten")
+    nested = "{% for a in participant.name %}" * 3 + "." + "{% endfor %}" * 3
+    SendEmailTask.objects.filter(pk=rewritten.pk).update(body=nested)
+    job = services.schedule_task(task=rewritten, timing=Once(at=timezone.now()), max_retries=3)
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    worker = start_worker(processes, env, "only")
+
+    (failed,) = wait_for(
+        lambda: executions(job.id, status="failed"), timeout=SLOW, message="the run fails"
+    )
+    assert failed.attempts == 1, "a retry cannot fix a template: no retries"
+    assert "body: template error: line 1: {% for %} loops nested 3 deep" in failed.last_error
+    assert not Delivery.objects.filter(task=rewritten).exists()
+
+    fine = make_task(project, name="fine")
+    services.schedule_task(task=fine, timing=Once(at=timezone.now()))
+    (history,) = wait_for(finished_history(fine), timeout=SLOW, message="the next task is sent")
+    assert history.sent == 5 and server.recorder.count == 5
+    assert worker.poll() is None, "the worker is still running"

@@ -6,11 +6,11 @@ A thin layer over ``emailer.services``: parse, call one verb, report. Every acti
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
@@ -38,6 +38,19 @@ OPTION_NAMES = {
     "starts_at": "--start",
     "ends_at": "--end",
 }
+
+
+#: The most rows ``history`` and ``deliveries`` list at once.
+MOST_LISTED = 100_000
+
+
+def listed(raw: str) -> int:
+    """argparse type for ``--limit``: a whole number from 1 to ``MOST_LISTED`` (a larger one
+    is more than the database takes as a limit, and more than anyone reads)."""
+    value = positive_int(raw)
+    if value > MOST_LISTED:
+        raise argparse.ArgumentTypeError(f"{raw!r} is more than {MOST_LISTED:,}")
+    return value
 
 
 def csv_list(raw: str | None) -> list[str]:
@@ -126,12 +139,12 @@ class Command(OneLineCommand):
 
         history = self._action(groups, "history", "Runs, newest first, with their counts.")
         history.add_argument("--task", help="Only this task's runs.")
-        history.add_argument("--limit", type=positive_int, default=20, help="At most N (20).")
+        history.add_argument("--limit", type=listed, default=20, help="At most N (20).")
 
         sent = self._action(groups, "deliveries", "One task's per-participant deliveries.")
         sent.add_argument("--task", required=True)
         sent.add_argument("--state", choices=DeliveryState.values)
-        sent.add_argument("--limit", type=positive_int, default=100, help="At most N (100).")
+        sent.add_argument("--limit", type=listed, default=100, help="At most N (100).")
 
     @staticmethod
     def _action(actions: Any, name: str, text: str) -> CommandParser:
@@ -176,14 +189,8 @@ class Command(OneLineCommand):
 
     def do_participants_import(self, o: dict[str, Any]) -> tuple[Any, str]:
         project = services.get_project(o["project"])
-        path = Path(o["file"])
-        if not path.is_file():
-            raise ValidationError({"file": f"{o['file']} is not a readable file"})
-        try:
-            with path.open(encoding="utf-8-sig", newline="") as handle:
-                report = services.import_participants(project=project, text=handle)
-        except UnicodeDecodeError as exc:
-            raise ValidationError({"file": f"not UTF-8 text: {exc.reason}"}) from None
+        data = services.read_import_file(Path(o["file"]))
+        report = services.import_participants_file(project=project, data=data)
         lines = [report.summary()]
         lines += [f"line {line}: {reason}" for line, reason in report.refused]
         if report.complete:

@@ -104,6 +104,13 @@ def _run_stack(session: nox.Session, stack: Stack) -> None:
         "print('stack: Python', sys.version.split()[0], '| Django', django.get_version(),"
         " '| Celery', celery.__version__)",
     )  # fmt: skip
+    # The checkout's tests and host project (``tests``, ``config``) are found after
+    # site-packages, so the apps themselves come from the wheel: a .pth file appends the
+    # checkout to the session's sys.path.
+    site = session.run(
+        "python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", silent=True
+    )
+    Path(str(site).strip(), "duecourse-checkout.pth").write_text(f"{ROOT}\n")
     env = {
         "DATABASE_URL": _database_url(session),
         "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
@@ -113,20 +120,23 @@ def _run_stack(session: nox.Session, stack: Stack) -> None:
         "DUECOURSE_WHEEL": str(wheel),
     }
     selection = [] if stack.full else ["-m", "not slow or stack"]
-    # `pytest`, not `python -m pytest`: the checkout must not come first on sys.path, and
-    # pytest-django must not put manage.py's folder there either.
-    session.run(
+    # The checkout must not come first on sys.path: so `pytest`, not `python -m pytest`;
+    # pytest-django must not put manage.py's folder there; and the run starts in a folder of
+    # its own, since Celery's Django fix-up puts the working directory first.
+    pytest = [
         "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
-        "-o", "django_find_project=false", *selection, *session.posargs,
-        env=env,
-    )  # fmt: skip
+        "-o", "django_find_project=false", "-c", str(ROOT / "pyproject.toml"),
+        "--rootdir", str(ROOT),
+    ]  # fmt: skip
+    session.chdir(wheels)
+    session.run(*pytest, *selection, *session.posargs, str(ROOT / "tests"), env=env)
     if stack.full:
         sqlite = ROOT / "var" / f"test-{session.name.replace('/', '-')}.sqlite3"
         session.run(
-            "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
-            "-o", "django_find_project=false", "-m", "not slow", *_sqlite_tests(),
+            *pytest, "-m", "not slow", *(str(ROOT / path) for path in _sqlite_tests()),
             env={**env, "DATABASE_URL": f"sqlite:///{sqlite}"},
         )  # fmt: skip
+    session.chdir(ROOT)
     shutil.rmtree(wheels, ignore_errors=True)
 
 

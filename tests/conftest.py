@@ -202,7 +202,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from_checkout = [
         name
         for name, spec in found.items()
-        if spec is None or Path(spec.origin or "").resolve().is_relative_to(ROOT)
+        if spec is None or Path(spec.origin or "").resolve() == ROOT / name / "__init__.py"
     ]
     if from_checkout:
         pytest.exit(f"{from_checkout} found in the checkout, not the installed wheel", 3)

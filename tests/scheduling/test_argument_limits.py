@@ -127,7 +127,8 @@ def test_the_command_line_refuses_them_in_one_line(owner: Any, text: str, reason
     ("text", "reason"),
     [
         (nested_text(500), "nested 500 levels deep"),
-        (nested_text(3000), "nested 3,000 levels deep"),
+        # 3,000 levels: within what Python 3.13's reader follows, past 3.11's and 3.12's.
+        (nested_text(3000), "; the limit is 32"),
         (nested_text(10_000), "nested deeper than Python's JSON reader"),
         (json.dumps(huge()), "bytes as JSON"),
     ],

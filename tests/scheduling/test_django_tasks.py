@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from scheduling.api import task_options
 from scheduling.models import Execution, ExecutionStatus, Job
-from scheduling.tasks_backend import DuecourseTask, broker_priority
+from scheduling.tasks_backend import broker_priority
 from tests.conftest import Processes, scheduler_command, wait_for
 from tests.scheduling.test_worker_lifecycle import SLOW, launch_worker, wait_ready
 from tests.tasktable_app import tasks
@@ -90,7 +90,7 @@ def test_an_enqueue_rolled_back_never_runs_and_has_no_result(publish_under_prefi
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: DuecourseTask(func=lambda: None), "module level"),
+        (lambda: task(lambda: None), "module level"),
         (lambda: tasks.add.using(priority=101), "priority must be a whole number"),
         (lambda: tasks.add.using(queue_name="nowhere"), "Queue 'nowhere' is not valid"),
         (

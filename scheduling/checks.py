@@ -15,6 +15,7 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.W005 | warning | a job points at a task table that is no longer registered |
 | scheduling.W006 | warning | a job runs a task that is no longer schedulable |
 | scheduling.E007 | error | ``USE_TZ`` is off |
+| scheduling.E008 | error | a ``SCHEDULING_*`` setting holds a value its knob does not accept |
 """
 
 from __future__ import annotations
@@ -75,6 +76,25 @@ def check_use_tz(**_: Any) -> list[CheckMessage]:
 
 
 @register("scheduling")
+def check_settings(**_: Any) -> list[CheckMessage]:
+    """Every ``SCHEDULING_*`` knob the host set, against its range (``conf.KNOBS``).
+
+    A value out of range is refused where it is read, too, but that may be in a worker or a web
+    page long after the deploy; said here, ``migrate`` and ``check`` stop the deploy first.
+    """
+    return [
+        Error(
+            reason,
+            hint=f"Set SCHEDULING_{name} within that range, or remove it for the default "
+            f"({conf.KNOBS[name].default!r}); {INSTALL_DOC}.",
+            obj=f"SCHEDULING_{name}",
+            id="scheduling.E008",
+        )
+        for name, reason in conf.refusals().items()
+    ]
+
+
+@register("scheduling")
 def check_acks_late(**_: Any) -> list[CheckMessage]:
     app = celery_app()
     if is_fallback(app):
@@ -124,8 +144,8 @@ def check_visibility_timeout(**_: Any) -> list[CheckMessage]:
     if is_fallback(celery_app()):
         return []
     limit = visibility_timeout()
-    if limit is None:
-        return []
+    if limit is None or conf.refusals().keys() & {"HARD_TIMEOUT_GRACE", "DEFAULT_TIMEOUT"}:
+        return []  # E008 names a value it cannot read
     grace = int(conf.get("HARD_TIMEOUT_GRACE"))
     default = int(conf.get("DEFAULT_TIMEOUT")) + grace
     if default > limit:

@@ -20,6 +20,7 @@ permission on jobs (executions' cancel and retry too) and is written to the admi
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from datetime import datetime
 from typing import Any
@@ -27,10 +28,12 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.widgets import AdminSplitDateTime
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -38,7 +41,16 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import ngettext
 
-from scheduling import api, attempts, jobs, permissions, readable, selectors, tasktables
+from scheduling import (
+    api,
+    attempts,
+    jobs,
+    permissions,
+    readable,
+    selectors,
+    tasktables,
+    validation,
+)
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -115,11 +127,63 @@ def _say(count: int, singular: str, plural: str) -> str:
     return ngettext(singular, plural, count) % {"count": count}
 
 
+#: A date hierarchy walks to the next year, month or day: the calendar's last one has none.
+LAST_LISTED_YEAR = 9998
+
+
+class LedgerAdmin(admin.ModelAdmin):
+    """The engine's admin pages: whatever a list's URL or an action's POST holds, the answer
+    is the admin's own (a list with its error flag, a message), never a database error.
+
+    Django passes list parameters, the search term and the selected ids to the database as
+    they come; PostgreSQL refuses a NUL in text, and a date hierarchy on the calendar's last
+    day overflows. Such input names nothing that exists, so it is answered as any lookup that
+    finds nothing, or as an empty selection.
+    """
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        for key, values in request.GET.lists():
+            if not all(validation.storable(text) for text in (key, *values)):
+                raise IncorrectLookupParameters(f"{key}: holds text no row can hold")
+        if self.date_hierarchy:
+            year = request.GET.get(f"{self.date_hierarchy}__year")
+            if year is not None and not (
+                re.fullmatch(r"[0-9]{1,4}", year) and 1 <= int(year) <= LAST_LISTED_YEAR
+            ):
+                raise IncorrectLookupParameters(f"{self.date_hierarchy}__year: out of range")
+        return super().get_changelist_instance(request)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        if not validation.storable(search_term):
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run the chosen action, unless a selected id is not an id at all (a crafted POST)."""
+        pk = self.model._meta.pk
+        try:
+            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                pk.to_python(value)
+        except ValidationError:
+            self.message_user(
+                request,
+                "The selection holds something that is not an id; nothing was done.",
+                messages.WARNING,
+            )
+            return None
+        return super().response_action(request, queryset, *args, **kwargs)
+
+
+
 # --- schedules -------------------------------------------------------------------------------
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(LedgerAdmin):
     list_display = ("__str__", "in_words", "timezone", "job_count")
     search_fields = ("name", "cron", "interval")
 
@@ -211,6 +275,21 @@ CRON_HELP = 'Five fields, minute hour day month weekday, such as "0 9 * * 1-5".'
 ERROR_HOME = {"task_table": "task", "schedule": "existing_schedule"}
 
 
+class StorableJSONField(forms.JSONField):
+    """A job's arguments as typed JSON; what PostgreSQL cannot keep is shown again as typed.
+
+    ``validate_job`` refuses JSON text holding NUL or a lone surrogate, naming the field. The
+    page that says so shows the field as it was typed, not re-encoded from the parsed value: a
+    lone surrogate cannot be written into a UTF-8 page, and the answer would be a 500.
+    """
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        value = super().bound_data(data, initial)
+        if not isinstance(value, InvalidJSONInput) and validation.unstorable_text(value):
+            return InvalidJSONInput(data)
+        return value
+
+
 class JobForm(forms.ModelForm):
     """A job with its target and its timing on one page (see the module docstring)."""
 
@@ -232,10 +311,13 @@ class JobForm(forms.ModelForm):
     )
     interval = forms.CharField(
         required=False,
+        max_length=Schedule._meta.get_field("interval").max_length,
         label="Every",
         help_text="An ISO-8601 duration: PT30S, PT10M, PT3H, P1D.",
     )
-    cron = forms.CharField(required=False, help_text=CRON_HELP)
+    cron = forms.CharField(
+        required=False, max_length=Schedule._meta.get_field("cron").max_length, help_text=CRON_HELP
+    )
     timezone = forms.ChoiceField(
         choices=_zone_choices, initial="UTC", help_text="The zone the cron expression is read in."
     )
@@ -254,6 +336,7 @@ class JobForm(forms.ModelForm):
 
     class Meta:
         model = Job
+        field_classes = {"args": StorableJSONField, "kwargs": StorableJSONField}
         widgets = {
             "note": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "args": forms.Textarea(attrs={"rows": 1, "cols": 60}),
@@ -371,10 +454,18 @@ class JobForm(forms.ModelForm):
 
 class PauseForm(forms.Form):
     reason = forms.CharField(
-        max_length=500,
+        max_length=validation.MAX_REASON,
         widget=forms.TextInput(attrs={"size": 60}),
         help_text="Shown on the job's page until it is resumed.",
     )
+
+    def clean_reason(self) -> str:
+        reason = self.cleaned_data["reason"]
+        try:
+            validation.check_reason(reason)
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["reason"]) from None
+        return reason
 
 
 # --- the job list ----------------------------------------------------------------------------
@@ -399,6 +490,21 @@ class HealthFilter(admin.SimpleListFilter):
         if self.value() == "paused":
             return queryset.filter(status=JobStatus.PAUSED)
         return queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """The queues of the jobs the user may see (another owner's queue names are not listed)."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        queues = owned_jobs(request, Job.objects.all()).values_list("queue", flat=True)
+        return [(queue, queue) for queue in queues.distinct().order_by("queue")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        return queryset if value is None else queryset.filter(queue=value)
 
 
 class InternalFilter(admin.SimpleListFilter):
@@ -451,7 +557,7 @@ def _ago(moment: datetime, now: datetime) -> str:
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(LedgerAdmin):
     form = JobForm
     change_list_template = "admin/scheduling/job/change_list.html"
     # What decides a click; failures in 24 h and the last run's retries are on the job's page.
@@ -511,7 +617,7 @@ class JobAdmin(admin.ModelAdmin):
         return super().has_delete_permission(request, obj) and self._owns(request, obj)
 
     def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
-        found: tuple[Any, ...] = (HealthFilter, InternalFilter, "queue")
+        found: tuple[Any, ...] = (HealthFilter, InternalFilter, QueueFilter)
         return (*found, "owner") if sees_everything(request) else found
 
     # --- the form
@@ -778,7 +884,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(Execution)
-class ExecutionAdmin(admin.ModelAdmin):
+class ExecutionAdmin(LedgerAdmin):
     # What decides a click; the worker, the exact times and the heartbeat are on its page.
     list_display = (
         "job",

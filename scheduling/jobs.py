@@ -32,7 +32,7 @@ from scheduling.models import (
 from scheduling.schedules import Misfire, Timing
 from scheduling.tasktables import TASK_ROW_TASK
 from scheduling.timing import Cron, Every, Once
-from scheduling.validation import check_target
+from scheduling.validation import check_reason, check_target, storable
 
 logger = logging.getLogger("scheduling")
 
@@ -137,10 +137,10 @@ def owner_for(username: str | None) -> Any:
     a ``scheduler`` user."""
     user_model = get_user_model()
     if username:
-        try:
-            return user_model.objects.get(username=username)
-        except user_model.DoesNotExist:
-            raise ValidationError({"owner": f"no user named {username!r}"}) from None
+        found = user_model.objects.filter(username=username).first() if storable(username) else None
+        if found is None:
+            raise ValidationError({"owner": f"no user named {username!r}"})
+        return found
     user = user_model.objects.filter(is_superuser=True).order_by("pk").first()
     if user is None:
         user, _ = user_model.objects.get_or_create(username="scheduler")
@@ -483,8 +483,14 @@ def replan_job(*, job: Job, now: datetime) -> None:
 
 
 def pause_job(*, job: Job, now: datetime, reason: str = "") -> bool:
+    """Stop an active job from firing, with a reason shown until it is resumed.
+
+    The reason is refused (ValidationError on ``reason``) when it cannot be stored as one line:
+    it goes into the log as ``job.paused … reason=…``.
+    """
+    check_reason(reason)
     changed = Job.objects.filter(pk=job.pk, status=JobStatus.ACTIVE).update(
-        status=JobStatus.PAUSED, pause_reason=reason[:500], updated_at=now
+        status=JobStatus.PAUSED, pause_reason=reason, updated_at=now
     )
     if changed:
         logger.info("job.paused job=%s reason=%s", job.pk, reason or "-")
@@ -599,7 +605,12 @@ def run_now(job_id: int, *, now: datetime) -> int:
 
 
 def cancel(job_id: int, *, reason: str, now: datetime) -> int:
-    """Cancel every unfinished execution of the job (see ``attempts.cancel_execution``)."""
+    """Cancel every unfinished execution of the job (see ``attempts.cancel_execution``).
+
+    The reason becomes each execution's ``last_error`` and a log line: it must be one line
+    of printable text (ValidationError on ``reason`` otherwise).
+    """
+    check_reason(reason)
     ids = Execution.objects.filter(job_id=job_id, status__in=EXECUTION_UNFINISHED).values_list(
         "pk", flat=True
     )
@@ -639,5 +650,5 @@ def executions(job_id: int, *, limit: int, status: str | None) -> list[Execution
             last_error=row.last_error,
             checkpoint=row.checkpoint,
         )
-        for row in rows.order_by("-scheduled_for", "-id")[: max(1, limit)]
+        for row in rows.order_by("-scheduled_for", "-id")[: selectors.check_limit(limit)]
     ]

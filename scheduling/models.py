@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils.timezone import now as current_time
 
 from scheduling import readable, schedules, validation
@@ -84,8 +84,25 @@ class Schedule(models.Model):
         )
 
     def clean(self) -> None:
-        self.interval = self.interval.strip()
-        self.cron = " ".join(self.cron.split())
+        """The schedule's own rules, held against the jitter of every job already on it."""
+        errors: dict[str, str] = {}
+        if self.name and (found := validation.control_character(self.name)) is not None:
+            errors["name"] = f"holds a control character ({found}); a name is one line of text"
+        largest = timedelta(0)
+        if self.pk is not None:
+            largest = self.jobs.aggregate(largest=Max("jitter"))["largest"] or timedelta(0)
+        try:
+            self.check_timing(jitter=largest)
+        except ValidationError as exc:
+            errors.update({field: " ".join(found) for field, found in exc.message_dict.items()})
+        if errors:
+            raise ValidationError(errors)
+
+    def check_timing(self, *, jitter: timedelta) -> None:
+        """Raise ValidationError naming the field when this timing cannot be saved for a job
+        with ``jitter`` (``schedules.check_savable``)."""
+        self.interval = (self.interval or "").strip()
+        self.cron = " ".join((self.cron or "").split())
         try:
             schedules.check_savable(
                 self.interval,
@@ -95,6 +112,7 @@ class Schedule(models.Model):
                 self.starts_at,
                 self.ends_at,
                 now=current_time(),
+                jitter=jitter,
             )
         except ScheduleError as exc:
             raise _timing_error(exc) from None

@@ -8,10 +8,11 @@ messages as the command line); saves go through ``scheduling.jobs`` (``save_vali
 one query (``selectors.with_health``). Actions call one service per row, report counts and
 write the admin log.
 
-Ownership: a staff user who is not a superuser sees, changes and acts on only the jobs they
-own and their history. Every way in (list, change page, delete, history, bulk actions,
-autocomplete and raw-id popups) goes through ``get_queryset``, and the object permissions say
-the same, so a crafted URL or a posted id of another owner's job finds nothing.
+Ownership: a staff user who is not a superuser sees, changes and acts on only the jobs and
+schedules they own and those jobs' history. Every way in (list, change page, delete, history,
+bulk actions, autocomplete and raw-id popups) goes through ``get_queryset``, and the object
+permissions say the same, so a crafted URL or a posted id of another owner's row finds
+nothing.
 
 Permissions: the targets a job's form offers, and accepts when saved, are the ones the user may
 target (``scheduling.permissions``); every action that changes state needs the change
@@ -99,12 +100,9 @@ def owned_jobs(request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
 
 
 def usable_schedules(request: HttpRequest) -> QuerySet[Schedule]:
-    """Schedules the user may pick or open: those of their jobs, and unused ones."""
+    """Schedules the user may pick or open: their own (every one, for a superuser)."""
     schedules = Schedule.objects.all()
-    if sees_everything(request):
-        return schedules
-    used = Job.objects.filter(schedule=OuterRef("pk"))
-    return schedules.filter(Exists(used.filter(owner=request.user)) | ~Exists(used))
+    return schedules if sees_everything(request) else schedules.filter(owner=request.user)
 
 
 def describe_target(job: Job) -> str:
@@ -178,17 +176,28 @@ class LedgerAdmin(admin.ModelAdmin):
         return super().response_action(request, queryset, *args, **kwargs)
 
 
-
 # --- schedules -------------------------------------------------------------------------------
 
 
 @admin.register(Schedule)
 class ScheduleAdmin(LedgerAdmin):
+    """Schedules, scoped to their owner as jobs are: a staff user who is not a superuser sees
+    only their own, by any URL, and makes schedules that are theirs."""
+
     list_display = ("__str__", "in_words", "timezone", "job_count")
     search_fields = ("name", "cron", "interval")
+    raw_id_fields = ("owner",)  # the owner's name shows beside the field
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        shown = super().get_list_display(request)
+        return (*shown, "owner") if sees_everything(request) else shown
 
     def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
-        return (InternalScheduleFilter,)
+        found: tuple[Any, ...] = (InternalScheduleFilter,)
+        return (*found, "owner") if sees_everything(request) else found
+
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if sees_everything(request) else ("owner",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
         # The jobs a user may see: another owner's job on a shared schedule is not counted.
@@ -196,11 +205,21 @@ class ScheduleAdmin(LedgerAdmin):
         return usable_schedules(request).annotate(job_total=Count("jobs", filter=mine))
 
     def _only_mine(self, request: HttpRequest, obj: Schedule | None) -> bool:
-        """A shared schedule is changed only by someone who owns every job on it."""
+        """A schedule is changed only by its owner, and only while every job on it is theirs
+        (a superuser may have put another owner's job on it)."""
         return (
             obj is None
             or sees_everything(request)
-            or not obj.jobs.exclude(owner=request.user).exists()
+            or (
+                obj.owner_id == request.user.pk
+                and not obj.jobs.exclude(owner=request.user).exists()
+            )
+        )
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        allowed = super().has_view_permission(request, obj)
+        return allowed and (
+            obj is None or sees_everything(request) or obj.owner_id == request.user.pk
         )
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -218,6 +237,8 @@ class ScheduleAdmin(LedgerAdmin):
         return int(getattr(schedule, "job_total", 0))
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        if not change and not sees_everything(request):
+            obj.owner = request.user
         super().save_model(request, obj, form, change)
         if change:
             now = timezone.now()

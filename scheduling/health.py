@@ -4,7 +4,9 @@ Four checks, each cheap: the database answers, the broker accepts a connection, 
 recorded a tick within ``SCHEDULING_HEALTH_TICK_AGE`` seconds (``scheduling.ticks``), and no
 running execution has gone without a heartbeat so long that the reaper should already have
 taken it (twice ``SCHEDULING_STALE_AFTER``). Any failed check makes the answer HTTP 503.
-Anonymous callers learn which check failed; staff see each check's figures and error text.
+Anonymous callers learn which check failed; each check's figures and error text are for
+staff who may see the scheduling ledger (the view permission on jobs and executions, as for
+the dashboard): a staff user of another app gets the plain status.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from scheduling import conf, overview, ticks
+from scheduling import conf, overview, permissions, ticks
 from scheduling.celeryapp import celery_app
+from scheduling.models import Execution, Job
 
 BROKER_TIMEOUT = 2.0
 
@@ -97,14 +100,24 @@ def public_view_of(checks: dict[str, Any]) -> dict[str, Any]:
     return {name: {"ok": result["ok"]} for name, result in checks.items()}
 
 
+def may_see_details(user: Any) -> bool:
+    """Staff with the view (or change) permission on jobs and executions, as the dashboard
+    asks; every other caller, logged in or not, gets the verdict alone."""
+    return bool(
+        user is not None
+        and user.is_active
+        and user.is_staff
+        and permissions.may_view(user, Job, Execution)
+    )
+
+
 @never_cache
 @require_GET
 def health_view(request: HttpRequest) -> JsonResponse:
     now = timezone.now()
     checks = run_checks(now=now)
     healthy = all(result["ok"] for result in checks.values())
-    user: Any = getattr(request, "user", None)
-    if not (user is not None and user.is_active and user.is_staff):
+    if not may_see_details(getattr(request, "user", None)):
         checks = public_view_of(checks)
     body = {"status": "ok" if healthy else "fail", "time": now.isoformat(), "checks": checks}
     return JsonResponse(body, status=200 if healthy else 503)

@@ -273,8 +273,10 @@ def save_new(
     # Kept as ValidationError instances: their codes tell Django's generic messages from ours.
     errors: dict[str, list[ValidationError]] = {}
     if schedule.pk is None:
+        if owner is not None:
+            schedule.owner = owner  # a new schedule is its job's owner's
         try:
-            schedule.full_clean(validate_constraints=query_constraints)
+            schedule.full_clean(exclude=["owner"], validate_constraints=query_constraints)
         except ValidationError as exc:
             errors.update(exc.error_dict)
     try:
@@ -315,6 +317,7 @@ def save_validated(*, job: Job, now: datetime) -> Job:
     with transaction.atomic():
         schedule = job.schedule
         if schedule.pk is None:
+            schedule.owner = job.owner  # a new schedule is its job's owner's
             schedule.save()
         job.schedule = schedule
         job.created_at = now
@@ -366,8 +369,9 @@ def edit_job(
 ) -> Job:
     """Change a job in place, only the given values, keeping its id and history.
 
-    ``timing`` changes the job's schedule; a schedule other jobs share is never changed from
-    one job: this job gets its own copy, so the others keep their timing. ``schedule`` moves
+    ``timing`` changes the job's schedule; a schedule other jobs share, or one that belongs
+    to another owner, is never changed from one job: this job gets its own copy (the job
+    owner's), so the others keep their timing. ``schedule`` moves
     the job to an existing schedule instead. Giving a task clears a task-table target and the
     other way round. Every reason is collected before anything is saved, with the rules of
     ``save_new``; when the timing or jitter changed, the next occurrence is planned again from
@@ -406,7 +410,8 @@ def edit_job(
         values["timezone"] = values["timezone"] or "UTC"
         if any(values[name] != getattr(old_schedule, name) for name in TIMING_FIELDS):
             shared = old_schedule.jobs.exclude(pk=job.pk).exists()
-            target = Schedule() if shared else old_schedule
+            own = old_schedule.owner_id == job.owner_id
+            target = old_schedule if own and not shared else Schedule(owner=job.owner)
             for name, value in values.items():
                 setattr(target, name, value)
             try:
@@ -436,8 +441,8 @@ def edit_job(
         if job.schedule.pk != old_schedule.pk:
             columns.append("schedule")
         job.save(update_fields=columns)
-        if job.schedule.pk != old_schedule.pk and not old_schedule.jobs.exists():
-            old_schedule.delete()
+        if job.schedule.pk != old_schedule.pk:
+            _drop_if_unused(old_schedule, owner_id=job.owner_id)
         if replan:
             replan_job(job=job, now=now)
     logger.info("job.edited job=%s changed=%s", job.pk, ",".join(sorted(changes)) or "-")
@@ -526,9 +531,17 @@ def remove_job(*, job: Job) -> None:
     with transaction.atomic():
         schedule = job.schedule
         job.delete()
-        if not schedule.jobs.exists():
-            schedule.delete()
+        _drop_if_unused(schedule, owner_id=job.owner_id)
     logger.info("job.removed job=%s", job_id)
+
+
+def _drop_if_unused(schedule: Schedule, *, owner_id: Any) -> None:
+    """Delete a schedule a job left, when no job uses it and it was that job owner's own.
+
+    Another owner's schedule stays, used or not: only its owner (or a superuser) deletes it.
+    """
+    if schedule.owner_id == owner_id and not schedule.jobs.exists():
+        schedule.delete()
 
 
 def run_job_now(*, job: Job, now: datetime) -> Execution:

@@ -28,8 +28,17 @@ def _timing_error(exc: ScheduleError) -> ValidationError:
 
 
 class Schedule(models.Model):
-    """*When*: an interval, a cron expression in a zone, or one instant; shared by many jobs."""
+    """*When*: an interval, a cron expression in a zone, or one instant; shared by many jobs.
 
+    A schedule has an owner, as a job has: the user whose job made it (the system owner for
+    jobs made from code). Staff users who are not superusers see, share, retime and delete
+    only their own (``scheduling.admin``); a job whose timing is edited while its schedule is
+    shared, or owned by someone else, gets a copy of its own (``jobs.edit_job``).
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="owned_schedules"
+    )
     name = models.CharField(max_length=200, blank=True, help_text="Optional label for reuse.")
     interval = models.CharField(
         max_length=64, blank=True, help_text="ISO-8601 duration such as PT3H (exact elapsed time)."

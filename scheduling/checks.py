@@ -16,6 +16,7 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.W006 | warning | a job runs a task that is no longer schedulable |
 | scheduling.E007 | error | ``USE_TZ`` is off |
 | scheduling.E008 | error | a ``SCHEDULING_*`` setting holds a value its knob does not accept |
+| scheduling.W009 | warning | executions of a queue wait while nothing of it starts: no consumer |
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
-from scheduling import conf, tasktables
+from scheduling import conf, overview, tasktables
 from scheduling.celeryapp import celery_app, is_fallback
 from scheduling.models import Job, SchedulerState
 from scheduling.validation import visibility_timeout
@@ -244,3 +245,29 @@ def check_job_targets(**_: Any) -> list[CheckMessage]:
                 )
             )
     return messages
+
+
+@register("scheduling")
+def check_unconsumed_queues(**_: Any) -> list[CheckMessage]:
+    """Jobs whose queue no worker consumes (``overview.unconsumed_queues``): their executions
+    wait for ever while every other check, and ``/health/``'s verdict, stays green."""
+    if "QUEUE_IDLE_WARN" in conf.refusals() or not _ledger_ready():
+        return []
+    now = timezone.now()
+    try:
+        idle = overview.unconsumed_queues(now=now)
+    except DatabaseError:
+        return []
+    return [
+        Warning(
+            found.describe(now),
+            hint=(
+                f"Start a worker that consumes it (celery -A yourproject worker -Q "
+                f"{found.queue}), or move the jobs to a queue that is consumed; "
+                "see docs/operations.md."
+            ),
+            obj=found.queue,
+            id="scheduling.W009",
+        )
+        for found in idle
+    ]

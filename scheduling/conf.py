@@ -233,6 +233,14 @@ KNOBS: dict[str, Knob] = {
         1,
         86_400,
     ),
+    "QUEUE_IDLE_WARN": Knob(
+        300.0,
+        float,
+        "Seconds executions of a queue may wait with nothing of that queue started before "
+        "/health/, the dashboard and manage.py check warn that no worker consumes it (0: never).",
+        0,
+        604_800,
+    ),
     "DASHBOARD_LAG_WARN": Knob(
         5.0,
         float,

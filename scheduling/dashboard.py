@@ -110,6 +110,7 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
             warn=conf.get("DASHBOARD_FAILURES_WARN"),
             alert=conf.get("DASHBOARD_FAILURES_ALERT"),
         ),
+        "unconsumed": overview.unconsumed_queues(now=now, owner_id=owner_id),
         "chart": chart(overview.executions_per_hour(now=now, owner_id=owner_id)),
         "lag": [
             (
@@ -144,6 +145,7 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
         "tick_ago": readable.ago(last_tick, now),
         "internal": internal,
         "tick_age_limit": conf.get("HEALTH_TICK_AGE"),
+        "queue_idle_after": readable.span(conf.get("QUEUE_IDLE_WARN")),
         **panels(now=now, owner_id=owner_id, internal=internal),
     }
     return TemplateResponse(request, "scheduling/dashboard.html", context)

@@ -52,6 +52,7 @@ from scheduling import (
     tasktables,
     validation,
 )
+from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -64,29 +65,16 @@ from scheduling.models import (
 from scheduling.tasktables import TASK_ROW_TASK
 
 TABLE_PREFIX = "table:"
-BADGE_COLOURS = {
-    "active": "#2e7d32",
-    "failing": "#c62828",
-    "late": "#ef6c00",
-    "paused": "#616161",
-    "completed": "#1565c0",
-    ExecutionStatus.COMPLETED: "#2e7d32",
-    ExecutionStatus.FAILED: "#c62828",
-    ExecutionStatus.RETRY: "#ef6c00",
-    ExecutionStatus.RUNNING: "#1565c0",
-    ExecutionStatus.CANCELLED: "#616161",
-    ExecutionStatus.SKIPPED: "#616161",
-}
+#: Badges with a colour of their own in ``scheduling/duecourse.css``; any other is grey.
+BADGE_KINDS = frozenset({"active", "failing", "late", "completed", "failed", "retry", "running"})
 
 
 def badge(text: str, *, title: str = "") -> str:
-    colour = BADGE_COLOURS.get(text, "#616161")
+    """A status as a coloured badge: a class, never a ``style`` attribute, so the page needs no
+    inline style under its Content-Security-Policy."""
+    kind = text if text in BADGE_KINDS else "other"
     return format_html(
-        '<span class="duecourse-badge" title="{}" style="background:{};color:#fff;'
-        'border-radius:8px;padding:1px 7px;font-size:11px;white-space:nowrap">{}</span>',
-        title,
-        colour,
-        text,
+        '<span class="duecourse-badge duecourse-badge-{}" title="{}">{}</span>', kind, title, text
     )
 
 
@@ -129,15 +117,20 @@ def _say(count: int, singular: str, plural: str) -> str:
 LAST_LISTED_YEAR = 9998
 
 
-class LedgerAdmin(admin.ModelAdmin):
+class LedgerAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """The engine's admin pages: whatever a list's URL or an action's POST holds, the answer
-    is the admin's own (a list with its error flag, a message), never a database error.
+    is the admin's own (a list with its error flag, a message), never a database error; and
+    every page carries the apps' Content-Security-Policy where the host sends none
+    (``scheduling.csp``), with the engine's styles from its static files.
 
     Django passes list parameters, the search term and the selected ids to the database as
     they come; PostgreSQL refuses a NUL in text, and a date hierarchy on the calendar's last
     day overflows. Such input names nothing that exists, so it is answered as any lookup that
     finds nothing, or as an empty selection.
     """
+
+    class Media:
+        css = {"all": ("scheduling/duecourse.css",)}
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         for key, values in request.GET.lists():
@@ -198,6 +191,10 @@ class ScheduleAdmin(LedgerAdmin):
 
     def get_exclude(self, request: HttpRequest, obj: Any = None) -> Any:
         return () if sees_everything(request) else ("owner",)
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        """A superuser's new schedule is their own unless they name another owner."""
+        return {"owner": request.user.pk, **super().get_changeform_initial_data(request)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
         # The jobs a user may see: another owner's job on a shared schedule is not counted.

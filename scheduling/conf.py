@@ -241,6 +241,13 @@ KNOBS: dict[str, Knob] = {
         0,
         604_800,
     ),
+    "CSP": Knob(
+        True,
+        bool,
+        "Send the apps' Content-Security-Policy on the engine's admin pages, dashboard, /health/ "
+        "and /metrics where the host sends none (scheduling.csp); False leaves every page to "
+        "the host.",
+    ),
     "DASHBOARD_LAG_WARN": Knob(
         5.0,
         float,

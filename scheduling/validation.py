@@ -42,14 +42,14 @@ MAX_QUEUE = 200
 #: RabbitMQ's ``amq.`` namespace, Celery's event and remote-control (pidbox) queues. A job
 #: publishing there writes into the broker's own structures.
 RESERVED_QUEUE_PREFIXES = ("_kombu.", "amq.", "celeryev.")
-RESERVED_QUEUE_SUFFIXES = (".pidbox", ".reply.celery.pidbox")
+RESERVED_QUEUE_SUFFIXES = (".pidbox",)
 RESERVED_QUEUES = frozenset({"unacked", "unacked_index", "unacked_mutex"})
 
 #: Unicode characters no name, note or reason may hold, beyond the control characters
 #: (category Cc) and lone surrogates (Cs): the line and paragraph separators, which end a line
 #: in some log readers, and the bidirectional overrides and isolates, which make a name read
 #: differently from how it is stored.
-_INVISIBLE_BREAKS = frozenset(
+_LINE_AND_DIRECTION_MARKS = frozenset(
     "\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 )
 
@@ -61,7 +61,7 @@ def control_character(text: str) -> str | None:
     (``job.paused job=7 reason=…``); NUL cannot be stored by PostgreSQL at all.
     """
     for position, char in enumerate(text):
-        if char in _INVISIBLE_BREAKS or unicodedata.category(char) in ("Cc", "Cs"):
+        if char in _LINE_AND_DIRECTION_MARKS or unicodedata.category(char) in ("Cc", "Cs"):
             return f"U+{ord(char):04X} at position {position + 1}"
     return None
 

@@ -94,7 +94,8 @@ def test_an_operator_makes_pauses_resumes_and_runs_a_cron_job(
     page = logged_in(browser, live_server.url, "admin", "password")
 
     added = page.goto(f"{live_server.url}/admin/scheduling/job/add/")
-    assert "script-src 'self' 'nonce-" in added.headers["content-security-policy"]
+    # The engine's policy: through Django 6's middleware (with its nonce), or the view's own.
+    assert "script-src 'self'" in added.headers["content-security-policy"]
     page.fill("#id_owner", str(admin_user.pk))
     page.fill("#id_name", "weekday report")
     page.select_option("#id_task", NOOP)

@@ -167,12 +167,21 @@ def test_a_pause_reason_that_would_forge_a_log_line_is_refused(
 
 
 @pytest.mark.parametrize("selected", ["abc", "1\x00", "1.5"])
-@pytest.mark.parametrize("action", ["run_now", "pause_jobs", "resume_jobs"])
+@pytest.mark.parametrize(
+    ("listing", "action"),
+    [
+        (JOBS, "run_now"),
+        (JOBS, "pause_jobs"),
+        (JOBS, "resume_jobs"),
+        (EXECUTIONS, "cancel_executions"),
+        (EXECUTIONS, "retry_executions"),
+    ],
+)
 def test_a_selection_that_is_not_an_id_does_nothing_and_says_so(
-    as_alice: Client, alices_job: Job, action: str, selected: str
+    as_alice: Client, alices_job: Job, listing: str, action: str, selected: str
 ) -> None:
     response = as_alice.post(
-        JOBS, {"action": action, "_selected_action": [alices_job.pk, selected]}, follow=True
+        listing, {"action": action, "_selected_action": [alices_job.pk, selected]}, follow=True
     )
     assert response.status_code == 200
     said = [str(message) for message in response.context["messages"]]

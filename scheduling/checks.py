@@ -17,6 +17,7 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.E007 | error | ``USE_TZ`` is off |
 | scheduling.E008 | error | a ``SCHEDULING_*`` setting holds a value its knob does not accept |
 | scheduling.W009 | warning | executions of a queue wait while nothing of it starts: no consumer |
+| scheduling.W010 | warning | jobs saved before the queue rules use a queue name they refuse |
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from django.utils.module_loading import autodiscover_modules
 from scheduling import conf, overview, tasktables
 from scheduling.celeryapp import celery_app, is_fallback
 from scheduling.models import Job, SchedulerState
-from scheduling.validation import visibility_timeout
+from scheduling.validation import queue_error, visibility_timeout
 
 INSTALL_DOC = "see docs/install.md"
 #: How recently a scheduler must have ticked to count as running, for W004.
@@ -271,3 +272,34 @@ def check_unconsumed_queues(**_: Any) -> list[CheckMessage]:
         )
         for found in idle
     ]
+
+
+@register("scheduling")
+def check_job_queues(**_: Any) -> list[CheckMessage]:
+    """Jobs saved before the queue rules (``validation.queue_error``) whose queue they refuse:
+    such a job still publishes there (a broker key that is not a queue, a reserved name) until
+    someone gives it another queue."""
+    if not _ledger_ready():
+        return []
+    try:
+        queues = sorted(set(Job.objects.values_list("queue", flat=True).distinct()))
+    except DatabaseError:
+        return []
+    messages: list[CheckMessage] = []
+    for queue in queues:
+        reason = queue_error(queue)
+        if reason is None:
+            continue
+        count = Job.objects.filter(queue=queue).count()
+        messages.append(
+            Warning(
+                f"{count} job(s) use the queue {queue!r}, which is refused now: {reason}.",
+                hint=(
+                    "Give those jobs a queue of letters, digits and . _ : - (manage.py jobs "
+                    "edit NAME --queue NEW, or the job's page); see docs/scheduling.md."
+                ),
+                obj=queue,
+                id="scheduling.W010",
+            )
+        )
+    return messages

@@ -223,3 +223,15 @@ def test_manage_py_check_stops_at_a_bad_setting_with_one_line_per_setting(settin
     assert "SCHEDULING_STALE_AFTER = 0 is out of range; it accepts a number from 1" in report
     assert "SCHEDULING_HARD_TIMEOUT_GRACE = 'ten' is not a number" in report
     assert "Traceback" not in report
+
+
+@pytest.mark.django_db
+def test_jobs_saved_before_the_queue_rules_with_a_queue_they_refuse_are_named(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job()
+    assert checks.check_job_queues() == []
+    Job.objects.filter(pk=job.pk).update(queue="celery\r\nX: y")  # as an older release saved it
+    [message] = checks.check_job_queues()
+    assert message.id == "scheduling.W010" and message.obj == "celery\r\nX: y"
+    assert "1 job(s) use the queue 'celery\\r\\nX: y'" in message.msg

@@ -59,9 +59,9 @@ def load(conn: Any, *, jobs: int, executions: int, days: float, now: datetime) -
         " RESTART IDENTITY CASCADE"
     )
     conn.execute(
-        "INSERT INTO scheduling_schedule (name, interval, cron, timezone, created_at)"
-        " SELECT '', 'PT1H', '', 'UTC', now() FROM generate_series(1, %s)",
-        [jobs],
+        "INSERT INTO scheduling_schedule (owner_id, name, interval, cron, timezone, created_at)"
+        " SELECT %s, '', 'PT1H', '', 'UTC', now() FROM generate_series(1, %s)",
+        [owner, jobs],
     )
     # Columns not named take their database defaults or NULL; Django's defaults are spelled
     # out for the NOT NULL ones.

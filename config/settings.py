@@ -106,6 +106,13 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+if django.VERSION >= (6, 0):
+    # Django's own Content-Security-Policy middleware, with no project-wide policy
+    # (SECURE_CSP): the apps' pages (admin, dashboard, /health/, /metrics) send theirs, with
+    # the middleware's per-request nonce on the admin's tags (scheduling/csp.py). Setting
+    # SECURE_CSP would give every page the project's own policy instead.
+    MIDDLEWARE.append("django.middleware.csp.ContentSecurityPolicyMiddleware")
+
 ROOT_URLCONF = "config.urls"
 
 TEMPLATES = [
@@ -123,6 +130,9 @@ TEMPLATES = [
         },
     },
 ]
+
+if django.VERSION >= (6, 0):  # the nonce, for {% csp_nonce_attr %} in the admin's templates
+    TEMPLATES[0]["OPTIONS"]["context_processors"].append("django.template.context_processors.csp")
 
 WSGI_APPLICATION = "config.wsgi.application"
 

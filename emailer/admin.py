@@ -36,7 +36,13 @@ from emailer.models import (
     SendEmailHistory,
     SendEmailTask,
 )
-from scheduling.api import TaskTableAdmin, ago, instant, jobs_for_row
+from scheduling.api import (
+    ContentSecurityPolicyAdmin,
+    TaskTableAdmin,
+    ago,
+    instant,
+    jobs_for_row,
+)
 
 
 def _when(moment: Any) -> str:
@@ -150,7 +156,7 @@ class ImportForm(forms.Form):
 
 
 @admin.register(Project)
-class ProjectAdmin(TaskTableAdmin, admin.ModelAdmin):
+class ProjectAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin):
     list_display = ("name", "state", "participant_count", "task_count", "created_at")
     list_filter = ("state",)
     search_fields = ("name",)
@@ -285,7 +291,7 @@ class ProjectAdmin(TaskTableAdmin, admin.ModelAdmin):
 
 
 @admin.register(Participant)
-class ParticipantAdmin(admin.ModelAdmin):
+class ParticipantAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
     list_display = ("email", "name", "status", "project", "unsubscribed_at")
     list_filter = ("project", "status", ("unsubscribed_at", admin.EmptyFieldListFilter))
     search_fields = ("email", "name")
@@ -332,8 +338,11 @@ class SendEmailTaskForm(forms.ModelForm):
 
 
 @admin.register(SendEmailTask)
-class SendEmailTaskAdmin(TaskTableAdmin, admin.ModelAdmin):
+class SendEmailTaskAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin):
     form = SendEmailTaskForm
+
+    class Media:
+        css = {"all": ("emailer/emailer.css",)}
     # What decides a click; the sending knobs are on the task's page.
     list_display = ("name", "project", "schedule", "next_run", "last_run")
     list_filter = ("project",)
@@ -372,7 +381,7 @@ class SendEmailTaskAdmin(TaskTableAdmin, admin.ModelAdmin):
             return format_html('<span class="errornote">{}</span>', _reasons(exc))
         html = format_html(
             '<div class="emailer-preview"><p><strong>Subject:</strong> {}</p>'
-            '<pre style="white-space:pre-wrap">{}</pre></div>',
+            '<pre class="emailer-text-part">{}</pre></div>',
             rendered.subject,
             rendered.body,
         )
@@ -481,7 +490,7 @@ class SendEmailTaskAdmin(TaskTableAdmin, admin.ModelAdmin):
 
 
 @admin.register(SendEmailHistory)
-class SendEmailHistoryAdmin(admin.ModelAdmin):
+class SendEmailHistoryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """One row per run, with live counts; read-only, like all history."""
 
     # What decides a click; attempts, exact times and the full reason are on the row's page.
@@ -536,7 +545,7 @@ class SendEmailHistoryAdmin(admin.ModelAdmin):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(admin.ModelAdmin):
+class DeliveryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """The per-participant ledger; read-only."""
 
     # What decides a click; the server's reply, the tries and the times are on the row's page.

@@ -8,10 +8,11 @@ messages as the command line); saves go through ``scheduling.jobs`` (``save_vali
 one query (``selectors.with_health``). Actions call one service per row, report counts and
 write the admin log.
 
-Ownership: a staff user who is not a superuser sees, changes and acts on only the jobs they
-own and their history. Every way in (list, change page, delete, history, bulk actions,
-autocomplete and raw-id popups) goes through ``get_queryset``, and the object permissions say
-the same, so a crafted URL or a posted id of another owner's job finds nothing.
+Ownership: a staff user who is not a superuser sees, changes and acts on only the jobs and
+schedules they own and those jobs' history. Every way in (list, change page, delete, history,
+bulk actions, autocomplete and raw-id popups) goes through ``get_queryset``, and the object
+permissions say the same, so a crafted URL or a posted id of another owner's row finds
+nothing.
 
 Permissions: the targets a job's form offers, and accepts when saved, are the ones the user may
 target (``scheduling.permissions``); every action that changes state needs the change
@@ -20,6 +21,7 @@ permission on jobs (executions' cancel and retry too) and is written to the admi
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from datetime import datetime
 from typing import Any
@@ -27,10 +29,12 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.widgets import AdminSplitDateTime
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -38,7 +42,18 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import ngettext
 
-from scheduling import api, attempts, jobs, permissions, readable, selectors, tasktables
+from scheduling import (
+    api,
+    attempts,
+    jobs,
+    permissions,
+    readable,
+    selectors,
+    tasktables,
+    validation,
+)
+from scheduling.arguments import ArgumentsFormField
+from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -51,29 +66,16 @@ from scheduling.models import (
 from scheduling.tasktables import TASK_ROW_TASK
 
 TABLE_PREFIX = "table:"
-BADGE_COLOURS = {
-    "active": "#2e7d32",
-    "failing": "#c62828",
-    "late": "#ef6c00",
-    "paused": "#616161",
-    "completed": "#1565c0",
-    ExecutionStatus.COMPLETED: "#2e7d32",
-    ExecutionStatus.FAILED: "#c62828",
-    ExecutionStatus.RETRY: "#ef6c00",
-    ExecutionStatus.RUNNING: "#1565c0",
-    ExecutionStatus.CANCELLED: "#616161",
-    ExecutionStatus.SKIPPED: "#616161",
-}
+#: Badges with a colour of their own in ``scheduling/duecourse.css``; any other is grey.
+BADGE_KINDS = frozenset({"active", "failing", "late", "completed", "failed", "retry", "running"})
 
 
 def badge(text: str, *, title: str = "") -> str:
-    colour = BADGE_COLOURS.get(text, "#616161")
+    """A status as a coloured badge: a class, never a ``style`` attribute, so the page needs no
+    inline style under its Content-Security-Policy."""
+    kind = text if text in BADGE_KINDS else "other"
     return format_html(
-        '<span class="duecourse-badge" title="{}" style="background:{};color:#fff;'
-        'border-radius:8px;padding:1px 7px;font-size:11px;white-space:nowrap">{}</span>',
-        title,
-        colour,
-        text,
+        '<span class="duecourse-badge duecourse-badge-{}" title="{}">{}</span>', kind, title, text
     )
 
 
@@ -87,12 +89,9 @@ def owned_jobs(request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
 
 
 def usable_schedules(request: HttpRequest) -> QuerySet[Schedule]:
-    """Schedules the user may pick or open: those of their jobs, and unused ones."""
+    """Schedules the user may pick or open: their own (every one, for a superuser)."""
     schedules = Schedule.objects.all()
-    if sees_everything(request):
-        return schedules
-    used = Job.objects.filter(schedule=OuterRef("pk"))
-    return schedules.filter(Exists(used.filter(owner=request.user)) | ~Exists(used))
+    return schedules if sees_everything(request) else schedules.filter(owner=request.user)
 
 
 def describe_target(job: Job) -> str:
@@ -115,16 +114,88 @@ def _say(count: int, singular: str, plural: str) -> str:
     return ngettext(singular, plural, count) % {"count": count}
 
 
+#: A date hierarchy walks to the next year, month or day: the calendar's last one has none.
+LAST_LISTED_YEAR = 9998
+
+
+class LedgerAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+    """The engine's admin pages: whatever a list's URL or an action's POST holds, the answer
+    is the admin's own (a list with its error flag, a message), never a database error; and
+    every page carries the apps' Content-Security-Policy where the host sends none
+    (``scheduling.csp``), with the engine's styles from its static files.
+
+    Django passes list parameters, the search term and the selected ids to the database as
+    they come; PostgreSQL refuses a NUL in text, and a date hierarchy on the calendar's last
+    day overflows. Such input names nothing that exists, so it is answered as any lookup that
+    finds nothing, or as an empty selection.
+    """
+
+    class Media:
+        css = {"all": ("scheduling/duecourse.css",)}
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        for key, values in request.GET.lists():
+            if not all(validation.storable(text) for text in (key, *values)):
+                raise IncorrectLookupParameters(f"{key}: holds text no row can hold")
+        if self.date_hierarchy:
+            year = request.GET.get(f"{self.date_hierarchy}__year")
+            if year is not None and not (
+                re.fullmatch(r"[0-9]{1,4}", year) and 1 <= int(year) <= LAST_LISTED_YEAR
+            ):
+                raise IncorrectLookupParameters(f"{self.date_hierarchy}__year: out of range")
+        return super().get_changelist_instance(request)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        if not validation.storable(search_term):
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run the chosen action, unless a selected id is not an id at all (a crafted POST)."""
+        pk = self.model._meta.pk
+        try:
+            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                pk.to_python(value)
+        except ValidationError:
+            self.message_user(
+                request,
+                "The selection holds something that is not an id; nothing was done.",
+                messages.WARNING,
+            )
+            return None
+        return super().response_action(request, queryset, *args, **kwargs)
+
+
 # --- schedules -------------------------------------------------------------------------------
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(LedgerAdmin):
+    """Schedules, scoped to their owner as jobs are: a staff user who is not a superuser sees
+    only their own, by any URL, and makes schedules that are theirs."""
+
     list_display = ("__str__", "in_words", "timezone", "job_count")
     search_fields = ("name", "cron", "interval")
+    raw_id_fields = ("owner",)  # the owner's name shows beside the field
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        shown = super().get_list_display(request)
+        return (*shown, "owner") if sees_everything(request) else shown
 
     def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
-        return (InternalScheduleFilter,)
+        found: tuple[Any, ...] = (InternalScheduleFilter,)
+        return (*found, "owner") if sees_everything(request) else found
+
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if sees_everything(request) else ("owner",)
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        """A superuser's new schedule is their own unless they name another owner."""
+        return {"owner": request.user.pk, **super().get_changeform_initial_data(request)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
         # The jobs a user may see: another owner's job on a shared schedule is not counted.
@@ -132,11 +203,21 @@ class ScheduleAdmin(admin.ModelAdmin):
         return usable_schedules(request).annotate(job_total=Count("jobs", filter=mine))
 
     def _only_mine(self, request: HttpRequest, obj: Schedule | None) -> bool:
-        """A shared schedule is changed only by someone who owns every job on it."""
+        """A schedule is changed only by its owner, and only while every job on it is theirs
+        (a superuser may have put another owner's job on it)."""
         return (
             obj is None
             or sees_everything(request)
-            or not obj.jobs.exclude(owner=request.user).exists()
+            or (
+                obj.owner_id == request.user.pk
+                and not obj.jobs.exclude(owner=request.user).exists()
+            )
+        )
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        allowed = super().has_view_permission(request, obj)
+        return allowed and (
+            obj is None or sees_everything(request) or obj.owner_id == request.user.pk
         )
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -154,6 +235,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         return int(getattr(schedule, "job_total", 0))
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        if not change and not sees_everything(request):
+            obj.owner = request.user
         super().save_model(request, obj, form, change)
         if change:
             now = timezone.now()
@@ -212,6 +295,21 @@ CRON_HELP = 'Five fields, minute hour day month weekday, such as "0 9 * * 1-5".'
 ERROR_HOME = {"task_table": "task", "schedule": "existing_schedule"}
 
 
+class StorableJSONField(ArgumentsFormField):
+    """A job's arguments as typed JSON; what PostgreSQL cannot keep is shown again as typed.
+
+    ``validate_job`` refuses JSON text holding NUL or a lone surrogate, naming the field. The
+    page that says so shows the field as it was typed, not re-encoded from the parsed value: a
+    lone surrogate cannot be written into a UTF-8 page, and the answer would be a 500.
+    """
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        value = super().bound_data(data, initial)
+        if not isinstance(value, InvalidJSONInput) and validation.unstorable_text(value):
+            return InvalidJSONInput(data)
+        return value
+
+
 class JobForm(forms.ModelForm):
     """A job with its target and its timing on one page (see the module docstring)."""
 
@@ -233,10 +331,13 @@ class JobForm(forms.ModelForm):
     )
     interval = forms.CharField(
         required=False,
+        max_length=Schedule._meta.get_field("interval").max_length,
         label="Every",
         help_text="An ISO-8601 duration: PT30S, PT10M, PT3H, P1D.",
     )
-    cron = forms.CharField(required=False, help_text=CRON_HELP)
+    cron = forms.CharField(
+        required=False, max_length=Schedule._meta.get_field("cron").max_length, help_text=CRON_HELP
+    )
     timezone = forms.ChoiceField(
         choices=_zone_choices, initial="UTC", help_text="The zone the cron expression is read in."
     )
@@ -255,6 +356,7 @@ class JobForm(forms.ModelForm):
 
     class Meta:
         model = Job
+        field_classes = {"args": StorableJSONField, "kwargs": StorableJSONField}
         widgets = {
             "note": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "args": forms.Textarea(attrs={"rows": 1, "cols": 60}),
@@ -372,10 +474,18 @@ class JobForm(forms.ModelForm):
 
 class PauseForm(forms.Form):
     reason = forms.CharField(
-        max_length=500,
+        max_length=validation.MAX_REASON,
         widget=forms.TextInput(attrs={"size": 60}),
         help_text="Shown on the job's page until it is resumed.",
     )
+
+    def clean_reason(self) -> str:
+        reason = self.cleaned_data["reason"]
+        try:
+            validation.check_reason(reason)
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["reason"]) from None
+        return reason
 
 
 # --- the job list ----------------------------------------------------------------------------
@@ -400,6 +510,21 @@ class HealthFilter(admin.SimpleListFilter):
         if self.value() == "paused":
             return queryset.filter(status=JobStatus.PAUSED)
         return queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """The queues of the jobs the user may see (another owner's queue names are not listed)."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        queues = owned_jobs(request, Job.objects.all()).values_list("queue", flat=True)
+        return [(queue, queue) for queue in queues.distinct().order_by("queue")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        return queryset if value is None else queryset.filter(queue=value)
 
 
 class InternalFilter(admin.SimpleListFilter):
@@ -452,7 +577,7 @@ def _ago(moment: datetime, now: datetime) -> str:
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(LedgerAdmin):
     form = JobForm
     change_list_template = "admin/scheduling/job/change_list.html"
     # What decides a click; failures in 24 h and the last run's retries are on the job's page.
@@ -512,7 +637,7 @@ class JobAdmin(admin.ModelAdmin):
         return super().has_delete_permission(request, obj) and self._owns(request, obj)
 
     def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
-        found: tuple[Any, ...] = (HealthFilter, InternalFilter, "queue")
+        found: tuple[Any, ...] = (HealthFilter, InternalFilter, QueueFilter)
         return (*found, "owner") if sees_everything(request) else found
 
     # --- the form
@@ -779,7 +904,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(Execution)
-class ExecutionAdmin(admin.ModelAdmin):
+class ExecutionAdmin(LedgerAdmin):
     # What decides a click; the worker, the exact times and the heartbeat are on its page.
     list_display = (
         "job",

@@ -28,6 +28,9 @@ a worked example.
   job's retry policy. A run that completes although some of its items failed (a declined
   renewal, an undelivered message) says so with ``run.report_failures(count, detail)``; the
   dashboard, ``/metrics`` and ``manage.py executions`` count them.
+- Pages of your own: ``ContentSecurityPolicyAdmin`` (mixed into a ``ModelAdmin``) and
+  ``with_content_security_policy`` (around a view) give them the apps' Content-Security-Policy
+  where the host sends none, never replacing the host's (``scheduling.csp``).
 - Show times as the engine does: ``ago`` ("12 s ago", "in 3 min"), ``instant`` (to the
   second, UTC), ``span`` (a length of time) and ``describe_interval`` ("every 10 seconds").
 
@@ -53,6 +56,8 @@ from scheduling import jobs as _jobs
 from scheduling import permissions, tasktables
 from scheduling.celeryapp import celery_app
 from scheduling.cli import OneLineCommand, positive_int
+from scheduling.csp import ContentSecurityPolicyAdmin
+from scheduling.csp import with_csp as with_content_security_policy
 from scheduling.errors import Fenced
 from scheduling.models import Job
 from scheduling.readable import ago, describe_interval, instant, span
@@ -66,6 +71,7 @@ from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
     "SYSTEM_OWNER",
+    "ContentSecurityPolicyAdmin",
     "Cron",
     "Every",
     "ExecutionInfo",
@@ -100,6 +106,7 @@ __all__ = [
     "task_table",
     "unschedule",
     "unschedule_row",
+    "with_content_security_policy",
 ]
 
 SYSTEM_OWNER = _jobs.SYSTEM_OWNER

@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from scheduling import conf
@@ -62,7 +63,9 @@ def encoded_size(value: Any) -> int:
 
     Measured only on values within the depth limit, which the encoder follows safely.
     """
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    # A lone surrogate is measured, not refused here: validation names it as unstorable.
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def limits() -> tuple[int, int]:
@@ -79,7 +82,10 @@ def problem(value: Any) -> str | None:
             f"is nested {depth:,} levels deep; the limit is {max_depth} "
             "(SCHEDULING_ARGS_MAX_DEPTH)"
         )
-    size = encoded_size(value)
+    try:
+        size = encoded_size(value)
+    except ValueError as exc:  # Python's limit on the digits of a number it writes
+        return f"holds a number too long to write as JSON ({exc})"
     if size > max_bytes:
         return (
             f"is {size:,} bytes as JSON; the limit is {max_bytes:,} (SCHEDULING_ARGS_MAX_BYTES)"
@@ -98,11 +104,13 @@ class ArgumentsFormField(forms.JSONField):
             raise forms.ValidationError(
                 f"is {TOO_DEEP_TO_READ}; the limit is {limits()[0]} levels"
             ) from None
+        except ValueError as exc:  # Python's limit on a number's digits
+            raise forms.ValidationError(f"holds a number Python will not read ({exc})") from None
 
     def bound_data(self, data: Any, initial: Any) -> Any:
         try:
             return super().bound_data(data, initial)
-        except RecursionError:
+        except (RecursionError, ValueError):
             return forms.fields.InvalidJSONInput(data)
 
     def prepare_value(self, value: Any) -> Any:
@@ -114,7 +122,7 @@ class ArgumentsFormField(forms.JSONField):
     def has_changed(self, initial: Any, data: Any) -> bool:
         try:
             return bool(super().has_changed(initial, data))
-        except RecursionError:
+        except (RecursionError, ValueError):
             return True
 
 
@@ -128,6 +136,18 @@ class ArgumentsField(models.JSONField):
             return super().from_db_value(value, expression, connection)
         except RecursionError:
             return TOO_DEEP_TO_READ
+
+    def validate(self, value: Any, model_instance: Any) -> None:
+        """Django's check that the value encodes, with what it lets through said as a reason:
+        a number past Python's limit on digits, or nesting past the encoder's."""
+        try:
+            super().validate(value, model_instance)
+        except RecursionError:
+            raise ValidationError(f"is {TOO_DEEP_TO_READ}", code="invalid") from None
+        except ValueError as exc:
+            raise ValidationError(
+                f"holds a number too long to write as JSON ({exc})", code="invalid"
+            ) from None
 
     def formfield(self, **kwargs: Any) -> Any:
         return super().formfield(**{"form_class": ArgumentsFormField, **kwargs})

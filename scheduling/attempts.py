@@ -466,6 +466,10 @@ def fail_attempt(
     job's ``max_retries`` are spent or the error is permanent; then it is FAILED and the job is
     released. Returns the new status, or None if the execution was no longer running (or,
     with ``stale_before``, its heartbeat is no longer older than that: the reaper's condition).
+
+    No delay can overflow here (a backoff of 1e308 on a row written behind the model, a task
+    asking ``retry(countdown=1e308)``): every delay is held to ``conf.RETRY_DELAY_LIMIT``, so
+    the task's own error is always what gets recorded.
     """
     still_stale = Q() if stale_before is None else Q(last_heartbeat_at__lt=stale_before)
     with transaction.atomic(durable=True):
@@ -505,7 +509,7 @@ def fail_attempt(
                     key=execution.pk,
                 )
             else:
-                delay = timedelta(seconds=max(0.0, retry_in))
+                delay = schedules.bounded_delay(retry_in)
             execution.status = ExecutionStatus.RETRY
             execution.retry_at = now + delay
             execution.finished_at = now

@@ -246,8 +246,8 @@ def _update(job: Job, spec: Spec, changed: list[str], *, now: datetime) -> None:
     schedule = job.schedule
     timing_changed = any(f in SCHEDULE_FIELDS for f in changed)
     if timing_changed:
-        if schedule.jobs.exclude(pk=job.pk).exists():
-            schedule = Schedule()  # shared with other jobs: this job gets its own
+        if schedule.jobs.exclude(pk=job.pk).exists() or schedule.owner_id != job.owner_id:
+            schedule = Schedule(owner=job.owner)  # shared, or another's: this job gets its own
         for name, value in spec.schedule.items():
             setattr(schedule, name, value)
         schedule.full_clean()

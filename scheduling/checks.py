@@ -15,6 +15,9 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.W005 | warning | a job points at a task table that is no longer registered |
 | scheduling.W006 | warning | a job runs a task that is no longer schedulable |
 | scheduling.E007 | error | ``USE_TZ`` is off |
+| scheduling.E008 | error | a ``SCHEDULING_*`` setting holds a value its knob does not accept |
+| scheduling.W009 | warning | executions of a queue wait while nothing of it starts: no consumer |
+| scheduling.W010 | warning | jobs saved before the queue rules use a queue name they refuse |
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
-from scheduling import conf, tasktables
+from scheduling import conf, overview, tasktables
 from scheduling.celeryapp import celery_app, is_fallback
 from scheduling.models import Job, SchedulerState
-from scheduling.validation import visibility_timeout
+from scheduling.validation import queue_error, visibility_timeout
 
 INSTALL_DOC = "see docs/install.md"
 #: How recently a scheduler must have ticked to count as running, for W004.
@@ -71,6 +74,25 @@ def check_use_tz(**_: Any) -> list[CheckMessage]:
             hint=f"Set USE_TZ = True (startproject's default); {INSTALL_DOC}.",
             id="scheduling.E007",
         )
+    ]
+
+
+@register("scheduling")
+def check_settings(**_: Any) -> list[CheckMessage]:
+    """Every ``SCHEDULING_*`` knob the host set, against its range (``conf.KNOBS``).
+
+    A value out of range is refused where it is read, too, but that may be in a worker or a web
+    page long after the deploy; said here, ``migrate`` and ``check`` stop the deploy first.
+    """
+    return [
+        Error(
+            reason,
+            hint=f"Set SCHEDULING_{name} within that range, or remove it for the default "
+            f"({conf.KNOBS[name].default!r}); {INSTALL_DOC}.",
+            obj=f"SCHEDULING_{name}",
+            id="scheduling.E008",
+        )
+        for name, reason in conf.refusals().items()
     ]
 
 
@@ -124,8 +146,8 @@ def check_visibility_timeout(**_: Any) -> list[CheckMessage]:
     if is_fallback(celery_app()):
         return []
     limit = visibility_timeout()
-    if limit is None:
-        return []
+    if limit is None or conf.refusals().keys() & {"HARD_TIMEOUT_GRACE", "DEFAULT_TIMEOUT"}:
+        return []  # E008 names a value it cannot read
     grace = int(conf.get("HARD_TIMEOUT_GRACE"))
     default = int(conf.get("DEFAULT_TIMEOUT")) + grace
     if default > limit:
@@ -223,4 +245,61 @@ def check_job_targets(**_: Any) -> list[CheckMessage]:
                     id="scheduling.W006",
                 )
             )
+    return messages
+
+
+@register("scheduling")
+def check_unconsumed_queues(**_: Any) -> list[CheckMessage]:
+    """Jobs whose queue no worker consumes (``overview.unconsumed_queues``): their executions
+    wait for ever while every other check, and ``/health/``'s verdict, stays green."""
+    if "QUEUE_IDLE_WARN" in conf.refusals() or not _ledger_ready():
+        return []
+    now = timezone.now()
+    try:
+        idle = overview.unconsumed_queues(now=now)
+    except DatabaseError:
+        return []
+    return [
+        Warning(
+            found.describe(now),
+            hint=(
+                f"Start a worker that consumes it (celery -A yourproject worker -Q "
+                f"{found.queue}), or move the jobs to a queue that is consumed; "
+                "see docs/operations.md."
+            ),
+            obj=found.queue,
+            id="scheduling.W009",
+        )
+        for found in idle
+    ]
+
+
+@register("scheduling")
+def check_job_queues(**_: Any) -> list[CheckMessage]:
+    """Jobs saved before the queue rules (``validation.queue_error``) whose queue they refuse:
+    such a job still publishes there (a broker key that is not a queue, a reserved name) until
+    someone gives it another queue."""
+    if not _ledger_ready():
+        return []
+    try:
+        queues = sorted(set(Job.objects.values_list("queue", flat=True).distinct()))
+    except DatabaseError:
+        return []
+    messages: list[CheckMessage] = []
+    for queue in queues:
+        reason = queue_error(queue)
+        if reason is None:
+            continue
+        count = Job.objects.filter(queue=queue).count()
+        messages.append(
+            Warning(
+                f"{count} job(s) use the queue {queue!r}, which is refused now: {reason}.",
+                hint=(
+                    "Give those jobs a queue of letters, digits and . _ : - (manage.py jobs "
+                    "edit NAME --queue NEW, or the job's page); see docs/scheduling.md."
+                ),
+                obj=queue,
+                id="scheduling.W010",
+            )
+        )
     return messages

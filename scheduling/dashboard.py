@@ -19,6 +19,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from scheduling import conf, overview, permissions, readable, ticks
+from scheduling.csp import with_csp
 from scheduling.models import Execution, ExecutionStatus, Job
 
 CHART_HEIGHT = 120
@@ -78,7 +79,8 @@ def chart(hours: list[tuple[datetime, dict[str, int]]]) -> dict[str, Any]:
         "width": len(hours) * (BAR_WIDTH + BAR_GAP),
         "height": CHART_HEIGHT,
         "bar_width": BAR_WIDTH,
-        "legend": [(name, colour) for name, colour, _ in CHART_SERIES],
+        # Each series' swatch is a class of scheduling/duecourse.css: no inline style.
+        "legend": [(name, name.split()[0]) for name, _, _ in CHART_SERIES],
         "total": sum(totals),
     }
 
@@ -112,6 +114,7 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
             warn=conf.get("DASHBOARD_FAILURES_WARN"),
             alert=conf.get("DASHBOARD_FAILURES_ALERT"),
         ),
+        "unconsumed": overview.unconsumed_queues(now=now, owner_id=owner_id),
         "chart": chart(overview.executions_per_hour(now=now, owner_id=owner_id)),
         "lag": [
             (
@@ -146,11 +149,13 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
         "tick_ago": readable.ago(last_tick, now),
         "internal": internal,
         "tick_age_limit": conf.get("HEALTH_TICK_AGE"),
+        "queue_idle_after": readable.span(conf.get("QUEUE_IDLE_WARN")),
         **panels(now=now, owner_id=owner_id, internal=internal),
     }
     return TemplateResponse(request, "scheduling/dashboard.html", context)
 
 
 def staff_dashboard_view() -> Any:
-    """The dashboard behind the admin's login: staff only, as every admin page."""
-    return admin.site.admin_view(dashboard_view)
+    """The dashboard behind the admin's login: staff only, as every admin page, with the apps'
+    Content-Security-Policy where the host sends none (``scheduling.csp``)."""
+    return with_csp(admin.site.admin_view(dashboard_view))

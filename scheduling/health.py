@@ -3,8 +3,12 @@
 Four checks, each cheap: the database answers, the broker accepts a connection, some scheduler
 recorded a tick within ``SCHEDULING_HEALTH_TICK_AGE`` seconds (``scheduling.ticks``), and no
 running execution has gone without a heartbeat so long that the reaper should already have
-taken it (twice ``SCHEDULING_STALE_AFTER``). Any failed check makes the answer HTTP 503.
-Anonymous callers learn which check failed; staff see each check's figures and error text.
+taken it (twice ``SCHEDULING_STALE_AFTER``). Any failed check makes the answer HTTP 503. A
+fifth, ``queues``, only warns (status ``warn``, HTTP 200): executions of a queue that no worker
+consumes wait for ever while everything else works, which is worth a look, not a restart.
+Anonymous callers learn which check failed; each check's figures and error text are for
+staff who may see the scheduling ledger (the view permission on jobs and executions, as for
+the dashboard): a staff user of another app gets the plain status.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from scheduling import conf, overview, ticks
+from scheduling import conf, overview, permissions, ticks
 from scheduling.celeryapp import celery_app
+from scheduling.models import Execution, Job
 
 BROKER_TIMEOUT = 2.0
 
@@ -64,11 +69,34 @@ def check_stale(now: datetime) -> dict[str, Any]:
     }
 
 
+def check_queues(now: datetime) -> dict[str, Any]:
+    """A warning, never a failure: a queue no worker consumes leaves the web, the database and
+    the scheduler working, and its executions waiting (``overview.unconsumed_queues``)."""
+    idle = overview.unconsumed_queues(now=now)
+    result: dict[str, Any] = {
+        "ok": True,
+        "unconsumed": [
+            {
+                "queue": found.queue,
+                "waiting": found.waiting,
+                "waiting_since": found.since.isoformat(),
+                "jobs": found.jobs,
+            }
+            for found in idle
+        ],
+        "idle_after_seconds": conf.get("QUEUE_IDLE_WARN"),
+    }
+    if idle:
+        result["warning"] = "; ".join(found.describe(now) for found in idle)
+    return result
+
+
 CHECKS: dict[str, Callable[[datetime], dict[str, Any]]] = {
     "database": check_database,
     "broker": check_broker,
     "scheduler": check_scheduler,
     "stale_executions": check_stale,
+    "queues": check_queues,
 }
 
 
@@ -89,12 +117,34 @@ def run_checks(*, now: datetime) -> dict[str, Any]:
 
 
 def public_view_of(checks: dict[str, Any]) -> dict[str, Any]:
-    """What anybody may learn: which component is up or down, nothing of how or where.
+    """What anybody may learn: which component is up, down or worth a look, nothing of how or
+    where.
 
-    A probe needs only the verdict; error texts name internal hosts, ports and versions, so
-    they are for staff (logged in to the admin) alone.
+    A probe needs only the verdict; error texts name internal hosts, ports, versions, queues and
+    jobs, so they are for staff who may see the ledger alone.
     """
-    return {name: {"ok": result["ok"]} for name, result in checks.items()}
+    return {
+        name: {"ok": result["ok"], **({"warn": True} if "warning" in result else {})}
+        for name, result in checks.items()
+    }
+
+
+def verdict(checks: dict[str, Any]) -> str:
+    """``fail`` when a check failed (HTTP 503), ``warn`` when one warns, else ``ok``."""
+    if not all(result["ok"] for result in checks.values()):
+        return "fail"
+    return "warn" if any("warning" in result for result in checks.values()) else "ok"
+
+
+def may_see_details(user: Any) -> bool:
+    """Staff with the view (or change) permission on jobs and executions, as the dashboard
+    asks; every other caller, logged in or not, gets the verdict alone."""
+    return bool(
+        user is not None
+        and user.is_active
+        and user.is_staff
+        and permissions.may_view(user, Job, Execution)
+    )
 
 
 @never_cache
@@ -102,12 +152,11 @@ def public_view_of(checks: dict[str, Any]) -> dict[str, Any]:
 def health_view(request: HttpRequest) -> JsonResponse:
     now = timezone.now()
     checks = run_checks(now=now)
-    healthy = all(result["ok"] for result in checks.values())
-    user: Any = getattr(request, "user", None)
-    if not (user is not None and user.is_active and user.is_staff):
+    status = verdict(checks)
+    if not may_see_details(getattr(request, "user", None)):
         checks = public_view_of(checks)
-    body = {"status": "ok" if healthy else "fail", "time": now.isoformat(), "checks": checks}
-    return JsonResponse(body, status=200 if healthy else 503)
+    body = {"status": status, "time": now.isoformat(), "checks": checks}
+    return JsonResponse(body, status=503 if status == "fail" else 200)
 
 
 @never_cache

@@ -32,7 +32,7 @@ from scheduling.models import (
 from scheduling.schedules import Misfire, Timing
 from scheduling.tasktables import TASK_ROW_TASK
 from scheduling.timing import Cron, Every, Once
-from scheduling.validation import check_target
+from scheduling.validation import check_reason, check_target, storable
 
 logger = logging.getLogger("scheduling")
 
@@ -139,10 +139,10 @@ def owner_for(username: str | None) -> Any:
     a ``scheduler`` user."""
     user_model = get_user_model()
     if username:
-        try:
-            return user_model.objects.get(username=username)
-        except user_model.DoesNotExist:
-            raise ValidationError({"owner": f"no user named {username!r}"}) from None
+        found = user_model.objects.filter(username=username).first() if storable(username) else None
+        if found is None:
+            raise ValidationError({"owner": f"no user named {username!r}"})
+        return found
     user = user_model.objects.filter(is_superuser=True).order_by("pk").first()
     if user is None:
         user, _ = user_model.objects.get_or_create(username="scheduler")
@@ -278,8 +278,10 @@ def save_new(
     # Kept as ValidationError instances: their codes tell Django's generic messages from ours.
     errors: dict[str, list[ValidationError]] = {}
     if schedule.pk is None:
+        if owner is not None:
+            schedule.owner = owner  # a new schedule is its job's owner's
         try:
-            schedule.full_clean(validate_constraints=query_constraints)
+            schedule.full_clean(exclude=["owner"], validate_constraints=query_constraints)
         except ValidationError as exc:
             errors.update(exc.error_dict)
     try:
@@ -320,6 +322,7 @@ def save_validated(*, job: Job, now: datetime) -> Job:
     with transaction.atomic():
         schedule = job.schedule
         if schedule.pk is None:
+            schedule.owner = job.owner  # a new schedule is its job's owner's
             schedule.save()
         job.schedule = schedule
         job.created_at = now
@@ -372,8 +375,9 @@ def edit_job(
 ) -> Job:
     """Change a job in place, only the given values, keeping its id and history.
 
-    ``timing`` changes the job's schedule; a schedule other jobs share is never changed from
-    one job: this job gets its own copy, so the others keep their timing. ``schedule`` moves
+    ``timing`` changes the job's schedule; a schedule other jobs share, or one that belongs
+    to another owner, is never changed from one job: this job gets its own copy (the job
+    owner's), so the others keep their timing. ``schedule`` moves
     the job to an existing schedule instead. Giving a task clears a task-table target and the
     other way round. Every reason is collected before anything is saved, with the rules of
     ``save_new``; when the timing or jitter changed, the next occurrence is planned again from
@@ -412,7 +416,8 @@ def edit_job(
         values["timezone"] = values["timezone"] or "UTC"
         if any(values[name] != getattr(old_schedule, name) for name in TIMING_FIELDS):
             shared = old_schedule.jobs.exclude(pk=job.pk).exists()
-            target = Schedule() if shared else old_schedule
+            own = old_schedule.owner_id == job.owner_id
+            target = old_schedule if own and not shared else Schedule(owner=job.owner)
             for name, value in values.items():
                 setattr(target, name, value)
             try:
@@ -442,8 +447,8 @@ def edit_job(
         if job.schedule.pk != old_schedule.pk:
             columns.append("schedule")
         job.save(update_fields=columns)
-        if job.schedule.pk != old_schedule.pk and not old_schedule.jobs.exists():
-            old_schedule.delete()
+        if job.schedule.pk != old_schedule.pk:
+            _drop_if_unused(old_schedule, owner_id=job.owner_id)
         if replan:
             replan_job(job=job, now=now)
     logger.info("job.edited job=%s changed=%s", job.pk, ",".join(sorted(changes)) or "-")
@@ -489,8 +494,14 @@ def replan_job(*, job: Job, now: datetime) -> None:
 
 
 def pause_job(*, job: Job, now: datetime, reason: str = "") -> bool:
+    """Stop an active job from firing, with a reason shown until it is resumed.
+
+    The reason is refused (ValidationError on ``reason``) when it cannot be stored as one line:
+    it goes into the log as ``job.paused … reason=…``.
+    """
+    check_reason(reason)
     changed = Job.objects.filter(pk=job.pk, status=JobStatus.ACTIVE).update(
-        status=JobStatus.PAUSED, pause_reason=reason[:500], updated_at=now
+        status=JobStatus.PAUSED, pause_reason=reason, updated_at=now
     )
     if changed:
         logger.info("job.paused job=%s reason=%s", job.pk, reason or "-")
@@ -526,9 +537,17 @@ def remove_job(*, job: Job) -> None:
     with transaction.atomic():
         schedule = job.schedule
         job.delete()
-        if not schedule.jobs.exists():
-            schedule.delete()
+        _drop_if_unused(schedule, owner_id=job.owner_id)
     logger.info("job.removed job=%s", job_id)
+
+
+def _drop_if_unused(schedule: Schedule, *, owner_id: Any) -> None:
+    """Delete a schedule a job left, when no job uses it and it was that job owner's own.
+
+    Another owner's schedule stays, used or not: only its owner (or a superuser) deletes it.
+    """
+    if schedule.owner_id == owner_id and not schedule.jobs.exists():
+        schedule.delete()
 
 
 def run_job_now(*, job: Job, now: datetime) -> Execution:
@@ -605,7 +624,12 @@ def run_now(job_id: int, *, now: datetime) -> int:
 
 
 def cancel(job_id: int, *, reason: str, now: datetime) -> int:
-    """Cancel every unfinished execution of the job (see ``attempts.cancel_execution``)."""
+    """Cancel every unfinished execution of the job (see ``attempts.cancel_execution``).
+
+    The reason becomes each execution's ``last_error`` and a log line: it must be one line
+    of printable text (ValidationError on ``reason`` otherwise).
+    """
+    check_reason(reason)
     ids = Execution.objects.filter(job_id=job_id, status__in=EXECUTION_UNFINISHED).values_list(
         "pk", flat=True
     )
@@ -645,5 +669,5 @@ def executions(job_id: int, *, limit: int, status: str | None) -> list[Execution
             last_error=row.last_error,
             checkpoint=row.checkpoint,
         )
-        for row in rows.order_by("-scheduled_for", "-id")[: max(1, limit)]
+        for row in rows.order_by("-scheduled_for", "-id")[: selectors.check_limit(limit)]
     ]

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils.timezone import now as current_time
 
 from scheduling import readable, schedules, validation
@@ -29,8 +29,17 @@ def _timing_error(exc: ScheduleError) -> ValidationError:
 
 
 class Schedule(models.Model):
-    """*When*: an interval, a cron expression in a zone, or one instant; shared by many jobs."""
+    """*When*: an interval, a cron expression in a zone, or one instant; shared by many jobs.
 
+    A schedule has an owner, as a job has: the user whose job made it (the system owner for
+    jobs made from code). Staff users who are not superusers see, share, retime and delete
+    only their own (``scheduling.admin``); a job whose timing is edited while its schedule is
+    shared, or owned by someone else, gets a copy of its own (``jobs.edit_job``).
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="owned_schedules"
+    )
     name = models.CharField(max_length=200, blank=True, help_text="Optional label for reuse.")
     interval = models.CharField(
         max_length=64, blank=True, help_text="ISO-8601 duration such as PT3H (exact elapsed time)."
@@ -85,8 +94,25 @@ class Schedule(models.Model):
         )
 
     def clean(self) -> None:
-        self.interval = self.interval.strip()
-        self.cron = " ".join(self.cron.split())
+        """The schedule's own rules, held against the jitter of every job already on it."""
+        errors: dict[str, str] = {}
+        if self.name and (found := validation.control_character(self.name)) is not None:
+            errors["name"] = f"holds a control character ({found}); a name is one line of text"
+        largest = timedelta(0)
+        if self.pk is not None:
+            largest = self.jobs.aggregate(largest=Max("jitter"))["largest"] or timedelta(0)
+        try:
+            self.check_timing(jitter=largest)
+        except ValidationError as exc:
+            errors.update({field: " ".join(found) for field, found in exc.message_dict.items()})
+        if errors:
+            raise ValidationError(errors)
+
+    def check_timing(self, *, jitter: timedelta) -> None:
+        """Raise ValidationError naming the field when this timing cannot be saved for a job
+        with ``jitter`` (``schedules.check_savable``)."""
+        self.interval = (self.interval or "").strip()
+        self.cron = " ".join((self.cron or "").split())
         try:
             schedules.check_savable(
                 self.interval,
@@ -96,6 +122,7 @@ class Schedule(models.Model):
                 self.starts_at,
                 self.ends_at,
                 now=current_time(),
+                jitter=jitter,
             )
         except ScheduleError as exc:
             raise _timing_error(exc) from None

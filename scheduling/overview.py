@@ -5,7 +5,9 @@ recent work, never the size of the history: ``due_soon`` reads ``job_due_idx``; 
 and ``stale`` read ``execution_running_idx``; ``late`` reads ``job_due_idx`` and
 ``execution_waiting_idx`` / ``execution_retry_idx``; ``recent_failures`` reads
 ``execution_failed_idx``; ``item_failures`` reads ``execution_item_failures_idx``;
-``executions_per_hour`` and ``lag_percentiles`` read ``execution_recent_idx`` alone.
+``executions_per_hour`` and ``lag_percentiles`` read ``execution_recent_idx`` alone;
+``unconsumed_queues`` reads ``execution_waiting_idx`` and, only for a queue whose work has
+waited too long, ``execution_running_idx`` and the newest attempts by primary key.
 bench/dashboard.py times each with a million executions.
 
 ``owner_id`` limits a read to one owner's jobs (staff users who are not superusers).
@@ -20,12 +22,13 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Min, Q, QuerySet, Sum
-from django.db.models.functions import TruncHour
+from django.db.models import CharField, Count, Min, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
 from scheduling import conf, sql, tasktables
-from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduling.models import Attempt, Execution, ExecutionStatus, Job, JobStatus
 
 DAY = timedelta(hours=24)
 HOUR = timedelta(hours=1)
@@ -340,3 +343,95 @@ def oldest_due(*, now: datetime) -> datetime | None:
         .aggregate(first=Min("next_due_at"))["first"]
     )
     return found
+
+
+#: Queued executions read for the evidence that a queue has no consumer, longest-queued first.
+WAITING_READ = 1000
+#: Newest attempts read for the evidence that a queue is consumed after all (by primary key).
+STARTS_READ = 2000
+
+
+@dataclass(frozen=True)
+class Unconsumed:
+    """A queue whose executions wait for a worker while nothing of that queue starts."""
+
+    queue: str
+    #: Executions of the queue that have waited longer than the setting (of those read).
+    waiting: int
+    #: When the longest of those waits began (its due retry, or its creation).
+    since: datetime
+    #: Names of the jobs those executions belong to, a few, sorted.
+    jobs: list[str]
+
+    def describe(self, now: datetime) -> str:
+        names = ", ".join(self.jobs) or "runs enqueued without a job"
+        minutes = max(1, round((now - self.since).total_seconds() / 60))
+        return (
+            f"queue {self.queue!r}: {self.waiting} execution(s) have waited up to {minutes} min "
+            f"and nothing of this queue started meanwhile; no worker seems to consume it "
+            f"(jobs: {names})"
+        )
+
+
+def _queue_of(execution: str = "") -> Coalesce:
+    """The queue an execution's message goes to: its job's, else its Django task run's."""
+    return Coalesce(
+        f"{execution}job__queue",
+        KeyTextTransform("queue", f"{execution}call"),
+        Value("celery"),
+        output_field=CharField(),
+    )
+
+
+def unconsumed_queues(
+    *, now: datetime, idle_after: float | None = None, owner_id: int | None = None
+) -> list[Unconsumed]:
+    """Queues that, by the ledger's evidence, no worker consumes.
+
+    The evidence is the ledger's own, and costs nothing while every queue moves: a queue is
+    named when executions of it have been QUEUED (published, not started) since longer than
+    ``idle_after`` seconds (``SCHEDULING_QUEUE_IDLE_WARN``; a wait starts at the creation,
+    or at the due retry, so publishing a row again does not restart it), and, for those
+    queues only, nothing of the queue is running now and no attempt of it started within
+    that time among the newest ``STARTS_READ`` attempts. A queue whose workers are merely busy
+    runs its own executions, or starts them; a queue nobody consumes does neither. Worker
+    processes write nothing for it, and no broadcast waits for workers to answer. ``owner_id``
+    names only that owner's waiting executions; the evidence of consumption is every owner's.
+    """
+    seconds = conf.get("QUEUE_IDLE_WARN") if idle_after is None else idle_after
+    if seconds <= 0:
+        return []
+    since = now - timedelta(seconds=seconds)
+    rows = (
+        _executions(owner_id)
+        .filter(status=ExecutionStatus.QUEUED)  # execution_waiting_idx
+        .order_by("queued_at")
+        .annotate(waiting_since=Coalesce("retry_at", "created_at"), on_queue=_queue_of())
+        .filter(waiting_since__lt=since)
+        .values_list("on_queue", "waiting_since", "job__name")[:WAITING_READ]
+    )
+    waiting: dict[str, list[tuple[datetime, str | None]]] = {}
+    for queue, began, job in rows:
+        waiting.setdefault(queue, []).append((began, job))
+    if not waiting:
+        return []
+    running = Execution.objects.filter(status=ExecutionStatus.RUNNING).annotate(
+        on_queue=_queue_of()
+    )
+    newest = Attempt.objects.order_by("-id").values("id")[:STARTS_READ]
+    started = Attempt.objects.filter(id__in=Subquery(newest), started_at__gte=since).annotate(
+        on_queue=_queue_of("execution__")
+    )
+    consumed = set(
+        running.filter(on_queue__in=list(waiting)).values_list("on_queue", flat=True)
+    ) | set(started.filter(on_queue__in=list(waiting)).values_list("on_queue", flat=True))
+    return [
+        Unconsumed(
+            queue=queue,
+            waiting=len(found),
+            since=min(began for began, _ in found),
+            jobs=sorted({job for _, job in found if job})[:5],
+        )
+        for queue, found in sorted(waiting.items())
+        if queue not in consumed
+    ]

@@ -16,6 +16,7 @@ its whole history (``finished_one_offs``) and its schedule.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections import Counter
@@ -35,11 +36,16 @@ from scheduling.models import (
     JobStatus,
     Schedule,
 )
-from scheduling.schedules import ScheduleError, parse_duration
+from scheduling.schedules import MAX_DURATION_TEXT, ScheduleError, parse_duration
 
 logger = logging.getLogger("scheduling")
 
 _SHORT = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
+#: The most executions one transaction deletes: a larger batch holds its locks for longer
+#: than a short transaction should.
+MAX_BATCH = 100_000
+#: The most executions kept per job; what is kept is read with an OFFSET of this many rows.
+MAX_KEEP_LAST = 1_000_000
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
@@ -57,9 +63,11 @@ def parse_age(text: str, *, field: str = "older_than") -> timedelta:
     try:
         return parse_duration(text, field=field)
     except ScheduleError as exc:
-        raise ValidationError(
-            {field: f"{text!r} is not a duration such as 30d, 12h or P30D"}
-        ) from exc
+        # An ISO-8601 duration says what is wrong with it (too long, months); anything else
+        # is not a duration at all.
+        looks_iso = text.strip().upper().startswith("P") and len(text) <= MAX_DURATION_TEXT
+        reason = exc.reason if looks_iso else f"{text!r} is not a duration such as 30d, 12h or P30D"
+        raise ValidationError({field: reason}) from exc
 
 
 @dataclass
@@ -152,8 +160,14 @@ def prune_history(
     """
     if keep_last < 0:
         raise ValidationError({"keep_last": "must be zero or more"})
+    if keep_last > MAX_KEEP_LAST:
+        raise ValidationError({"keep_last": f"must be at most {MAX_KEEP_LAST:,}"})
     if batch_size < 1:
         raise ValidationError({"batch_size": "must be at least 1"})
+    if batch_size > MAX_BATCH:
+        raise ValidationError({"batch_size": f"must be at most {MAX_BATCH:,}"})
+    if max_seconds is not None and not 0 < max_seconds < math.inf:
+        raise ValidationError({"max_seconds": "must be a positive number of seconds"})
     try:
         cutoff = now - older_than
     except OverflowError:

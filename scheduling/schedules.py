@@ -29,9 +29,12 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from scheduling.conf import RETRY_DELAY_LIMIT
 from scheduling.cron import CronError, CronExpression
 
 _EPSILON = timedelta(microseconds=1)
+#: Longer text is not a duration anyone means (``P1DT12H30M15.5S`` is 15 characters).
+MAX_DURATION_TEXT = 64
 
 _DURATION = re.compile(
     r"^P(?!$)(?:(?P<years>\d+(?:[.,]\d+)?)Y)?(?:(?P<months>\d+(?:[.,]\d+)?)M)?"
@@ -57,7 +60,15 @@ class Misfire(StrEnum):
 
 
 def parse_duration(text: str, *, field: str = "interval") -> timedelta:
-    """Parse an ISO-8601 duration such as ``PT3H`` or ``P1DT12H`` into a positive timedelta."""
+    """Parse an ISO-8601 duration such as ``PT3H`` or ``P1DT12H`` into a positive timedelta.
+
+    A duration longer than Python can hold (``P9999999999D``) is refused naming the field,
+    as is text longer than any duration needs (``MAX_DURATION_TEXT``).
+    """
+    if len(text) > MAX_DURATION_TEXT:
+        raise ScheduleError(
+            field, f"is {len(text)} characters long; a duration is at most {MAX_DURATION_TEXT}"
+        )
     raw = text.strip().upper()
     if raw.startswith("-"):
         raise ScheduleError(field, f"{text!r} is negative; an interval must be positive")
@@ -73,13 +84,18 @@ def parse_duration(text: str, *, field: str = "interval") -> timedelta:
             f"{text!r} uses months or years, which have no fixed length; "
             "use a cron expression for calendar schedules",
         )
-    value = timedelta(
-        weeks=parts.get("weeks", 0),
-        days=parts.get("days", 0),
-        hours=parts.get("hours", 0),
-        minutes=parts.get("minutes", 0),
-        seconds=parts.get("seconds", 0),
-    )
+    try:
+        value = timedelta(
+            weeks=parts.get("weeks", 0),
+            days=parts.get("days", 0),
+            hours=parts.get("hours", 0),
+            minutes=parts.get("minutes", 0),
+            seconds=parts.get("seconds", 0),
+        )
+    except OverflowError:
+        raise ScheduleError(
+            field, f"{text!r} is longer than any calendar ({timedelta.max.days:,} days at most)"
+        ) from None
     if value < timedelta(seconds=1):
         raise ScheduleError(field, f"{text!r} is shorter than one second; it must be at least PT1S")
     return value
@@ -118,12 +134,23 @@ def parse_cron(text: str, *, field: str = "cron") -> CronExpression:
 
 
 def require_aware(value: datetime, *, field: str) -> datetime:
-    """Reject naive datetimes at the boundary and normalise to UTC."""
+    """Reject naive datetimes at the boundary and normalise to UTC.
+
+    An instant whose UTC time falls outside the calendar (``0001-01-01T00:00+09:00`` is in the
+    year 0 in UTC) is refused naming the field; Python cannot hold it, nor can a due time.
+    """
+    if not isinstance(value, datetime):
+        raise ScheduleError(field, f"must be a date and time, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ScheduleError(
             field, "must include a time zone offset (for example 2030-01-01T09:00Z)"
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ScheduleError(
+            field, f"{value.isoformat()} falls outside the years 1 to 9999 in UTC"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -249,11 +276,14 @@ def check_savable(
     end: datetime | None,
     *,
     now: datetime,
+    jitter: timedelta = timedelta(0),
 ) -> Timing:
     """``timing_from`` plus the rules for saving a schedule; errors name the stored field.
 
     Kept apart from ``timing_from``, which the claim also runs on rows already saved, so that
-    a rule added here never turns an existing job into a failing one.
+    a rule added here never turns an existing job into a failing one. ``jitter`` is the
+    largest jitter of the jobs that use the schedule: their first two due times (occurrence
+    plus jitter) must stay within the calendar too, or saving the job would overflow.
     """
     timing = timing_from(interval, cron, zone, at, start, end)
     if not cron and (zone or "UTC") != "UTC":
@@ -263,10 +293,28 @@ def check_savable(
         )
     # The first occurrence from now and the one after it: a schedule whose next occurrence
     # cannot be computed would otherwise fail on every claim.
-    first = timing.occurrence_at_or_after(now, anchor=now)
+    first = timing.at if timing.at is not None else timing.occurrence_at_or_after(now, anchor=now)
+    second = None
     if first is not None and timing.at is None:
-        timing.next_after(first, anchor=now)
+        second = timing.next_after(first, anchor=now)
+    for occurrence in (first, second):
+        if occurrence is not None and jitter and not fits_after(occurrence, jitter):
+            field = "run_at" if timing.at is not None else "cron" if timing.cron else "interval"
+            raise ScheduleError(
+                field,
+                f"the occurrence at {occurrence.isoformat()} plus {jitter.total_seconds():g} s "
+                "of jitter falls beyond the year 9999",
+            )
     return timing
+
+
+def fits_after(moment: datetime, span: timedelta) -> bool:
+    """Whether ``moment + span`` is still a time Python can hold (before the year 10000)."""
+    try:
+        moment + span
+    except OverflowError:
+        return False
+    return True
 
 
 def due_time(job_id: int, occurrence: datetime, jitter: timedelta) -> datetime:
@@ -378,13 +426,29 @@ def _plan_claim(
     return ClaimPlan(run=(), skipped=due, next_occurrence=after_now)
 
 
+#: Doublings past this change nothing: 2**64 times the smallest base outgrows any cap.
+_MAX_DOUBLINGS = 64
+
+
 def retry_delay(*, attempt: int, base: float, cap: float, key: int) -> timedelta:
     """Capped exponential backoff with deterministic jitter before retry number ``attempt``.
 
     The delay is ``min(cap, base * 2**(attempt-1))`` scaled into ``[50%, 100%]`` by a hash of
     ``key`` (the execution), so a burst of failures does not come back as a burst.
+
+    It cannot overflow, whatever the row holds: the doublings stop at 64, and the delay is
+    held to ``[0, conf.RETRY_DELAY_LIMIT]`` (a base or cap of 1e308, NaN or a negative number
+    written behind the model), so the failure handler that calls it always records the task's
+    error and its retry.
     """
-    raw = min(cap, base * (2 ** max(0, attempt - 1)))
+    raw = base * 2.0 ** min(max(0, attempt - 1), _MAX_DOUBLINGS)
     digest = hashlib.blake2b(f"{key}:{attempt}".encode(), digest_size=4).digest()
     spread = int.from_bytes(digest, "big") / 2**32
-    return timedelta(seconds=raw * (0.5 + spread / 2))
+    return bounded_delay(min(cap, raw) * (0.5 + spread / 2))
+
+
+def bounded_delay(seconds: float) -> timedelta:
+    """``seconds`` as a delay of zero to ``conf.RETRY_DELAY_LIMIT`` (NaN counts as zero)."""
+    if not seconds > 0:  # also NaN
+        return timedelta(0)
+    return timedelta(seconds=min(float(seconds), RETRY_DELAY_LIMIT))

@@ -27,6 +27,7 @@ from django.utils.dateparse import parse_datetime
 from scheduling import pgtimes, readable, sql
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
 from scheduling.readable import describe_interval
+from scheduling.validation import storable
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -34,11 +35,14 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def find_job(name: str, *, owner: str | None = None) -> Job:
-    """The job called ``name`` (of ``owner`` when given); errors name the field."""
+    """The job called ``name`` (of ``owner`` when given); errors name the field.
+
+    A name no row can hold (a NUL typed on the command line) is simply not found.
+    """
     jobs = Job.objects.select_related("schedule", "owner").filter(name=name)
     if owner:
         jobs = jobs.filter(owner__username=owner)
-    found = list(jobs[:2])
+    found = list(jobs[:2]) if storable(name) and storable(owner or "") else []
     if not found:
         suffix = f" owned by {owner!r}" if owner else ""
         raise ValidationError({"name": f"no job named {name!r}{suffix}"})
@@ -121,6 +125,20 @@ def execution_summary(execution: Execution, *, attempts: bool = False) -> dict[s
     return data
 
 
+#: The most executions one listing returns (``manage.py executions``, ``api.executions``).
+MAX_LISTED = 10_000
+
+
+def check_limit(limit: Any) -> int:
+    """``limit`` when it is a whole number from 1 to ``MAX_LISTED``; else a ValidationError
+    on ``limit`` (a limit past what the database counts in would fail there)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LISTED:
+        raise ValidationError(
+            {"limit": f"must be a whole number, at least 1 and at most {MAX_LISTED:,}"}
+        )
+    return limit
+
+
 def check_execution_status(status: str | None) -> None:
     """Refuse a status filter that names no execution status, listing the ones there are."""
     if status and status not in ExecutionStatus.values:
@@ -138,13 +156,13 @@ def list_executions(
 ) -> QuerySet[Execution]:
     """Executions newest first: of one job, or of every job ``owner`` (a username) owns."""
     check_execution_status(status)
-    if limit < 1:
-        raise ValidationError({"limit": "must be at least 1"})
+    limit = check_limit(limit)
     rows = Execution.objects.select_related("job").order_by("-scheduled_for", "-id")
     if job is not None:
         rows = rows.filter(job=job)
     if owner:
-        if not get_user_model().objects.filter(username=owner).exists():
+        users = get_user_model().objects.filter(username=owner)
+        if not (storable(owner) and users.exists()):
             raise ValidationError({"owner": f"no user named {owner!r}"})
         rows = rows.filter(job__owner__username=owner)
     if status:

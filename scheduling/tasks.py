@@ -15,6 +15,7 @@ from scheduling import (
 )
 from scheduling.registry import PermanentError
 from scheduling.tasktables import TASK_ROW_TASK
+from scheduling.validation import first_error as error_line
 from scheduling.worker.taskbase import schedulable_task
 
 
@@ -55,15 +56,20 @@ def prune_history(
 
     ``max_seconds`` stays under the default 300 s job timeout; what is left goes next time.
     """
+    # Arguments of the wrong type or out of range: no retry can fix them; fail once, naming
+    # the argument.
     try:
-        age = retention.parse_age(older_than)
+        numbers = {"keep_last": int(keep_last), "batch_size": int(batch_size)}
+        seconds = float(max_seconds)
+    except (TypeError, ValueError) as exc:
+        raise PermanentError(f"keep_last, batch_size, max_seconds: {exc}") from None
+    try:
+        report = retention.prune_history(
+            older_than=retention.parse_age(older_than),
+            now=timezone.now(),
+            max_seconds=seconds,
+            **numbers,
+        )
     except ValidationError as exc:
-        raise PermanentError(str(exc)) from None
-    report = retention.prune_history(
-        older_than=age,
-        keep_last=int(keep_last),
-        now=timezone.now(),
-        batch_size=int(batch_size),
-        max_seconds=float(max_seconds),
-    )
+        raise PermanentError(error_line(exc)) from None
     return report.as_dict(retention.job_names(list(report.by_job)))

@@ -79,4 +79,9 @@ def parse_instant(raw: str | None, *, field: str) -> datetime | None:
         raise ValidationError(
             {field: f"{raw!r} has no offset; add a time zone offset such as Z or +01:00"}
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+09:00 is in the year 0 in UTC
+        raise ValidationError(
+            {field: f"{raw!r} falls outside the years 1 to 9999 in UTC"}
+        ) from None

@@ -5,18 +5,21 @@ admin's login) at ``ops/dashboard/``, the health probe at ``ops/health/`` (liven
 ``ops/health/live/``) and Prometheus metrics at ``ops/metrics``. The admin pages themselves
 come with ``admin.site.urls`` as usual. Names are in the ``scheduling`` namespace
 (``scheduling:dashboard``, ``scheduling:health``, ``scheduling:health-live``,
-``scheduling:metrics``).
+``scheduling:metrics``). Each sends the apps' Content-Security-Policy where the host sends
+none (``scheduling.csp``).
 """
 
 from django.urls import path
 
 from scheduling import dashboard, health, metrics
+from scheduling.csp import DATA_POLICY, with_csp
 
 app_name = "scheduling"
 
 urlpatterns = [
     path("dashboard/", dashboard.staff_dashboard_view(), name="dashboard"),
-    path("health/", health.health_view, name="health"),
-    path("health/live/", health.live_view, name="health-live"),
-    path("metrics", metrics.metrics_view, name="metrics"),
+    # JSON and text: a policy that lets them load, run and frame nothing (scheduling.csp).
+    path("health/", with_csp(health.health_view, policy=DATA_POLICY), name="health"),
+    path("health/live/", with_csp(health.live_view, policy=DATA_POLICY), name="health-live"),
+    path("metrics", with_csp(metrics.metrics_view, policy=DATA_POLICY), name="metrics"),
 ]

@@ -12,6 +12,8 @@ import contextlib
 import inspect
 import json
 import math
+import re
+import unicodedata
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +28,116 @@ if TYPE_CHECKING:
     from scheduling.models import Job
 
 MAX_NOTE = 500
+#: A pause reason or a cancel reason: what the ``pause_reason`` column holds.
+MAX_REASON = 500
 # Jitter spreads the jobs due at one instant over a short span; a day is far beyond any use.
 MAX_JITTER = timedelta(days=1)
+
+#: A queue name a broker takes as it is: letters and digits, then also ``. _ : -``. Anything
+#: else (whitespace, a line break, ``/``, kombu's priority separator) could address a broker
+#: key that is not a queue, or forge a header.
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+MAX_QUEUE = 200
+#: Names the brokers keep for themselves: kombu's Redis bindings and unacked bookkeeping,
+#: RabbitMQ's ``amq.`` namespace, Celery's event and remote-control (pidbox) queues. A job
+#: publishing there writes into the broker's own structures.
+RESERVED_QUEUE_PREFIXES = ("_kombu.", "amq.", "celeryev.")
+RESERVED_QUEUE_SUFFIXES = (".pidbox",)
+RESERVED_QUEUES = frozenset({"unacked", "unacked_index", "unacked_mutex"})
+
+#: Unicode characters no name, note or reason may hold, beyond the control characters
+#: (category Cc) and lone surrogates (Cs): the line and paragraph separators, which end a line
+#: in some log readers, and the bidirectional overrides and isolates, which make a name read
+#: differently from how it is stored.
+_LINE_AND_DIRECTION_MARKS = frozenset(
+    "\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
+def control_character(text: str) -> str | None:
+    """The first character of ``text`` no stored name may hold, described, or None.
+
+    A line break in a job's name or a pause reason forges a line in the log
+    (``job.paused job=7 reason=…``); NUL cannot be stored by PostgreSQL at all.
+    """
+    for position, char in enumerate(text):
+        if char in _LINE_AND_DIRECTION_MARKS or unicodedata.category(char) in ("Cc", "Cs"):
+            return f"U+{ord(char):04X} at position {position + 1}"
+    return None
+
+
+def text_error(value: Any, *, limit: int) -> str | None:
+    """Why ``value`` cannot be stored as a name, note or reason (``limit`` characters), or None."""
+    if not isinstance(value, str):
+        return f"must be text, got {type(value).__name__}"
+    if len(value) > limit:
+        return f"is {len(value)} characters; the limit is {limit}"
+    found = control_character(value)
+    if found is not None:
+        return f"holds a control character ({found}); use printable text on one line"
+    return None
+
+
+def check_reason(reason: Any, *, field: str = "reason") -> None:
+    """Raise ValidationError naming ``field`` when a pause or cancel reason cannot be stored."""
+    error = text_error(reason, limit=MAX_REASON)
+    if error is not None:
+        raise ValidationError({field: error})
+
+
+def queue_error(name: Any) -> str | None:
+    """Why ``name`` cannot be a job's queue, or None (see ``QUEUE_NAME``)."""
+    if not isinstance(name, str) or not name.strip():
+        return "must not be empty"
+    if len(name) > MAX_QUEUE:
+        return f"is {len(name)} characters; the limit is {MAX_QUEUE}"
+    lowered = name.lower()
+    if (
+        lowered in RESERVED_QUEUES
+        or lowered.startswith(RESERVED_QUEUE_PREFIXES)
+        or lowered.endswith(RESERVED_QUEUE_SUFFIXES)
+    ):
+        return f"{name!r} is a name the broker keeps for its own use"
+    if not QUEUE_NAME.fullmatch(name):
+        return (
+            f"{name!r} is not a queue name: use letters, digits and . _ : - "
+            "(starting with a letter or digit)"
+        )
+    return None
+
+
+def storable(text: str) -> bool:
+    """Whether PostgreSQL can hold ``text`` at all (no NUL, no lone surrogate).
+
+    Lookups by a name typed on the command line ask this first: no stored row can have a
+    name that fails it, so the answer is "not found", not a database error.
+    """
+    return "\x00" not in text and not any(0xD800 <= ord(char) <= 0xDFFF for char in text)
+
+
+def unstorable_text(value: Any) -> str | None:
+    """The first string (or key) in JSON ``value`` that PostgreSQL's ``jsonb`` refuses, or None.
+
+    ``jsonb`` cannot hold ``\\u0000``, and a lone surrogate is not UTF-8: either fails the
+    save with a database error instead of a message. Walked without recursion.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not storable(item):
+                return item
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None
+
+
+def _real(value: Any) -> bool:
+    """A number the model's own field check accepted (not text, not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:
@@ -228,8 +338,10 @@ def check_target_values(*, task: str, task_table: str, task_row_id: int | None) 
 def validate_job(job: Job) -> None:
     """Every rule of a valid job beyond what the fields check themselves."""
     errors: dict[str, Any] = {}
-    if not (job.name or "").strip():
+    if not isinstance(job.name, str) or not job.name.strip():
         errors["name"] = "must not be empty"
+    elif (found := control_character(job.name)) is not None:
+        errors["name"] = f"holds a control character ({found}); a name is one line of text"
     for field, expect in (("args", list), ("kwargs", dict)):
         value = getattr(job, field)
         try:
@@ -238,14 +350,23 @@ def validate_job(job: Job) -> None:
             errors.update(exc.message_dict)
             continue
         too_much = arguments.problem(value)
-        bad = None if too_much else _non_finite(value)
         if too_much is not None:
             errors[field] = too_much
-        elif bad is not None:
+            continue
+        bad = _non_finite(value)
+        text = unstorable_text(value)
+        if bad is not None:
             errors[field] = f"holds {bad!r}; JSON numbers must be finite (no NaN or Infinity)"
-    if job.note and len(job.note) > MAX_NOTE:
-        errors["note"] = f"is {len(job.note)} characters; the limit is {MAX_NOTE}"
-    if job.timeout is not None:
+        elif text is not None:
+            errors[field] = (
+                f"holds {text!r}, which cannot be stored: no NUL (\\u0000) or lone "
+                "surrogate (\\ud800-\\udfff) in JSON text"
+            )
+    if job.note:
+        note_error = text_error(job.note, limit=MAX_NOTE)
+        if note_error is not None:
+            errors["note"] = note_error
+    if _real(job.timeout):
         if job.timeout < 1:
             errors["timeout"] = "must be at least 1 second"
         else:
@@ -255,20 +376,23 @@ def validate_job(job: Job) -> None:
                     f"{job.timeout}s plus the hard-kill grace must stay under the broker's "
                     f"visibility timeout ({limit}s), or Redis would redeliver running tasks"
                 )
-    if job.max_retries is not None and job.max_retries < 0:
+    if _real(job.max_retries) and job.max_retries < 0:
         errors["max_retries"] = "must be zero or more"
-    if job.jitter is not None and job.jitter.total_seconds() < 0:
+    if isinstance(job.jitter, timedelta) and job.jitter.total_seconds() < 0:
         errors["jitter"] = "must be zero or more"
-    elif job.jitter is not None and job.jitter > MAX_JITTER:
+    elif isinstance(job.jitter, timedelta) and job.jitter > MAX_JITTER:
         errors["jitter"] = _limit(MAX_JITTER)
     for field in ("retry_backoff", "retry_backoff_max"):
         value = getattr(job, field)
-        if value is not None and value < 0:
-            errors[field] = "must be zero or more"
-    if job.priority is not None and not 0 <= job.priority <= 255:
+        if _real(value) and not 0 <= value <= conf.RETRY_DELAY_LIMIT:  # NaN fails both
+            errors[field] = (
+                f"must be a number of seconds from 0 to {conf.RETRY_DELAY_LIMIT:g} (a week)"
+            )
+    if _real(job.priority) and not 0 <= job.priority <= 255:
         errors["priority"] = "must be between 0 and 255"
-    if not (job.queue or "").strip():
-        errors["queue"] = "must not be empty"
+    queue_problem = queue_error(job.queue)
+    if queue_problem is not None:
+        errors["queue"] = queue_problem
     if job.task_table:
         # Stored as registered, whatever case it was typed in: a row's delete finds its jobs
         # by this label.
@@ -285,8 +409,11 @@ def validate_job(job: Job) -> None:
     # An unsaved schedule (a form building both) is cached on the job but has no id yet.
     if job.schedule_id is not None or type(job).schedule.is_cached(job):
         schedule = job.schedule
+        # This job's due times are its schedule's occurrences plus its jitter: they must fit
+        # the calendar too (a one-off at 9999-12-31 23:59 cannot take an hour of jitter).
+        usable = "jitter" not in errors and isinstance(job.jitter, timedelta)
         try:
-            schedule.clean()
+            schedule.check_timing(jitter=job.jitter if usable else timedelta(0))
         except ValidationError as exc:
             errors.update(exc.message_dict)
     if errors:

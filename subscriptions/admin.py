@@ -25,7 +25,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from scheduling.api import ago, describe_interval, instant
+from scheduling.api import ContentSecurityPolicyAdmin, ago, describe_interval, instant
 from subscriptions import services
 from subscriptions.models import (
     FAILING,
@@ -232,7 +232,7 @@ def _step(parameter: str) -> str:
         return parameter
 
 
-class ModelAdmin(admin.ModelAdmin):
+class ModelAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """Every page of this app: a list action posted with a selection that holds something
     other than ids (a hand-made POST) is refused with a message and changes nothing, where
     Django would filter by it as it came and answer 500."""

@@ -227,13 +227,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
+#: Reported by the page itself for every Content-Security-Policy violation, besides the
+#: browser's own console line ("Refused to load ... violates the following Content Security
+#: Policy directive").
+_REPORT_VIOLATIONS = """
+document.addEventListener('securitypolicyviolation', (event) => console.error(
+  'Content Security Policy violation: ' + event.violatedDirective + ' ' + event.blockedURI));
+"""
+
+
+def watch_content_security_policy(page: Any) -> list[str]:
+    """The Content-Security-Policy violations ``page`` meets from now on, as console lines.
+
+    A test that opens pages sending a policy asserts the list is empty: every script,
+    stylesheet and image the page needs was allowed, so its JavaScript ran.
+    """
+    violations: list[str] = []
+    page.add_init_script(_REPORT_VIOLATIONS)
+    page.on(
+        "console",
+        lambda message: violations.append(message.text)
+        if "Content Security Policy" in message.text
+        else None,
+    )
+    return violations
+
 
 @pytest.fixture
 def page(live_server: Any, admin_user: Any) -> Iterator[Any]:
     """The admin in Debian's chromium driven by Playwright, logged in as ``admin``.
 
-    ``page.base`` is the live server's address. Playwright's sync API runs an event loop in
-    this thread; the ORM calls a test makes between page actions are still synchronous.
+    ``page.base`` is the live server's address; ``page.csp_violations`` collects the
+    Content-Security-Policy violations it meets (``watch_content_security_policy``).
+    Playwright's sync API runs an event loop in this thread; the ORM calls a test makes
+    between page actions are still synchronous.
     """
     from playwright.sync_api import sync_playwright
 
@@ -253,6 +280,7 @@ def page(live_server: Any, admin_user: Any) -> Iterator[Any]:
         )
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(20_000)
+        page.csp_violations = watch_content_security_policy(page)  # type: ignore[attr-defined]
         page.goto(f"{live_server.url}/admin/login/")
         page.fill("#id_username", "admin")
         page.fill("#id_password", "password")

@@ -116,3 +116,6 @@ def test_no_changelist_is_wider_than_its_container_at_1400_px(
         if table > box:
             too_wide[opts.label] = (table, box)
     assert too_wide == {}
+    # Every changelist rendered and ran its scripts with nothing refused by a policy (the
+    # engine's lists send theirs: scheduling/csp.py).
+    assert page.csp_violations == []

@@ -103,6 +103,7 @@ def test_the_wheel_holds_only_the_apps_with_their_templates_and_migrations(built
     for app in SHIPPED:
         assert f"{app}/migrations/0001_initial.py" in names
     assert "scheduling/templates/scheduling/dashboard.html" in names
+    assert "scheduling/static/scheduling/duecourse.css" in names  # its pages' only styles
     assert "emailer/templates/admin/emailer/project/import.html" in names
     metadata = zipfile.ZipFile(built.wheel).read(
         next(n for n in names if n.endswith(".dist-info/METADATA"))

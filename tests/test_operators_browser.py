@@ -67,7 +67,8 @@ def test_a_declined_renewal_shows_its_state_and_reason_and_the_dashboard_counts_
     page.goto(f"{page.base}/admin/subscriptions/subscription/?attention=failing")
     assert "PaymentDeclined" in page.locator("#result_list").inner_text()
 
-    page.goto(f"{page.base}/dashboard/")
+    dashboard = page.goto(f"{page.base}/dashboard/")
+    assert "content-security-policy" in dashboard.headers
     assert page.locator("#panel-failures .dc-big").inner_text() == "1"
     failures = page.locator("#panel-failures").inner_text()
     assert "1 failed item inside runs" in failures and "PaymentDeclined" in failures
@@ -85,3 +86,4 @@ def test_the_jobs_list_leaves_due_batch_one_offs_out_by_default(
     page.wait_for_selector("#result_list")
     assert job.name in page.locator("#result_list").inner_text()
     assert "due batch" in page.locator("#result_list").inner_text()
+    assert page.csp_violations == []  # the list filters' script ran under the policy

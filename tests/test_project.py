@@ -85,6 +85,20 @@ def test_every_setting_is_in_the_install_guides_table() -> None:
     assert missing == []
 
 
+def test_the_install_guide_states_the_range_of_every_engine_setting() -> None:
+    """The settings table's "accepts" column says what ``scheduling.E008`` holds the value to."""
+    from scheduling import conf as scheduling_conf
+
+    guide = (ROOT / "docs" / "install.md").read_text()
+    rows = {
+        line.split("|")[1].strip(" `"): [cell.strip() for cell in line.split("|")[2:4]]
+        for line in guide.splitlines()
+        if line.startswith("| `SCHEDULING_")
+    }
+    stated = {name: rows.get(f"SCHEDULING_{name}", ["", ""])[1] for name in scheduling_conf.KNOBS}
+    assert stated == {name: knob.range_text() for name, knob in scheduling_conf.KNOBS.items()}
+
+
 def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -112,7 +126,8 @@ def test_a_missing_secret_key_stops_a_process_outside_the_embedded_default() -> 
 
 
 PRODUCTION = {
-    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/duecourse",
+    # A database of its own: the checks that read the ledger find it empty (or absent).
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/duecourse_deploy_check",
     "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
     "SECRET_KEY": "a-production-key-" + "x7Qz9" * 10,
     "ALLOWED_HOSTS": "duecourse.example.org",

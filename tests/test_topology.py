@@ -50,7 +50,9 @@ def create_load(owner: Any, *, jobs: int, seconds: int, lead: float) -> Load:
     now = timezone.now()
     first = (now + lead * SECOND).replace(microsecond=0) + SECOND
     last = first + (seconds - 1) * SECOND
-    schedule = Schedule.objects.create(interval="PT1S", starts_at=first, ends_at=last)
+    schedule = Schedule.objects.create(
+        owner=owner, interval="PT1S", starts_at=first, ends_at=last
+    )
     for i in range(jobs):
         job_service.create_job(
             owner=owner,

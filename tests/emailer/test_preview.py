@@ -111,3 +111,16 @@ def test_a_preview_that_cannot_be_rendered_says_why_in_text(
         "html_body: template error: line 1: the tag {% load %} is not available"
     )
     assert response["Content-Security-Policy"].startswith("default-src 'none';")
+
+
+def test_every_emailer_and_subscriptions_admin_page_carries_a_policy(admin_client: Any) -> None:
+    """The apps' admin pages do not go out without a Content-Security-Policy."""
+    from django.contrib import admin
+
+    for model in admin.site._registry:
+        if model._meta.app_label not in ("emailer", "subscriptions"):
+            continue
+        url = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        assert response.headers.get("Content-Security-Policy"), url

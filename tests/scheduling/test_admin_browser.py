@@ -13,11 +13,14 @@ from django.utils import timezone
 
 from scheduling import jobs
 from scheduling.models import Schedule
+from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
+
 def test_admin_refuses_a_bad_interval_naming_the_field(page: Any) -> None:
-    page.goto(f"{page.base}/admin/scheduling/schedule/add/")
+    response = page.goto(f"{page.base}/admin/scheduling/schedule/add/")
+    assert "content-security-policy" in response.headers
     page.fill("#id_interval", "PT0S")
     page.click("input[name=_save]")
     error = page.locator(".field-interval .errorlist").inner_text()
@@ -28,6 +31,7 @@ def test_admin_refuses_a_bad_interval_naming_the_field(page: Any) -> None:
     page.click("input[name=_save]")
     page.wait_for_selector(".messagelist .success")
     assert Schedule.objects.get().interval == "PT1H"
+    assert page.csp_violations == []  # the calendar and clock widgets ran under the policy
 
 
 def test_execution_history_is_read_only(page: Any, admin_user: Any) -> None:
@@ -42,3 +46,22 @@ def test_execution_history_is_read_only(page: Any, admin_user: Any) -> None:
     assert "pending" in page.locator(".field-status").inner_text().lower()
     page.goto(f"{page.base}/admin/scheduling/execution/add/")
     assert "403" in page.title() or page.locator("text=Forbidden").count() > 0
+    assert page.csp_violations == []
+
+
+def test_the_engines_policy_is_enforced_and_what_it_refuses_is_seen(page: Any) -> None:
+    """The watch the other browser tests rely on: an inline script (what an injected payload
+    would be) is refused by the dashboard's policy, never run, and reported."""
+    page.goto(f"{page.base}/dashboard/")
+    page.wait_for_selector("#panel-chart")
+    assert page.csp_violations == []
+    page.evaluate(
+        """() => {
+            const injected = document.createElement('script');
+            injected.textContent = 'window.injected = true';
+            document.body.appendChild(injected);
+        }"""
+    )
+    wait_for(lambda: page.csp_violations, timeout=10, message="the refusal is reported")
+    assert "script-src" in " ".join(page.csp_violations)
+    assert page.evaluate("window.injected === undefined")

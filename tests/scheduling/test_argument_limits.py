@@ -105,6 +105,13 @@ def test_the_model_and_the_api_refuse_arguments_over_the_limits(
 
 
 @db
+def test_a_number_too_long_for_python_to_write_is_refused_naming_the_field(owner: Any) -> None:
+    with pytest.raises(ValidationError) as caught:
+        api.schedule_task(NOOP, timing=api.Every("PT1H"), kwargs={"n": 10**5000}, owner=owner)
+    assert "holds a number too long to write as JSON" in caught.value.message_dict["kwargs"][0]
+
+
+@db
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
@@ -131,6 +138,7 @@ def test_the_command_line_refuses_them_in_one_line(owner: Any, text: str, reason
         (nested_text(3000), "; the limit is 32"),
         (nested_text(10_000), "nested deeper than Python's JSON reader"),
         (json.dumps(huge()), "bytes as JSON"),
+        ('{"n": ' + "9" * 5000 + "}", "holds a number Python will not read"),
     ],
 )
 def test_the_admin_answers_with_a_form_error_not_a_server_error(

@@ -51,7 +51,7 @@ def backlog(owner: Any, count: int = BACKLOG) -> list[int]:
     One job is created by the service; the rest are copies of its row in one bulk insert.
     """
     now = timezone.now()
-    schedule = Schedule.objects.create(name="backlog", interval="PT1H")
+    schedule = Schedule.objects.create(owner=owner, name="backlog", interval="PT1H")
     template = jobs.create_job(
         owner=owner,
         name="backlog-0",

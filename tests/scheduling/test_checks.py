@@ -12,10 +12,12 @@ import pytest
 from celery import Celery
 from celery._state import _set_current_app
 from django.core.checks import CheckMessage
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.utils import timezone
 
-from scheduling import checks
+from scheduling import checks, conf
 from scheduling.api import schedulable_task
 from scheduling.celeryapp import celery_app
 from scheduling.models import Job, SchedulerState
@@ -158,3 +160,83 @@ def test_manage_py_check_runs_them_and_stays_quiet_without_a_database() -> None:
     out = StringIO()
     call_command("check", stdout=out)  # the test database is not open to this test
     assert "no issues" in out.getvalue()
+
+
+# --- settings out of range (scheduling.E008) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "accepts"),
+    [
+        ("STALE_AFTER", 0, "a number from 1 to 86,400"),
+        ("HEARTBEAT_INTERVAL", "0", "a number from 0.1 to 3,600"),
+        ("FLOOD_LANES", 0, "a whole number from 1 to 32"),
+        ("RETRY_BACKOFF_BASE", -5, "a number from 0 to 604,800"),
+        ("CATCH_UP_LIMIT", -1, "a whole number from 1 to 10,000"),
+        ("BATCH_SIZE", "ten", "a whole number from 1 to 100,000"),
+        ("DASHBOARD_LAG_WARN", "five seconds", "a number from 0 to 86,400"),
+        ("FENCE_AT", 1.5, "a number from 0.1 to 0.9"),
+        ("MAX_SLEEP", float("nan"), "a number from 0.01 to 3,600"),
+        ("DEFAULT_TIMEOUT", 2.5, "a whole number from 1 to 2,147,483,647"),
+        ("DEFAULT_MAX_RETRIES", True, "a whole number from 0 to 2,147,483,647"),
+        ("FAST_PUBLISH", "maybe", "true or false"),
+        ("SCHEDULER_NAME", "host\nforged line", "text of up to 255 characters"),
+    ],
+)
+def test_a_setting_out_of_its_range_is_an_error_naming_it_and_the_range(
+    settings: Any, name: str, value: Any, accepts: str
+) -> None:
+    setattr(settings, f"SCHEDULING_{name}", value)
+    [message] = checks.check_settings()
+    assert message.id == "scheduling.E008"
+    assert message.is_serious()
+    assert message.msg.startswith(f"SCHEDULING_{name} = {value!r} ")
+    assert message.msg.endswith(f"it accepts {accepts}")
+    # Read anyway (a worker that never ran the checks), it fails with the same words.
+    with pytest.raises(ImproperlyConfigured) as refused:
+        conf.get(name)
+    assert str(refused.value) == message.msg
+
+
+def test_settings_from_the_environment_are_read_as_their_type(settings: Any) -> None:
+    settings.SCHEDULING_STALE_AFTER = "30"
+    settings.SCHEDULING_BATCH_SIZE = "500"
+    settings.SCHEDULING_FAST_PUBLISH = "false"
+    settings.SCHEDULING = {"MAX_SLEEP": "0.5"}  # the older dict form
+    assert checks.check_settings() == []
+    assert (conf.get("STALE_AFTER"), conf.get("BATCH_SIZE")) == (30.0, 500)
+    assert (conf.get("FAST_PUBLISH"), conf.get("MAX_SLEEP")) == (False, 0.5)
+
+
+def test_the_older_dict_form_is_checked_too(settings: Any) -> None:
+    settings.SCHEDULING = {"STALE_AFTER": -1}
+    assert ids(checks.check_settings()) == ["scheduling.E008"]
+
+
+def test_every_default_is_within_its_own_range() -> None:
+    assert {name: knob.problem(knob.default) for name, knob in conf.KNOBS.items()} == {
+        name: None for name in conf.KNOBS
+    }
+
+
+def test_manage_py_check_stops_at_a_bad_setting_with_one_line_per_setting(settings: Any) -> None:
+    settings.SCHEDULING_STALE_AFTER = 0
+    settings.SCHEDULING_HARD_TIMEOUT_GRACE = "ten"  # also read by the visibility check
+    with pytest.raises(SystemCheckError) as stopped:
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+    report = str(stopped.value)
+    assert "SCHEDULING_STALE_AFTER = 0 is out of range; it accepts a number from 1" in report
+    assert "SCHEDULING_HARD_TIMEOUT_GRACE = 'ten' is not a number" in report
+    assert "Traceback" not in report
+
+
+@pytest.mark.django_db
+def test_jobs_saved_before_the_queue_rules_with_a_queue_they_refuse_are_named(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job()
+    assert checks.check_job_queues() == []
+    Job.objects.filter(pk=job.pk).update(queue="celery\r\nX: y")  # as an older release saved it
+    [message] = checks.check_job_queues()
+    assert message.id == "scheduling.W010" and message.obj == "celery\r\nX: y"
+    assert "1 job(s) use the queue 'celery\\r\\nX: y'" in message.msg

@@ -374,7 +374,9 @@ def test_resume_of_an_active_job_and_pause_of_a_paused_one_change_nothing(
 
 def test_jitter_spreads_ten_thousand_jobs_due_on_one_minute(owner: Any, now: datetime) -> None:
     jitter = timedelta(seconds=60)
-    schedule = Schedule.objects.create(interval="PT1M", starts_at=now - timedelta(hours=1))
+    schedule = Schedule.objects.create(
+        owner=owner, interval="PT1M", starts_at=now - timedelta(hours=1)
+    )
     Job.objects.bulk_create(
         [
             Job(

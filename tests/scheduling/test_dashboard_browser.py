@@ -85,8 +85,11 @@ def test_the_dashboard_renders_with_a_day_of_history(page: Any, admin_user: Any)
     assert page.locator("#panel-chart rect").count() >= 24
     assert "last tick" in page.locator("#dc-scheduler").inner_text()
     assert "s" in page.locator("#panel-lag .dc-lag").first.inner_text()
-    # Styled: the admin's stylesheet was served and applied.
+    # Styled: the admin's stylesheet and the engine's were served and applied, under the
+    # engine's Content-Security-Policy, with nothing refused.
     assert page.evaluate("getComputedStyle(document.querySelector('#header')).display") == "flex"
+    assert page.evaluate("getComputedStyle(document.querySelector('.dc-grid')).display") == "grid"
+    assert page.csp_violations == []
     ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACT), full_page=True)
     assert ARTIFACT.stat().st_size > 10_000

@@ -113,7 +113,9 @@ def create_load(
     now = planned_at or timezone.now()
     first = first or (now + timedelta(seconds=lead)).replace(microsecond=0) + SECOND
     last = first + (seconds - 1) * SECOND
-    schedule = Schedule.objects.create(name=name, interval="PT1S", starts_at=first, ends_at=last)
+    schedule = Schedule.objects.create(
+        owner=owner, name=name, interval="PT1S", starts_at=first, ends_at=last
+    )
     template = create_job(
         owner=owner,
         name=f"{name}-0",

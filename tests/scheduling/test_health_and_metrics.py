@@ -92,7 +92,7 @@ def test_health_is_ok_with_a_recent_tick(admin_client: Any) -> None:
     assert response.status_code == 200, response.json()
     body = response.json()
     assert body["status"] == "ok"
-    assert set(body["checks"]) == {"database", "broker", "scheduler", "stale_executions"}
+    assert set(body["checks"]) == {"database", "broker", "scheduler", "stale_executions", "queues"}
     assert body["checks"]["scheduler"]["age_seconds"] < 5
     assert body["checks"]["stale_executions"]["count"] == 0
 
@@ -165,6 +165,7 @@ def test_an_anonymous_probe_learns_which_component_is_down_and_nothing_more(
         "broker": {"ok": False},
         "scheduler": {"ok": True},
         "stale_executions": {"ok": True},
+        "queues": {"ok": True},
     }
     port = free_broker.rsplit(":", 1)[1].split("/")[0]
     assert port not in response.content.decode() and "Error" not in response.content.decode()

@@ -144,7 +144,7 @@ def test_a_flood_is_claimed_by_lanes_each_occurrence_once(
 ) -> None:
     """Lanes claim and publish a flood side by side: every job once, every message once."""
     now = timezone.now()
-    schedule = Schedule.objects.create(interval="PT1H")
+    schedule = Schedule.objects.create(owner=owner, interval="PT1H")
     Job.objects.bulk_create(
         [
             Job(
@@ -232,7 +232,7 @@ def test_a_lane_that_fails_mid_flood_loses_and_doubles_nothing(
     claim what is still due (that batch's jobs included), the tick then reports the error and
     backs off, and no lane is left running: every job once, every message once."""
     now = timezone.now()
-    schedule = Schedule.objects.create(interval="PT1H")
+    schedule = Schedule.objects.create(owner=owner, interval="PT1H")
     jobs = Job.objects.bulk_create(
         [
             Job(

@@ -130,6 +130,7 @@ def create(owner: Any, **overrides: Any) -> Job:
 def build(owner: Any, **overrides: Any) -> Job:
     """An unsaved job and schedule, as the admin's forms would make them."""
     schedule = Schedule(
+        owner=owner,
         interval=overrides.pop("every", "" if {"cron", "at"} & overrides.keys() else "PT1M"),
         cron=overrides.pop("cron", ""),
         timezone=overrides.pop("tz", "UTC"),
@@ -190,7 +191,7 @@ def test_job_full_clean_refuses_bad_input_with_the_same_words(
 
 
 def test_a_bad_saved_schedule_is_reported_by_the_job_that_uses_it(owner: Any) -> None:
-    schedule = Schedule.objects.create(interval="PT0S")  # written around the rules
+    schedule = Schedule.objects.create(owner=owner, interval="PT0S")  # written around the rules
     job = Job(owner=owner, name="n", task="scheduling.diagnostics.noop", schedule=schedule)
     with pytest.raises(ValidationError) as caught:
         job.full_clean()

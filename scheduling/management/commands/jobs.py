@@ -13,7 +13,7 @@ from scheduling import api, jobs, permissions, readable, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap
 from scheduling.schedules import Misfire
-from scheduling.validation import MAX_JITTER, parse_json_argument, parse_seconds
+from scheduling.validation import MAX_JITTER, parse_json_argument, parse_seconds, storable
 
 
 class Command(DuecourseCommand):
@@ -286,7 +286,7 @@ class Command(DuecourseCommand):
     def _job(self, o: dict[str, Any]) -> Job:
         """The job named on the command line; a name several owners use needs ``--owner``."""
         name, owner = o["name"], o.get("owner")
-        if not owner:
+        if not owner and storable(name):  # a name no row can hold is not found, below
             owners = sorted(Job.objects.filter(name=name).values_list("owner__username", flat=True))
             if len(owners) > 1:
                 raise ValidationError(

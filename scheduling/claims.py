@@ -36,7 +36,15 @@ from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overla
 from scheduling.registry import schedulable_names
 from scheduling.schedules import Misfire, ScheduleError, Timing
 from scheduling.tasktables import TASK_ROW_TASK
-from scheduling.validation import arguments_error, target_error
+from scheduling.validation import (
+    MAX_QUEUE,
+    RESERVED_QUEUE_PREFIXES,
+    RESERVED_QUEUE_SUFFIXES,
+    RESERVED_QUEUES,
+    arguments_error,
+    queue_line,
+    target_error,
+)
 
 logger = logging.getLogger("scheduling")
 
@@ -221,6 +229,8 @@ def _claim_pg(now: datetime, limit: int, grace: timedelta, catch_up_limit: int) 
                     "latest": PLANNED_LATEST,
                     "max_step": MAX_PLANNED_STEP,
                     **_argument_bounds(),
+                    "queue_pattern": QUEUE_PATTERN,
+                    "reserved_queues": RESERVED_QUEUE_LIKE,
                 },
             )
             rows = cursor.fetchall()
@@ -261,6 +271,17 @@ def _claim_pg(now: datetime, limit: int, grace: timedelta, catch_up_limit: int) 
     # Rows planned in Python follow those planned in SQL: a batch is published as one.
     bells.extend(_bells(rest))
     return Claim(bells, len(rows))
+
+
+#: The queue names ``CLAIM_DUE_JOBS`` plans itself: ``validation.QUEUE_NAME`` within its
+#: length, and none like a name the broker keeps (``_`` is a wildcard in LIKE, so a few good
+#: names go to Python too, which decides them exactly with ``validation.queue_error``).
+QUEUE_PATTERN = f"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_QUEUE - 1}}}$"
+RESERVED_QUEUE_LIKE = [
+    *(f"{prefix}%" for prefix in RESERVED_QUEUE_PREFIXES),
+    *(f"%{suffix}" for suffix in RESERVED_QUEUE_SUFFIXES),
+    *sorted(RESERVED_QUEUES),
+]
 
 
 def _argument_bounds() -> dict[str, Any]:
@@ -517,7 +538,7 @@ def _plan_row(
         grace=grace,
         catch_up_limit=catch_up_limit,
     )
-    error = _target_error(row, targets) or _argument_error(row)
+    error = _target_error(row, targets) or _argument_error(row) or queue_line(row["queue"])
     for at in plan.run:
         if error:
             failed = _execution(row, at, ExecutionStatus.FAILED)

@@ -28,7 +28,7 @@ from scheduling.models import (
     ExecutionStatus,
     Job,
 )
-from scheduling.validation import arguments_error, enqueued_error, target_error
+from scheduling.validation import arguments_error, enqueued_error, queue_line, target_error
 
 logger = logging.getLogger("scheduling")
 
@@ -236,8 +236,8 @@ def find_lost_messages(
 def send_error(execution: Execution, targets: dict[tuple[Any, ...], str]) -> str:
     """Why this execution's message must not be published, or "" (``targets`` caches).
 
-    The claim's two checks, on the values the message would carry: the execution's task (with
-    its job's task-table row), then the job's arguments.
+    The claim's checks, on the values the message would carry: the execution's task (with
+    its job's task-table row), the job's arguments, then its queue.
     """
     job = execution.job
     if job is None and execution.call is not None:
@@ -251,7 +251,9 @@ def send_error(execution: Execution, targets: dict[tuple[Any, ...], str]) -> str
         targets[key] = target_error(task=key[0], task_table=key[1], task_row_id=key[2])
     if targets[key]:
         return targets[key]
-    return arguments_error(job.args, job.kwargs) if job is not None else ""
+    if job is None:
+        return ""
+    return arguments_error(job.args, job.kwargs) or queue_line(job.queue)
 
 
 def reclaim_for_publish(

@@ -61,6 +61,9 @@ CLAIM_DUE_JOBS = f"""
                         OR NOT jsonb_path_exists(j.args, %(too_deep)s::jsonpath))
                    AND (octet_length(a.kwargs_text) < %(shallow_text)s
                         OR NOT jsonb_path_exists(j.kwargs, %(too_deep)s::jsonpath))
+                   -- A queue name the broker takes as it is (validation.queue_error).
+                   AND j.queue ~ %(queue_pattern)s
+                   AND NOT lower(j.queue) LIKE ANY(%(reserved_queues)s::text[])
                    AND s.cron = '' AND s.run_at IS NULL AND s.timezone IN ('', 'UTC')
                    AND j.jitter = interval '0'
                    AND j.misfire = ANY(%(misfires)s::text[])

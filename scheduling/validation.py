@@ -85,6 +85,16 @@ def check_reason(reason: Any, *, field: str = "reason") -> None:
         raise ValidationError({field: error})
 
 
+def queue_line(name: Any) -> str:
+    """``queue_error`` as the one line recorded on an occurrence that cannot be sent, or "".
+
+    A row written before the rules, or behind them, would otherwise have its message written
+    to whatever broker key its queue names: the claim and the republish loop fail it instead.
+    """
+    error = queue_error(name)
+    return f"queue: {error}" if error else ""
+
+
 def queue_error(name: Any) -> str | None:
     """Why ``name`` cannot be a job's queue, or None (see ``QUEUE_NAME``)."""
     if not isinstance(name, str) or not name.strip():

@@ -400,3 +400,31 @@ def test_a_task_asking_to_retry_in_1e308_seconds_is_retried_within_a_week(
 def test_backoff_arithmetic_never_overflows_whatever_the_attempt(attempt: int) -> None:
     delay = schedules.retry_delay(attempt=attempt, base=1e308, cap=1e308, key=7)
     assert timedelta(0) <= delay <= timedelta(seconds=conf.RETRY_DELAY_LIMIT)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("queue", ["celery\r\nX: y", "_kombu.binding.celery", "amq.direct"])
+def test_a_queue_written_behind_the_rules_fails_its_occurrence_and_writes_no_broker_key(
+    owner: Any, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On every claim path: the locking statement plans an interval job itself once it knows
+    its interval text, and leaves one with such a queue to Python, which fails it."""
+    from django.db import connection
+
+    from scheduling import claims
+
+    monkeypatch.setattr(claims, "_STEPS", claims._Steps())
+    claims._STEPS.learn("PT1H", timedelta(hours=1))
+    healthy = jobs.create_job(owner=owner, name="healthy", task=NOOP, every="PT1H",
+                              now=timezone.now())  # fmt: skip
+    bad = jobs.create_job(owner=owner, name="bad", task=NOOP, every="PT1H", now=timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE scheduling_job SET queue = %s WHERE id = %s", [queue, bad.pk])
+
+    claim = claims.claim_due_jobs(now=timezone.now() + timedelta(seconds=1), limit=100)
+
+    assert [bell.queue for bell in claim.bells] == ["celery"]
+    assert Execution.objects.get(job=healthy).status == ExecutionStatus.PENDING
+    failed = Execution.objects.get(job=bad)
+    assert failed.status == ExecutionStatus.FAILED
+    assert failed.last_error.startswith("queue: ")

@@ -125,18 +125,40 @@ def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> Non
     assert one_off["schedule"]["kind"] == "once"
 
 
+def _child_running(parent: int, needle: str) -> int | None:
+    """The pid of ``parent``'s child whose command line holds ``needle``, if it runs."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and needle in cmdline:
+            return int(entry.name)
+    return None
+
+
 def test_runstack_fails_when_one_of_its_processes_dies(tmp_path: Path) -> None:
     """A stack that lost its scheduler says so with a failing exit status, never 0."""
     var_dir = tmp_path / "var"
     env = _env(var_dir)
     assert _manage(env, "migrate", "--noinput", "-v0").returncode == 0
-    env["SCHEDULING_BATCH_SIZE"] = "many"  # the scheduler refuses to start on it
     group = Processes(tmp_path)
-    stack = group.start([sys.executable, "manage.py", "runstack"], env=env, name="runstack")
+    stack = group.start(
+        [sys.executable, "manage.py", "runstack", "--no-web"], env=env, name="runstack"
+    )
     try:
+        scheduler = wait_for(
+            lambda: _child_running(stack.pid, "runscheduler"),
+            timeout=60,
+            message="runstack starts its scheduler",
+        )
+        os.kill(scheduler, signal.SIGKILL)
         status = stack.wait(timeout=60)
         output = group.log_of(stack)
         assert status != 0, output
-        assert "the scheduler exited with status" in output
+        assert "the scheduler exited with status -9" in output
     finally:
         group.stop_all()

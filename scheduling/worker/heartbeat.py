@@ -1,4 +1,4 @@
-"""One keep-alive thread per worker process.
+"""The heartbeat: one keep-alive thread per worker process.
 
 Every process that runs executions (a prefork child, or the worker itself with the solo and
 threads pools) keeps the set of executions it is running, and one daemon thread refreshes their
@@ -7,64 +7,35 @@ seconds in a single statement, whatever the number of tasks. The heartbeat is pe
 per worker: a killed pool child stops beating even while its parent stays healthy, so the
 reaper finds exactly the executions that died with it.
 
-Each beat renews the leases of the runs it names (docs/architecture.md, *Never two bodies at
-once*). The process remembers, on its own monotonic clock, when it sent the last renewal the
-database accepted for each running body. A second daemon thread, the fence, watches those
-times: a body whose lease went unrenewed for ``FENCE_AT`` times ``STALE_AFTER`` is stopped with
-``Fenced`` raised in its thread, and a process whose body is still running halfway from there to
-the full lease is ended (a kernel timer, so a body that holds the interpreter cannot delay it).
-The reaper acts only after the full lease, judged on the database's clock, so the body has
-stopped before another worker may start the execution. A body that has returned is no longer
-fenced: its outcome waits for the database as before (``runtime.write_until_done``).
+Each beat renews the leases of the runs it names and tells the process's lease fence
+(``scheduling.worker.fence``) which renewals the database accepted; a run it names that is no
+longer RUNNING for this process (reaped, cancelled) is fenced at once, unless the database's
+crash recovery undid a start this process made, which is written again.
 
 The heartbeat's own connection has a connect timeout, a statement timeout and TCP keepalives
 with a user timeout, so a beat on a dead link fails within seconds instead of hanging.
+
+Usage, from the worker's task runtime (``scheduling.worker.runtime``)::
+
+    heartbeat_thread.track(execution_id, lease_from=sent, started=started, worker=hostname)
+    heartbeat_thread.body_ended(execution_id)  # the body returned: no fence, still beaten for
+    heartbeat_thread.untrack(execution_id)     # the outcome is written
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 import os
-import signal
 import threading
 import time
-from dataclasses import dataclass
-from types import FrameType
-from typing import Any
 
-from django.conf import settings
 from django.db import close_old_connections, connection
 
 from scheduling import attempts, conf, liveness
-from scheduling.errors import Fenced
+from scheduling.worker.fence import Fence, Lease, fence_limits
 
 logger = logging.getLogger("scheduling")
-
-#: The signal that raises ``Fenced`` in a body running in the process's main thread: billiard's
-#: soft time limit signal, whose handler ours hands every signal we did not send ourselves.
-FENCE_SIGNAL = signal.SIGUSR1
-#: The exit status of a process ended because a fenced body did not stop.
-FENCED_EXIT = 70
-
-
-_limits: tuple[int, tuple[float, float]] | None = None
-
-
-def fence_limits() -> tuple[float, float]:
-    """Seconds without renewal after which a body is fenced, and its process ended.
-
-    Asked several times per task; read from the settings again only when they were replaced
-    (``override_settings`` swaps the object behind ``django.conf.settings``).
-    """
-    global _limits
-    key = id(getattr(settings, "_wrapped", settings))
-    if _limits is None or _limits[0] != key:
-        lease = float(conf.get("STALE_AFTER"))
-        fence_at = min(float(conf.get("FENCE_AT")), 0.95)
-        _limits = (key, (fence_at * lease, (1 + fence_at) / 2 * lease))
-    return _limits[1]
 
 
 def liveness_timeout() -> float:
@@ -96,68 +67,17 @@ def bound_liveness_connection() -> None:
     connection.settings_dict = {**connection.settings_dict, "OPTIONS": options}
 
 
-@dataclass
-class Lease:
-    """A running body's lease: when its last accepted renewal was sent, and its thread."""
-
-    renewed_at: float
-    thread_id: int
-    fenced: bool = False
-
-
-_fence_message: str | None = None
-_previous_handler: Any = None
-
-
-def _on_fence_signal(signum: int, frame: FrameType | None) -> None:
-    global _fence_message
-    message, _fence_message = _fence_message, None
-    if message is not None:
-        raise Fenced(message)
-    if callable(_previous_handler):
-        _previous_handler(signum, frame)
-
-
-def _install_fence_handler() -> bool:
-    """Make the main thread's fence signal ours (chained to the one before); True if it is."""
-    global _previous_handler
-    if threading.current_thread() is not threading.main_thread():
-        return signal.getsignal(FENCE_SIGNAL) is _on_fence_signal
-    current = signal.getsignal(FENCE_SIGNAL)
-    if current is not _on_fence_signal:
-        _previous_handler = current
-        signal.signal(FENCE_SIGNAL, _on_fence_signal)
-    return True
-
-
-def _interrupt(thread_id: int, message: str) -> None:
-    """Raise ``Fenced`` in the thread running a body (a signal interrupts a blocking call)."""
-    global _fence_message
-    main = threading.main_thread().ident
-    if thread_id == main and signal.getsignal(FENCE_SIGNAL) is _on_fence_signal:
-        _fence_message = message
-        signal.pthread_kill(thread_id, FENCE_SIGNAL)
-    else:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(thread_id), ctypes.py_object(Fenced)
-        )
-
-
 class HeartbeatThread:
-    """The executions this process runs, the leases of their bodies, and the two threads."""
+    """The executions this process runs, the thread that beats for them, and their fence."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         self._running: set[int] = set()
-        self._leases: dict[int, Lease] = {}
         self._starts: dict[int, tuple[attempts.Started, str]] = {}
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._fence: threading.Thread | None = None
-        self._kernel_timer = False
-        self._armed = False
         self._pid = os.getpid()
+        self.fence = Fence()
 
     def track(
         self,
@@ -173,47 +93,28 @@ class HeartbeatThread:
         the body runs in the calling thread. ``started`` is the start this process made, which a
         beat writes again if the database's crash recovery undid it (``attempts.restore_start``).
         """
-        interruptible = _install_fence_handler() if lease_from is not None else False
         with self._lock:
             self._reset_after_fork()
             self._running.add(execution_id)
             if started is not None:
                 self._starts[execution_id] = (started, worker)
-            if lease_from is not None:
-                self._leases[execution_id] = Lease(
-                    renewed_at=lease_from, thread_id=threading.get_ident()
-                )
-                if not interruptible:
-                    logger.debug("execution.fence_by_async_exception execution=%s", execution_id)
-                self._kernel_timer = signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
-                # No wake-up for the fence thread: a new lease ends later than any it already
-                # watches, and it looks again well within a lease (``_watch``), so a task
-                # costs no thread switch here.
-                self._arm_locked()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="duecourse-heartbeat", daemon=True
                 )
                 self._thread.start()
-            if lease_from is not None and (self._fence is None or not self._fence.is_alive()):
-                self._fence = threading.Thread(
-                    target=self._watch, name="duecourse-fence", daemon=True
-                )
-                self._fence.start()
+        if lease_from is not None:
+            self.fence.guard(execution_id, renewed_at=lease_from)
 
     def body_ended(self, execution_id: int) -> Lease | None:
         """The body returned or raised: nothing left to fence (the run is still beaten for)."""
-        with self._lock:
-            lease = self._leases.pop(execution_id, None)
-            self._arm_locked()
-        return lease
+        return self.fence.release(execution_id)
 
     def untrack(self, execution_id: int) -> None:
         with self._lock:
             self._running.discard(execution_id)
             self._starts.pop(execution_id, None)
-            if self._leases.pop(execution_id, None) is not None:
-                self._arm_locked()
+        self.fence.release(execution_id)
 
     def running(self) -> list[int]:
         with self._lock:
@@ -223,11 +124,8 @@ class HeartbeatThread:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._running = set()
-            self._leases = {}
             self._starts = {}
             self._thread = None
-            self._fence = None
-            self._armed = False  # a forked child starts with no interval timer
             self._wake = threading.Event()
 
     def beat_once(self) -> int:
@@ -245,7 +143,7 @@ class HeartbeatThread:
             renewed, lost = liveness.running_and_taken(execution_ids=ids)
             restored = {execution_id for execution_id in lost if self._restore(execution_id)}
             renewed, lost = renewed | restored, lost - restored
-        self._renewed(renewed, sent, lost)
+        self.fence.renewed(renewed, sent=sent, lost=lost)
         return changed
 
     def _restore(self, execution_id: int) -> bool:
@@ -257,33 +155,6 @@ class HeartbeatThread:
         return attempts.restore_start(
             execution_id=execution_id, started=started, worker=worker, pid=os.getpid()
         )
-
-    def _renewed(self, renewed: set[int], sent: float, lost: set[int]) -> None:
-        soft, _ = fence_limits()
-        with self._lock:
-            for execution_id, lease in self._leases.items():
-                if execution_id in lost:
-                    # Fence now, and end the process after the usual grace if it goes on.
-                    lease.renewed_at = min(lease.renewed_at, time.monotonic() - soft)
-                elif execution_id in renewed:
-                    lease.renewed_at = max(lease.renewed_at, sent)
-            self._arm_locked()
-            if lost & self._leases.keys():
-                self._changed.notify_all()  # a lost run's body is fenced now, not on the next look
-
-    def _arm_locked(self) -> None:
-        """Point the kernel's timer at the earliest hard deadline (none: disarmed)."""
-        if not self._kernel_timer:
-            return
-        if not self._leases:
-            if self._armed:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                self._armed = False
-            return
-        _, hard = fence_limits()
-        deadline = min(lease.renewed_at for lease in self._leases.values()) + hard
-        signal.setitimer(signal.ITIMER_REAL, max(0.001, deadline - time.monotonic()))
-        self._armed = True
 
     def _run(self) -> None:
         wake = self._wake
@@ -297,54 +168,6 @@ class HeartbeatThread:
             except Exception:
                 logger.exception("heartbeat.failed pid=%s", os.getpid())
                 connection.close()
-
-    def _watch(self) -> None:
-        """The fence: stop bodies whose lease went unrenewed, end the process if they go on."""
-        pid = os.getpid()
-        while True:
-            soft, hard = fence_limits()
-            to_fence: list[tuple[int, Lease, float]] = []
-            overdue: list[tuple[int, float]] = []
-            with self._lock:
-                if self._pid != pid:
-                    return
-                now = time.monotonic()
-                # Nobody wakes this thread for a new lease: it looks again at least this often,
-                # well before any new lease can reach its fence point.
-                wait = min(1.0, soft / 2)
-                for execution_id, lease in self._leases.items():
-                    unrenewed = now - lease.renewed_at
-                    if unrenewed >= hard:
-                        overdue.append((execution_id, unrenewed))
-                    elif unrenewed >= soft and not lease.fenced:
-                        lease.fenced = True
-                        to_fence.append((execution_id, lease, unrenewed))
-                    limit = hard if lease.fenced else soft
-                    wait = min(wait, max(0.01, limit - unrenewed))
-            for execution_id, lease, unrenewed in to_fence:
-                logger.error(
-                    "execution.fenced execution=%s unrenewed=%.1fs: the lease could not be "
-                    "renewed; stopping the body",
-                    execution_id,
-                    unrenewed,
-                )
-                _interrupt(
-                    lease.thread_id,
-                    f"execution {execution_id}: lease not renewed for {unrenewed:.1f}s "
-                    f"(fenced at {soft:g}s of STALE_AFTER)",
-                )
-            if overdue:
-                for execution_id, unrenewed in overdue:
-                    logger.critical(
-                        "execution.fence_exit execution=%s unrenewed=%.1fs: the body did not "
-                        "stop; ending the process",
-                        execution_id,
-                        unrenewed,
-                    )
-                os._exit(FENCED_EXIT)
-            with self._lock:
-                if self._pid == pid:
-                    self._changed.wait(wait)
 
 
 heartbeat_thread = HeartbeatThread()

@@ -22,7 +22,7 @@ from scheduling import attempts, conf, liveness
 from scheduling.errors import Fenced, StartHeld
 from scheduling.registry import EXECUTION_HEADER
 from scheduling.runs import RunContext
-from scheduling.worker import heartbeat
+from scheduling.worker import fence
 from scheduling.worker.heartbeat import heartbeat_thread
 
 logger = logging.getLogger("scheduling")
@@ -150,7 +150,7 @@ def begin(task: Any) -> bool:
     request.duecourse_started = started
     heartbeat_thread.track(started.execution_id, lease_from=sent, started=started, worker=worker)
     waited = time.monotonic() - sent
-    if waited >= heartbeat.fence_limits()[0]:
+    if waited >= fence.fence_limits()[0]:
         # The start's answer came so late (a link that stalled mid-statement) that the lease it
         # began may be spent: the body must not start at all.
         raise Fenced(

@@ -31,10 +31,11 @@ from django.db.models.functions import Cast
 
 from scheduling import arguments, conf, schedules, sql
 from scheduling.arguments import Unreadable, decode
+from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid4_text
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap
 from scheduling.registry import schedulable_names
-from scheduling.schedules import Misfire, ScheduleError, Timing
+from scheduling.schedules import FiringRule, Misfire, ScheduleError
 from scheduling.tasktables import TASK_ROW_TASK
 from scheduling.validation import (
     MAX_QUEUE,
@@ -51,20 +52,6 @@ logger = logging.getLogger("scheduling")
 SKIPPED_NOTE = (
     "missed while the scheduler was away or the job was paused; skipped by the misfire policy"
 )
-
-
-@dataclass(frozen=True)
-class Doorbell:
-    """Everything needed to publish the message for one execution."""
-
-    execution_id: int
-    task_id: str
-    task: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    queue: str
-    priority: int | None
-    timeout: int
 
 
 _DUE_FIELDS = (
@@ -183,7 +170,7 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
         rows = _lock_due_orm(now, limit)
         if not rows:
             return Claim([], 0)
-        timings: dict[tuple[Any, ...], Timing | ScheduleError] = {}
+        timings: dict[tuple[Any, ...], FiringRule | ScheduleError] = {}
         targets: dict[tuple[Any, ...], str] = {}
         due = [_plan(row, now, grace, catch_up_limit, timings, targets) for row in rows]
         _write_orm(due, now=now)
@@ -238,7 +225,7 @@ def _claim_pg(now: datetime, limit: int, grace: timedelta, catch_up_limit: int) 
             return Claim([], 0)
         bells: list[Doorbell] = []
         rest: list[_Due] = []
-        timings: dict[tuple[Any, ...], Timing | ScheduleError] = {}
+        timings: dict[tuple[Any, ...], FiringRule | ScheduleError] = {}
         targets: dict[tuple[Any, ...], str] = {}
         verbose = logger.isEnabledFor(logging.DEBUG)
         for row in rows:
@@ -397,7 +384,7 @@ def _json(value: Any) -> Any:
     return decode(value)
 
 
-def _timing(row: dict[str, Any], cache: dict[tuple[Any, ...], Timing | ScheduleError]) -> Any:
+def _timing(row: dict[str, Any], cache: dict[tuple[Any, ...], FiringRule | ScheduleError]) -> Any:
     bad = {k: v for k, v in row.get("bad_times", {}).items() if k.startswith("schedule__")}
     if bad:
         name, value = next(iter(bad.items()))
@@ -467,7 +454,7 @@ def _plan(
     now: datetime,
     grace: timedelta,
     catch_up_limit: int,
-    timings: dict[tuple[Any, ...], Timing | ScheduleError],
+    timings: dict[tuple[Any, ...], FiringRule | ScheduleError],
     targets: dict[tuple[Any, ...], str],
 ) -> _Due:
     """Plan one locked job; a job that cannot be planned is paused alone, naming the field.
@@ -500,7 +487,7 @@ def _plan_row(
     now: datetime,
     grace: timedelta,
     catch_up_limit: int,
-    timings: dict[tuple[Any, ...], Timing | ScheduleError],
+    timings: dict[tuple[Any, ...], FiringRule | ScheduleError],
     targets: dict[tuple[Any, ...], str],
 ) -> _Due:
     item = _Due(row=row)

@@ -19,7 +19,7 @@ from django.db.models.functions import Coalesce
 
 from scheduling import conf, sql
 from scheduling.attempts import fail_attempt
-from scheduling.claims import Doorbell
+from scheduling.doorbell import Doorbell
 from scheduling.models import (
     EXECUTION_STARTABLE,
     Attempt,

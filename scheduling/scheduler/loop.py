@@ -21,7 +21,7 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 from django.utils import timezone
 
 from scheduling import claims, conf, limits, liveness, publishing, selectors, ticks
-from scheduling.claims import Doorbell
+from scheduling.doorbell import Doorbell
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.publisher import Publisher
 

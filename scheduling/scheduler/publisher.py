@@ -9,7 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from scheduling import conf, publishing
-from scheduling.claims import Doorbell
+from scheduling.doorbell import Doorbell
 from scheduling.registry import EXECUTION_HEADER
 from scheduling.scheduler.redis_fast import RedisFastPath
 

@@ -21,7 +21,7 @@ from celery.utils.saferepr import saferepr
 from kombu import serialization
 from kombu.utils.json import dumps
 
-from scheduling.claims import Doorbell
+from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid4_text
 from scheduling.registry import EXECUTION_HEADER
 

@@ -16,7 +16,7 @@ from django.conf import settings as django_settings
 from django.db import connection, transaction
 
 from scheduling import attempts, claims, jobs, liveness, publishing, schedules, selectors
-from scheduling.claims import Doorbell
+from scheduling.doorbell import Doorbell
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     AttemptOutcome,

@@ -293,7 +293,6 @@ SUBSCRIPTIONS_TIMEOUT = env_int("SUBSCRIPTIONS_TIMEOUT", 120)
 SUBSCRIPTIONS_BATCH_SIZE = env_int("SUBSCRIPTIONS_BATCH_SIZE", 200)
 SUBSCRIPTIONS_GATEWAY = env_str("SUBSCRIPTIONS_GATEWAY", "subscriptions.payments.TestGateway")
 # Test-only: a renewal stops after this step and waits to be killed (crash tests).
-SUBSCRIPTIONS_PAUSE_AFTER_STEP = env_str("SUBSCRIPTIONS_PAUSE_AFTER_STEP", "")
 
 LOGGING = {
     "version": 1,

@@ -10,7 +10,6 @@ subscriptions must not keep from their defaults (``manage.py check --deploy``).
 | subscriptions.E004 | error | ``SUBSCRIPTIONS_BATCH_SIZE``: not a whole 1 to 1,000,000 |
 | subscriptions.E005 | error | ``SUBSCRIPTIONS_GATEWAY``: cannot be imported |
 | subscriptions.E006 | error | ``SUBSCRIPTIONS_GATEWAY``: not a class with charge, find_charge |
-| subscriptions.E007 | error | ``SUBSCRIPTIONS_PAUSE_AFTER_STEP``: not "", create_order or charge |
 | subscriptions.W001 | warning, ``--deploy`` only | ``SUBSCRIPTIONS_GATEWAY`` is the test gateway |
 
 The rules are the accessors' own (``subscriptions.conf``, ``payments.gateway_class``): a value
@@ -34,7 +33,6 @@ READERS: tuple[tuple[str, Callable[[], Any]], ...] = (
     ("subscriptions.E002", conf.retry_delays_by_action),  # SUBSCRIPTIONS_RETRY_DELAY
     ("subscriptions.E003", conf.timeout),  # SUBSCRIPTIONS_TIMEOUT
     ("subscriptions.E004", conf.batch_size),  # SUBSCRIPTIONS_BATCH_SIZE
-    ("subscriptions.E007", conf.pause_after_step),  # SUBSCRIPTIONS_PAUSE_AFTER_STEP
 )
 HINT = "See the SUBSCRIPTIONS_* settings in docs/install.md for each setting's range."
 

@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from subscriptions.models import JobAction, JobStep
+from subscriptions.models import JobAction
 
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_DELAY = 600.0
@@ -40,7 +40,6 @@ RANGES: dict[str, tuple[int, int]] = {
     "SUBSCRIPTIONS_BATCH_SIZE": (1, 1_000_000),
 }
 #: The steps a renewal can be told to stop after (a test-only hook); "" stops nowhere.
-PAUSE_STEPS = ("", JobStep.CREATE_ORDER.value, JobStep.CHARGE.value)
 #: The keys of a per-action setting: the actions, and ``*`` for the rest.
 ACTION_KEYS = (*JobAction.values, "*")
 
@@ -179,14 +178,3 @@ def gateway_path() -> str:
             f"{DEFAULT_GATEWAY}"
         )
     return raw.strip()
-
-
-def pause_after_step() -> str:
-    """Test-only hook: the step after which a run stops and waits to be killed ("" = never)."""
-    raw = getattr(settings, "SUBSCRIPTIONS_PAUSE_AFTER_STEP", None) or ""
-    if raw not in PAUSE_STEPS:
-        raise ImproperlyConfigured(
-            f"SUBSCRIPTIONS_PAUSE_AFTER_STEP: {raw!r} is not one of "
-            f"{', '.join(repr(step) for step in PAUSE_STEPS)} (empty: never; a test-only hook)"
-        )
-    return str(raw)

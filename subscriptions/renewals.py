@@ -31,7 +31,6 @@ retried later like a failed attempt.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection, transaction
 
 from scheduling.api import RunContext
-from subscriptions import batches, conf, payments, services, sql
+from subscriptions import batches, payments, services, sql
 from subscriptions.models import (
     ENDED,
     FAILING,
@@ -51,7 +50,6 @@ from subscriptions.models import (
     MAX_PERIOD_NUMBER,
     RENEWABLE,
     JobAction,
-    JobStatus,
     JobStep,
     Order,
     OrderLine,
@@ -59,12 +57,14 @@ from subscriptions.models import (
     StaleJob,
     Subscription,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
     UnhandledAction,
     next_counter,
 )
 from subscriptions.periods import PeriodError
 from subscriptions.services import done, idempotency_key
+from subscriptions.signals import renewal_step_done
 
 logger = logging.getLogger("subscriptions")
 
@@ -221,9 +221,9 @@ def _renew(chunk: Sequence[SubscriptionJob], *, clock: Clock, tally: Tally) -> N
     failed: Failures = []
     try:
         renewals = _begin(chunk, clock=clock, failed=failed, tally=tally)
-        _pause_if_asked(renewals, JobStep.CREATE_ORDER)
+        _step_done(renewals, JobStep.CREATE_ORDER)
         renewals = _charge(renewals, clock=clock, failed=failed, tally=tally)
-        _pause_if_asked(renewals, JobStep.CHARGE)
+        _step_done(renewals, JobStep.CHARGE)
         _confirm(renewals, clock=clock, failed=failed, tally=tally)
     finally:
         # Also when the run is being stopped (its time limit): what failed is written down,
@@ -266,7 +266,7 @@ def _begin(
                 # Two jobs for one period: the second waits for a later run, which finds the
                 # period paid and only finishes up.
                 continue
-            if job.status == JobStatus.PROCESSING:
+            if job.status == SubscriptionJobStatus.PROCESSING:
                 # Its last run died in the middle: that counts as a failed attempt. It is not
                 # failed here even past the maximum: the gateway may have taken the money
                 # just before the run died, and only the charge's replay can tell.
@@ -338,7 +338,7 @@ def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
         job = r.job
         if job.parameter:
             logger.info("renewal.resumed job=%s after=%s", job.pk, job.parameter)
-        job.status = JobStatus.PROCESSING
+        job.status = SubscriptionJobStatus.PROCESSING
         order = existing.get((r.subscription.pk, r.start))
         if order is not None:
             r.amount = order.amount
@@ -506,7 +506,7 @@ def _confirm(
             [r for r in renewals if (r.subscription.pk, r.start) not in confirmed], now=now
         )
         for r in renewals:
-            r.job.status, r.job.parameter = JobStatus.COMPLETED, JobStep.CONFIRM
+            r.job.status, r.job.parameter = SubscriptionJobStatus.COMPLETED, JobStep.CONFIRM
         _write([r.job for r in renewals], now=now)
         was = {pk: subscription.status for pk, subscription in subscriptions.items()}
         flagged = {r.subscription.pk for r in renewals if was[r.subscription.pk] in FAILING}
@@ -632,12 +632,14 @@ def _write(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
     sql.write_steps(jobs, now=now)
 
 
-def _pause_if_asked(renewals: Sequence[Renewal], step: str) -> None:
-    """Test-only: stop after ``step`` until the process is killed (``conf.pause_after_step``)."""
-    if not renewals or conf.pause_after_step() != step:
+def _step_done(renewals: Sequence[Renewal], step: str) -> None:
+    """Tell ``renewal_step_done``'s receivers that these renewals' ``step`` has committed."""
+    if not renewals:
         return
-    logger.warning(
-        "renewal.paused jobs=%s after=%s", ",".join(str(r.job.pk) for r in renewals), step
-    )
-    while True:
-        time.sleep(1)
+    for receiver, outcome in renewal_step_done.send_robust(
+        sender=SubscriptionJob, jobs=[r.job for r in renewals], step=step
+    ):
+        if isinstance(outcome, SoftTimeLimitExceeded):
+            raise outcome  # the run's time is up, wherever it ran out
+        if isinstance(outcome, Exception):
+            logger.error("renewal.step_receiver_failed receiver=%r error=%r", receiver, outcome)

@@ -18,16 +18,17 @@ from django.utils import timezone
 from subscriptions import periods, services
 from subscriptions.models import (
     JobAction,
-    JobStatus,
     Order,
     OrderStatus,
     Subscription,
     SubscriptionItem,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
 )
 from tests.conftest import scheduler_command, wait_for
 from tests.scheduling.test_worker_lifecycle import start_worker
+from tests.subscriptions.pausing import pausing_env
 from tests.subscriptions.test_workers import (
     charges,
     child_orders,
@@ -77,7 +78,7 @@ def test_a_period_is_charged_its_priced_amount_even_when_custom_decimal_says_999
     processes.start(scheduler_command(), env=env, name="scheduler")
     doomed = start_worker(
         processes,
-        {**env, "SUBSCRIPTIONS_PAUSE_AFTER_STEP": "create_order"},
+        pausing_env(env, "create_order"),
         "doomed",
         concurrency=1,
     )
@@ -87,7 +88,7 @@ def test_a_period_is_charged_its_priced_amount_even_when_custom_decimal_says_999
         message="the batch created its orders and stopped before charging",
     )
     job = first_job(during)
-    assert (job.status, job.parameter) == (JobStatus.PROCESSING, "create_order")
+    assert (job.status, job.parameter) == (SubscriptionJobStatus.PROCESSING, "create_order")
     assert child_orders(during)[0].amount == PRICE and charges(during) == []
     job.change(now=timezone.now(), custom_decimal=Decimal("999"))
     processes.kill(doomed)
@@ -96,7 +97,11 @@ def test_a_period_is_charged_its_priced_amount_even_when_custom_decimal_says_999
     start_worker(processes, env, "survivor", concurrency=1)
     for subscription in (before, during):
         job = first_job(subscription)
-        wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="the renewal confirms")
+        wait_for(
+            job_is(job, SubscriptionJobStatus.COMPLETED),
+            timeout=SLOW,
+            message="the renewal confirms",
+        )
         (order,) = child_orders(subscription)
         (charge,) = charges(subscription)
         assert charge.amount == order.amount == PRICE
@@ -162,7 +167,9 @@ def test_a_start_two_years_back_charges_only_the_current_period_then_goes_on(
     assert order.period_number in (23, 24)  # about 24 months back, whatever today's date
     assert order.period_start <= monthly.created_at < order.period_end
     assert order.status == OrderStatus.CONFIRMED and len(charges(monthly)) == 1
-    following = SubscriptionJob.objects.get(subscription=monthly, status=JobStatus.ACTIVE)
+    following = SubscriptionJob.objects.get(
+        subscription=monthly, status=SubscriptionJobStatus.ACTIVE
+    )
     assert following.action == JobAction.CREATE_CHILD_ORDER
     assert (following.custom_integer, following.action_date) == (
         order.period_number + 1,

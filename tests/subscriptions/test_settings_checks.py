@@ -59,7 +59,6 @@ def ours() -> list[Any]:
         ("GATEWAY", "subscriptions.models.Subscription", "E006", "no charge and no find_charge"),
         ("GATEWAY", f"{__name__}.ChargesOnly", "E006", "(it has no find_charge method)"),
         ("GATEWAY", "subscriptions.payments.gateway", "E006", "is not a gateway class (not a"),
-        ("PAUSE_AFTER_STEP", "confirm", "E007", "'confirm' is not one of '', 'create_order',"),
     ],
 )
 def test_a_setting_out_of_range_is_one_error_naming_it_and_its_range(
@@ -88,8 +87,6 @@ def test_a_setting_out_of_range_is_one_error_naming_it_and_its_range(
         ("BATCH_SIZE", 1),
         ("GATEWAY", ""),
         ("GATEWAY", "subscriptions.payments.TestGateway"),
-        ("PAUSE_AFTER_STEP", "charge"),
-        ("PAUSE_AFTER_STEP", ""),
     ],
 )
 def test_values_in_range_pass(settings: Any, name: str, value: Any) -> None:
@@ -145,5 +142,4 @@ def test_install_md_states_each_settings_range() -> None:
     for name in conf.RANGES:
         low, high = conf.RANGES[name]
         assert f"{low:,} to {high:,}" in rows[name], name
-    for name in ("SUBSCRIPTIONS_GATEWAY", "SUBSCRIPTIONS_PAUSE_AFTER_STEP"):
-        assert name in rows
+    assert "SUBSCRIPTIONS_GATEWAY" in rows

@@ -23,17 +23,18 @@ from subscriptions import payments, services
 from subscriptions.models import (
     DueBatch,
     GatewayCharge,
-    JobStatus,
     Order,
     OrderStatus,
     SkippedPeriods,
     Subscription,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
 )
 from tests.conftest import scheduler_command, wait_for
 from tests.polling import logged
 from tests.scheduling.test_worker_lifecycle import log_lines, send_message, start_worker
+from tests.subscriptions.pausing import pausing_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -145,7 +146,7 @@ def test_twelve_short_periods_give_twelve_orders_and_a_cancel_midway_stops_the_r
     statuses = set(
         SubscriptionJob.objects.filter(subscription=year).values_list("status", flat=True)
     )
-    assert statuses == {JobStatus.COMPLETED}
+    assert statuses == {SubscriptionJobStatus.COMPLETED}
     assert SubscriptionJob.objects.filter(subscription=year, action="Expire").count() == 1
 
     # The cancelled subscription: by the time the year is over, eleven more periods have
@@ -155,7 +156,12 @@ def test_twelve_short_periods_give_twelve_orders_and_a_cancel_midway_stops_the_r
     assert all(o.status == OrderStatus.CONFIRMED for o in orders)
     assert len(charges(stopped)) == len(orders) <= 5
     assert not SubscriptionJob.objects.filter(
-        subscription=stopped, status__in=[JobStatus.ACTIVE, JobStatus.RETRY, JobStatus.PROCESSING]
+        subscription=stopped,
+        status__in=[
+            SubscriptionJobStatus.ACTIVE,
+            SubscriptionJobStatus.RETRY,
+            SubscriptionJobStatus.PROCESSING,
+        ],
     ).exists()
 
 
@@ -174,7 +180,11 @@ def test_declines_are_retried_until_paid_or_failed_past_the_maximum(
     start_worker(processes, env, "renewals", concurrency=2)
 
     # Two declines, then the charge goes through: one order, one charge, retry count 2.
-    wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="bob's renewal completes")
+    wait_for(
+        job_is(job, SubscriptionJobStatus.COMPLETED),
+        timeout=SLOW,
+        message="bob's renewal completes",
+    )
     assert job.retry_count == 2
     assert [o.period_number for o in child_orders(paid_late)] == [0]
     assert len(charges(paid_late)) == 1
@@ -189,7 +199,9 @@ def test_declines_are_retried_until_paid_or_failed_past_the_maximum(
 
     # Declined past the maximum (two retries): failed, flagged, and no order for the period.
     job = first_job(never_paid)
-    wait_for(job_is(job, JobStatus.FAILED), timeout=SLOW, message="carol's renewal fails")
+    wait_for(
+        job_is(job, SubscriptionJobStatus.FAILED), timeout=SLOW, message="carol's renewal fails"
+    )
     assert job.retry_count == 2
     never_paid.refresh_from_db()
     assert never_paid.status == SubscriptionStatus.NEEDS_ATTENTION
@@ -206,9 +218,7 @@ def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_
     jobs = [first_job(s) for s in batch]
     assert len({j.batch_id for j in jobs}) == 1, "one instant, one block: one batch"
     processes.start(scheduler_command(), env=env, name="scheduler")
-    doomed = start_worker(
-        processes, {**env, "SUBSCRIPTIONS_PAUSE_AFTER_STEP": "charge"}, "doomed", concurrency=1
-    )
+    doomed = start_worker(processes, pausing_env(env, "charge"), "doomed", concurrency=1)
     wait_for(
         lambda: "renewal.paused" in processes.log_of(doomed),
         timeout=SLOW,
@@ -216,7 +226,7 @@ def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_
     )
     for job, subscription in zip(jobs, batch, strict=True):
         job.refresh_from_db()
-        assert (job.status, job.parameter) == (JobStatus.PROCESSING, "charge")
+        assert (job.status, job.parameter) == (SubscriptionJobStatus.PROCESSING, "charge")
         assert len(charges(subscription)) == 1
         assert child_orders(subscription)[0].status == OrderStatus.PENDING
     processes.kill(doomed)  # SIGKILL to the whole worker
@@ -224,7 +234,11 @@ def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_
 
     survivor = start_worker(processes, env, "survivor", concurrency=1)
     for job in jobs:
-        wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="the survivor confirms")
+        wait_for(
+            job_is(job, SubscriptionJobStatus.COMPLETED),
+            timeout=SLOW,
+            message="the survivor confirms",
+        )
     execution = wait_for(
         batch_completed(jobs[0].batch), timeout=SLOW, message="the survivor's run completes"
     )
@@ -263,7 +277,9 @@ def test_the_same_message_delivered_twice_runs_the_steps_once(
     )
     worker = start_worker(processes, env, "twice", concurrency=2)
 
-    wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW, message="the renewal completes")
+    wait_for(
+        job_is(job, SubscriptionJobStatus.COMPLETED), timeout=SLOW, message="the renewal completes"
+    )
     wait_for(
         lambda: Execution.objects.get(pk=execution.pk).duplicates == 1,
         timeout=SLOW,
@@ -297,7 +313,9 @@ def test_periods_that_start_while_past_due_are_skipped_not_charged_in_a_burst(
     start_worker(processes, env, "renewals", concurrency=2)
 
     wait_for(status_is(subscription, SubscriptionStatus.PAST_DUE), timeout=SLOW, message="past due")
-    wait_for(job_is(job, JobStatus.COMPLETED), timeout=SLOW + 90, message="the retry pays")
+    wait_for(
+        job_is(job, SubscriptionJobStatus.COMPLETED), timeout=SLOW + 90, message="the retry pays"
+    )
     (paid,) = child_orders(subscription)
     (skipped,) = SkippedPeriods.objects.filter(subscription=subscription)
     resumes = skipped.last_period + 1

@@ -58,13 +58,13 @@ from scheduling.celeryapp import celery_app
 from scheduling.cli import OneLineCommand, positive_int
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.csp import with_csp as with_content_security_policy
+from scheduling.djangotasks.options import task_options
 from scheduling.errors import Fenced
 from scheduling.models import Job
 from scheduling.readable import ago, describe_interval, instant, span
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
-from scheduling.task_options import task_options
 from scheduling.timing import Cron, Every, Once, Timing, parse_instant
 from scheduling.validation import first_error as error_line
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task
@@ -252,7 +252,7 @@ def schedule_task(
 def _check_owner_may_target(owner: Any, target: _jobs.Target) -> None:
     """A job made for a person may target only what that person may (``permissions``)."""
     if owner is not None:
-        permissions.check_target(
+        permissions.check_may_target(
             owner, task=target.task, task_table=target.task_table, task_row_id=target.task_row_id
         )
 

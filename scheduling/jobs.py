@@ -29,7 +29,7 @@ from scheduling.models import (
     Overlap,
     Schedule,
 )
-from scheduling.schedules import Misfire, Timing
+from scheduling.schedules import FiringRule, Misfire
 from scheduling.tasktables import TASK_ROW_TASK
 from scheduling.timing import Cron, Every, Once
 from scheduling.validation import check_reason, check_target, storable
@@ -456,7 +456,7 @@ def edit_job(
     return job
 
 
-def plan_from(job: Job, timing: Timing, *, now: datetime, first: bool = False) -> None:
+def plan_from(job: Job, timing: FiringRule, *, now: datetime, first: bool = False) -> None:
     """Set the job's next occurrence to the first one at or after ``now``.
 
     A one-off whose instant has already passed still runs once, at creation: a due time in

@@ -21,7 +21,7 @@ from django.utils.timezone import now as current_time
 
 from scheduling import readable, schedules, validation
 from scheduling.arguments import ArgumentsField
-from scheduling.schedules import Misfire, ScheduleError, Timing
+from scheduling.schedules import FiringRule, Misfire, ScheduleError
 
 
 def _timing_error(exc: ScheduleError) -> ValidationError:
@@ -87,7 +87,7 @@ class Schedule(models.Model):
     def kind(self) -> str:
         return "interval" if self.interval else "cron" if self.cron else "once"
 
-    def timing(self) -> Timing:
+    def timing(self) -> FiringRule:
         """The pure view of this schedule; raises ScheduleError naming the bad field."""
         return schedules.timing_from(
             self.interval, self.cron, self.timezone, self.run_at, self.starts_at, self.ends_at

@@ -115,7 +115,7 @@ def target_errors(
     return {} if refused is None else {"task": refused}
 
 
-def check_target(
+def check_may_target(
     user: Any, *, task: str = "", task_table: str = "", task_row_id: Any = None
 ) -> None:
     """Raise ``ValidationError`` naming the field when ``user`` may not make this job."""

@@ -16,7 +16,7 @@ Rules worth knowing:
 - A window ``[start, end]`` bounds every kind: nothing before start, nothing after end.
 - Occurrences stay within the calendar (up to the year 9999). A schedule whose next occurrence
   would fall beyond it is refused when saved (``check_savable``); asked anyway,
-  ``Timing.next_after`` raises ScheduleError naming the field rather than OverflowError.
+  ``FiringRule.next_after`` raises ScheduleError naming the field rather than OverflowError.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def require_aware(value: datetime, *, field: str) -> datetime:
 
 
 @dataclass(frozen=True)
-class Timing:
+class FiringRule:
     """Everything that decides when a schedule fires, in plain values.
 
     Exactly one of ``interval``, ``cron`` and ``at`` is set. ``anchor`` is where interval
@@ -242,8 +242,8 @@ def timing_from(
     at: datetime | None,
     start: datetime | None,
     end: datetime | None,
-) -> Timing:
-    """Build a Timing from a schedule's stored values; errors name the schedule's fields."""
+) -> FiringRule:
+    """Build a FiringRule from a schedule's stored values; errors name the schedule's fields."""
     if sum(bool(x) for x in (interval, cron, at)) != 1:
         raise ScheduleError(
             "interval", "give exactly one of an interval, a cron expression or one instant"
@@ -254,7 +254,7 @@ def timing_from(
     if start and end and end <= start:
         raise ScheduleError("ends_at", "must be after starts_at")
     try:
-        return Timing(
+        return FiringRule(
             interval=parse_duration(interval) if interval else None,
             cron=parse_cron(cron) if cron else None,
             zone=parse_zone(zone or "UTC"),
@@ -277,7 +277,7 @@ def check_savable(
     *,
     now: datetime,
     jitter: timedelta = timedelta(0),
-) -> Timing:
+) -> FiringRule:
     """``timing_from`` plus the rules for saving a schedule; errors name the stored field.
 
     Kept apart from ``timing_from``, which the claim also runs on rows already saved, so that
@@ -354,7 +354,7 @@ class ClaimPlan:
 
 
 def plan_claim(
-    timing: Timing,
+    timing: FiringRule,
     *,
     anchor: datetime,
     due: datetime,

@@ -263,7 +263,8 @@ START_EXECUTION_VALUES = {
     "attempt_running": AttemptOutcome.RUNNING.value,
 }
 
-# -- enqueued.write_run: one run enqueued through Django's Tasks framework (caller's transaction).
+# -- djangotasks.runs.write_run: one run enqueued through Django's Tasks framework
+# (in the caller's transaction).
 INSERT_ENQUEUED = f"""
     INSERT INTO {EXECUTION}
            (task, scheduled_for, status, retry_count, task_id, worker, created_at, queued_at,

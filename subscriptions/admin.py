@@ -33,13 +33,13 @@ from subscriptions.models import (
     GatewayCharge,
     GatewayDecline,
     GatewayScript,
-    JobStatus,
     JobStep,
     Order,
     StaleJob,
     Subscription,
     SubscriptionItem,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
 )
 
@@ -59,7 +59,7 @@ def _when(moment: Any) -> str:
 
 
 def _status(job: SubscriptionJob) -> str:
-    label = f"{job.status} {JobStatus(job.status).label}"
+    label = f"{job.status} {SubscriptionJobStatus(job.status).label}"
     return f"{label} (retry {job.retry_count})" if job.retry_count else label
 
 

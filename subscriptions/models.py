@@ -190,13 +190,9 @@ class Subscription(models.Model):
         except (OverflowError, ValueError):
             # The interval's fault when even a period starting at creation would not fit.
             try:
-                periods.period_bounds(
-                    self.created_at or timezone.now(), self.period_interval, 1
-                )
+                periods.period_bounds(self.created_at or timezone.now(), self.period_interval, 1)
             except (OverflowError, ValueError):
-                errors["interval"] = (
-                    f"{self.interval!r} ends the first period after the year 9999"
-                )
+                errors["interval"] = f"{self.interval!r} ends the first period after the year 9999"
             else:
                 errors["starts_at"] = (
                     f"{self.starts_at.isoformat()} leaves no whole period of {self.interval} "
@@ -466,7 +462,7 @@ class UnhandledAction(NeedsOperator):
     """A subscription job whose action no code runs: refused, never guessed at."""
 
 
-class JobStatus(models.IntegerChoices):
+class SubscriptionJobStatus(models.IntegerChoices):
     """The seed's status codes (1 is unused there and here)."""
 
     ACTIVE = 0, "active"  # waiting for its action date
@@ -477,9 +473,13 @@ class JobStatus(models.IntegerChoices):
 
 
 #: Jobs that have not run yet or will run again: what a cancel stops.
-JOB_PENDING = (JobStatus.ACTIVE, JobStatus.RETRY)
+JOB_PENDING = (SubscriptionJobStatus.ACTIVE, SubscriptionJobStatus.RETRY)
 #: Jobs a runner may take.
-JOB_RUNNABLE = (JobStatus.ACTIVE, JobStatus.RETRY, JobStatus.PROCESSING)
+JOB_RUNNABLE = (
+    SubscriptionJobStatus.ACTIVE,
+    SubscriptionJobStatus.RETRY,
+    SubscriptionJobStatus.PROCESSING,
+)
 
 
 class StaleJob(Exception):
@@ -539,7 +539,9 @@ class SubscriptionJob(models.Model):
     action = models.CharField(max_length=32, choices=JobAction.choices)
     time_placed = models.DateTimeField(default=timezone.now)
     last_update = models.DateTimeField(default=timezone.now)
-    status = models.IntegerField(choices=JobStatus.choices, default=JobStatus.ACTIVE)
+    status = models.IntegerField(
+        choices=SubscriptionJobStatus.choices, default=SubscriptionJobStatus.ACTIVE
+    )
     parameter = models.CharField(
         max_length=254,
         blank=True,
@@ -596,7 +598,8 @@ class SubscriptionJob(models.Model):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=JobStatus.values), name="subscriptionjob_status_valid"
+                condition=Q(status__in=SubscriptionJobStatus.values),
+                name="subscriptionjob_status_valid",
             ),
             models.CheckConstraint(
                 condition=Q(action__in=JobAction.values), name="subscriptionjob_action_valid"

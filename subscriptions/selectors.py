@@ -13,11 +13,11 @@ from django.db.models import QuerySet
 
 from subscriptions.models import (
     GatewayCharge,
-    JobStatus,
     Order,
     SkippedPeriods,
     Subscription,
     SubscriptionJob,
+    SubscriptionJobStatus,
 )
 
 
@@ -38,7 +38,7 @@ def job_summary(job: SubscriptionJob) -> dict[str, Any]:
         "time_placed": _iso(job.time_placed),
         "last_update": _iso(job.last_update),
         "status": job.status,
-        "status_name": JobStatus(job.status).label,
+        "status_name": SubscriptionJobStatus(job.status).label,
         "parameter": job.parameter,
         "field1": job.custom_integer,
         "field2": _decimal(job.custom_decimal),

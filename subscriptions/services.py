@@ -32,7 +32,6 @@ from subscriptions.models import (
     MAX_PERIOD_AMOUNT,
     RENEWABLE,
     JobAction,
-    JobStatus,
     JobStep,
     NeedsOperator,
     Order,
@@ -42,6 +41,7 @@ from subscriptions.models import (
     Subscription,
     SubscriptionItem,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
     UnhandledAction,
     one_line,
@@ -440,7 +440,7 @@ def end_subscription(job: SubscriptionJob, *, clock: Callable[[], datetime]) -> 
         subscription.status = new_status
         subscription.cancelled_at = now if new_status == SubscriptionStatus.CANCELLED else None
         subscription.save(update_fields=["status", "cancelled_at", "updated_at"])
-        job.change(now=now, status=JobStatus.COMPLETED, parameter=JobStep.DONE)
+        job.change(now=now, status=SubscriptionJobStatus.COMPLETED, parameter=JobStep.DONE)
     _pause_engine_jobs(stopped, reason=f"subscription {subscription.pk} {new_status}")
     logger.info("subscription.%s subscription=%s job=%s", new_status, subscription.pk, job.pk)
     return str(new_status)
@@ -471,7 +471,7 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
                 job,
                 at=later,
                 now=now,
-                status=JobStatus.RETRY,
+                status=SubscriptionJobStatus.RETRY,
                 retry_count=job.retry_count + 1,
                 last_error=error,
             )
@@ -484,7 +484,7 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
             ).update(status=SubscriptionStatus.PAST_DUE, attention_reason=_reason(reason))
             outcome = "retry"
         else:
-            values: dict[str, Any] = {"status": JobStatus.FAILED, "last_error": error}
+            values: dict[str, Any] = {"status": SubscriptionJobStatus.FAILED, "last_error": error}
             if job.action == JobAction.CREATE_CHILD_ORDER and not done(
                 job.parameter, JobStep.CHARGE
             ):
@@ -549,7 +549,7 @@ def stop_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[Subscri
             continue
         if job.action == JobAction.CREATE_CHILD_ORDER:
             _delete_unpaid_order(job)
-        job.change(now=now, status=JobStatus.COMPLETED, parameter=JobStep.CANCELLED)
+        job.change(now=now, status=SubscriptionJobStatus.COMPLETED, parameter=JobStep.CANCELLED)
         stopped.append(job)
     return stopped
 
@@ -658,12 +658,11 @@ def retry_job_now(*, job_id: int, now: datetime) -> SubscriptionJob:
     job = SubscriptionJob.objects.filter(pk=job_id).first()
     if job is None:
         raise ValidationError({"job": f"no subscription job with id {job_id}"})
-    if job.status != JobStatus.FAILED:
-        raise ValidationError(
-            {"job": f"{job.pk} is {JobStatus(job.status).label}; only failed jobs can be retried"}
-        )
+    if job.status != SubscriptionJobStatus.FAILED:
+        label = SubscriptionJobStatus(job.status).label
+        raise ValidationError({"job": f"{job.pk} is {label}; only failed jobs can be retried"})
     with transaction.atomic():
-        _move(job, at=now, now=now, status=JobStatus.ACTIVE)
+        _move(job, at=now, now=now, status=SubscriptionJobStatus.ACTIVE)
     logger.info("subscription_job.retry_now job=%s", job.pk)
     return job
 
@@ -671,7 +670,9 @@ def retry_job_now(*, job_id: int, now: datetime) -> SubscriptionJob:
 def retry_subscription_now(*, subscription_id: int, now: datetime) -> int:
     """Retry every failed job of a subscription now; returns how many."""
     subscription = get_subscription(subscription_id)
-    failed = subscription.jobs.filter(status=JobStatus.FAILED).values_list("pk", flat=True)
+    failed = subscription.jobs.filter(status=SubscriptionJobStatus.FAILED).values_list(
+        "pk", flat=True
+    )
     return sum(1 for pk in list(failed) if retry_job_now(job_id=pk, now=now))
 
 

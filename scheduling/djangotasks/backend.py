@@ -8,7 +8,7 @@ semantics side by side with the peers'.
 
 Duecourse's own options for a task (retries, timeout, schedules) go in
 ``scheduling.api.task_options``, stacked above the framework's ``@task``
-(``scheduling.task_options`` says why); they are fields of this backend's task class.
+(``scheduling.djangotasks.options`` says why); they are fields of this backend's task class.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from scheduling import arguments, conf, enqueued
+from scheduling import arguments, conf
 from scheduling.celeryapp import celery_app
-from scheduling.djangotasks import (
+from scheduling.djangotasks import runs
+from scheduling.djangotasks.framework import (
     DEFAULT_TASK_QUEUE_NAME,
     BaseTaskBackend,
     InvalidTask,
@@ -33,10 +34,10 @@ from scheduling.djangotasks import (
     TaskResultStatus,
     task_enqueued,
 )
+from scheduling.djangotasks.options import DEFAULTS, options_problem
+from scheduling.djangotasks.outbox import outbox
+from scheduling.djangotasks.runner import register_runner
 from scheduling.models import ExecutionStatus
-from scheduling.outbox import outbox
-from scheduling.task_options import DEFAULTS, options_problem
-from scheduling.worker.django_tasks import register_runner
 
 STATUS = {
     ExecutionStatus.PENDING: TaskResultStatus.READY,
@@ -52,7 +53,7 @@ STATUS = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DuecourseTask(Task):  # type: ignore[misc]
-    """The framework's ``Task`` with Duecourse's options (``scheduling.task_options``).
+    """The framework's ``Task`` with Duecourse's options (``scheduling.djangotasks.options``).
 
     Django 6.1 and the backport also pass them through ``@task(max_retries=...)``; Django 6.0
     does not, so the documented way is ``@task_options`` above ``@task``, on every version.
@@ -123,7 +124,7 @@ class DuecourseTaskBackend(BaseTaskBackend):
             "max_retries": int(getattr(task, "max_retries", 0)),
             "timeout": getattr(task, "timeout", None) or int(conf.get("DEFAULT_TIMEOUT")),
         }
-        written = enqueued.write_run(task=name, call=call, run_after=task.run_after)
+        written = runs.write_run(task=name, call=call, run_after=task.run_after)
         result = TaskResult(
             task=task,
             id=written.task_id,
@@ -149,7 +150,7 @@ class DuecourseTaskBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        run = enqueued.find_run(result_id)
+        run = runs.find_run(result_id)
         if run is None:
             raise TaskResultDoesNotExist(result_id)
         execution = run.execution

@@ -69,7 +69,7 @@ def task_options(
 
     def apply(task: Any) -> Any:
         # Imported here, so that scheduling.api imports where the framework is not installed.
-        from scheduling.djangotasks import InvalidTask, Task
+        from scheduling.djangotasks.framework import InvalidTask, Task
 
         if not isinstance(task, Task):
             raise TypeError(

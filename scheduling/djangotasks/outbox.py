@@ -1,6 +1,6 @@
 """The outbox: messages of committed enqueues, published from a thread of the enqueuing process.
 
-An enqueue commits its row as QUEUED (``scheduling.enqueued``) and hands the message here.
+An enqueue commits its row as QUEUED (``scheduling.djangotasks.runs``) and hands the message here.
 A thread per process publishes whatever has gathered as one batch (one Redis pipeline), so a
 burst of enqueues costs a request its insert and commit alone. Nothing here is needed for
 correctness: a batch the broker refused is put back to PENDING, and the scheduler publishes it
@@ -26,7 +26,7 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from scheduling.celeryapp import celery_app
-from scheduling.claims import Doorbell
+from scheduling.doorbell import Doorbell
 from scheduling.publishing import hand_to_scheduler
 from scheduling.scheduler.publisher import Publisher
 

@@ -21,7 +21,7 @@ from celery.exceptions import Ignore, Reject, Retry
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from scheduling.djangotasks import (
+from scheduling.djangotasks.framework import (
     Task,
     TaskContext,
     TaskResult,

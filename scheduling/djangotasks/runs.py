@@ -4,8 +4,8 @@ An enqueued run is an execution without a job. Everything its message needs (arg
 priority, time limit, retries) is on the row itself, in ``call``, so the scheduler can publish it
 again exactly as it publishes a job's execution: a run is never only in the broker. The row is
 written on Django's connection, inside whatever transaction the caller has open; it is
-published only after that transaction commits (``scheduling.outbox``), and a rollback takes
-the row with it, so the run never happens and has no result.
+published only after that transaction commits (``scheduling.djangotasks.outbox``), and a
+rollback takes the row with it, so the run never happens and has no result.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from django.db import connection
 from django.utils import timezone
 
 from scheduling import sql
-from scheduling.claims import Doorbell
+from scheduling.doorbell import Doorbell
 from scheduling.models import Attempt, Execution, ExecutionStatus
 from scheduling.publishing import doorbell_of_call
 
@@ -43,13 +43,13 @@ def write_run(*, task: str, call: dict[str, Any], run_after: datetime | None) ->
     """Insert the run's row in the caller's transaction; it waits for ``run_after`` if given.
 
     A run due now is written QUEUED: its message goes out right after the commit
-    (``scheduling.outbox``), and no second write marks it sent. A publish that fails puts the
-    row back to PENDING for the scheduler; a message lost with its process (a crash between the
-    commit and the publish) is found by the republish rule's evidence, as any lost message is
-    (docs/architecture.md, *The republish rule*). A deferred run waits as a retry that is due
-    at ``run_after`` (retry count 0), the state in which the scheduler publishes a row at a
-    given time. On PostgreSQL the row goes in through one prepared statement: an enqueue is
-    a request's cost, where the ORM's own work would be a third of it.
+    (``scheduling.djangotasks.outbox``), and no second write marks it sent. A publish that
+    fails puts the row back to PENDING for the scheduler; a message lost with its process (a
+    crash between the commit and the publish) is found by the republish rule's evidence, as
+    any lost message is (docs/architecture.md, *The republish rule*). A deferred run waits as
+    a retry that is due at ``run_after`` (retry count 0), the state in which the scheduler
+    publishes a row at a given time. On PostgreSQL the row goes in through one prepared
+    statement: an enqueue is a request's cost, where the ORM's own work would be a third of it.
     """
     now = timezone.now()
     deferred = run_after is not None and run_after > now

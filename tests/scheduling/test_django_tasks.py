@@ -19,8 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling.api import task_options
+from scheduling.djangotasks.backend import broker_priority
 from scheduling.models import Execution, ExecutionStatus, Job
-from scheduling.tasks_backend import broker_priority
 from tests.conftest import Processes, scheduler_command, wait_for
 from tests.scheduling.test_worker_lifecycle import SLOW, launch_worker, wait_ready
 from tests.tasktable_app import tasks

@@ -12,7 +12,7 @@ import pytest
 
 from scheduling.api import RunContext
 from subscriptions import renewals, services
-from subscriptions.models import JobStatus, Subscription, SubscriptionJob
+from subscriptions.models import Subscription, SubscriptionJob, SubscriptionJobStatus
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +78,11 @@ def pending_job(subscription: Subscription) -> SubscriptionJob:
     """The subscription's one job that has not finished."""
     return SubscriptionJob.objects.get(
         subscription=subscription,
-        status__in=[JobStatus.ACTIVE, JobStatus.RETRY, JobStatus.PROCESSING],
+        status__in=[
+            SubscriptionJobStatus.ACTIVE,
+            SubscriptionJobStatus.RETRY,
+            SubscriptionJobStatus.PROCESSING,
+        ],
     )
 
 

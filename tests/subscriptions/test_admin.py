@@ -9,10 +9,10 @@ from django.urls import reverse
 
 from subscriptions import services
 from subscriptions.models import (
-    JobStatus,
     Order,
     Subscription,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
 )
 from tests.subscriptions.conftest import pending_job, run_inline
@@ -58,13 +58,13 @@ def test_cancel_and_retry_now_actions_report_counts(
 
     parked = make_subscription(customer="carol")
     job = pending_job(parked)
-    job.change(now=now, status=JobStatus.FAILED)
+    job.change(now=now, status=SubscriptionJobStatus.FAILED)
     response = admin_client.post(
         reverse(CHANGELIST), {"action": "retry_now", "_selected_action": [parked.pk]}, follow=True
     )
     assert "1 subscription retried" in response.content.decode()
     job.refresh_from_db()
-    assert job.status == JobStatus.ACTIVE
+    assert job.status == SubscriptionJobStatus.ACTIVE
 
 
 def test_adding_a_subscription_validates_fields_and_schedules_the_first_renewal(
@@ -112,11 +112,17 @@ def test_a_job_edit_that_raced_the_scheduler_is_refused_with_the_reason(
     assert "0 active" in admin_client.get(url).content.decode()
     form = {"custom_integer": "7", "custom_text": "note"}
 
-    job.change(now=now, status=JobStatus.PROCESSING)  # the scheduler starts it meanwhile
+    job.change(
+        now=now, status=SubscriptionJobStatus.PROCESSING
+    )  # the scheduler starts it meanwhile
     page = admin_client.post(url, {**form, "opt_counter": "0"}).content.decode()
     assert "was changed at" in page and "optimistic counter 0, now 1" in page
     job.refresh_from_db()
-    assert (job.custom_text, job.status, job.opt_counter) == ("", JobStatus.PROCESSING, 1)
+    assert (job.custom_text, job.status, job.opt_counter) == (
+        "",
+        SubscriptionJobStatus.PROCESSING,
+        1,
+    )
 
     response = admin_client.post(url, {**form, "opt_counter": "1"})
     assert response.status_code == 302
@@ -124,7 +130,7 @@ def test_a_job_edit_that_raced_the_scheduler_is_refused_with_the_reason(
     assert (job.custom_text, job.custom_integer, job.status, job.opt_counter) == (
         "note",
         7,
-        JobStatus.PROCESSING,
+        SubscriptionJobStatus.PROCESSING,
         2,
     )
 

@@ -24,11 +24,11 @@ from subscriptions import payments, services
 from subscriptions.models import (
     GatewayCharge,
     GatewayDecline,
-    JobStatus,
     JobStep,
     Order,
     Subscription,
     SubscriptionJob,
+    SubscriptionJobStatus,
 )
 from tests.subscriptions.conftest import pending_job, run_inline
 
@@ -126,7 +126,7 @@ def test_a_renewals_step_period_and_charge_reference_are_not_editable_by_anyone(
     job = pending_job(subscription)
     run_inline(job, at=now)
     job.refresh_from_db()
-    assert (job.status, job.parameter) == (JobStatus.RETRY, JobStep.CREATE_ORDER)
+    assert (job.status, job.parameter) == (SubscriptionJobStatus.RETRY, JobStep.CREATE_ORDER)
     before = SubscriptionJob.objects.filter(pk=job.pk).values().get()
 
     page = operator.get(url("subscriptionjob", "change", job.pk)).content.decode()
@@ -194,5 +194,5 @@ def test_a_cancel_jobs_number_and_note_are_the_operators_and_stay_plain_text(
     assert (job.custom_text, job.parameter, job.status) == (
         "call the customer",
         JobStep.NONE,
-        JobStatus.ACTIVE,
+        SubscriptionJobStatus.ACTIVE,
     )

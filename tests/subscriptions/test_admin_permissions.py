@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from scheduling.api import SYSTEM_OWNER, jobs_for_row
-from subscriptions.models import DueBatch, JobStatus, Subscription, SubscriptionJob
+from subscriptions.models import DueBatch, Subscription, SubscriptionJob, SubscriptionJobStatus
 from tests.subscriptions.conftest import pending_job
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +47,7 @@ def test_a_view_only_user_cannot_cancel_or_retry_anything(
     _, as_viewer = staff_client(django_user_model, "vera", viewing)
     subscription = make_subscription()
     job = pending_job(subscription)
-    job.change(now=now, status=JobStatus.FAILED)
+    job.change(now=now, status=SubscriptionJobStatus.FAILED)
 
     for action in ("cancel_now", "cancel_at_period_end", "retry_now"):
         act(as_viewer, SUBSCRIPTIONS, action, subscription.pk)
@@ -55,7 +55,7 @@ def test_a_view_only_user_cannot_cancel_or_retry_anything(
 
     subscription.refresh_from_db()
     assert (subscription.status, subscription.cancelled_at) == ("active", None)
-    assert SubscriptionJob.objects.get(pk=job.pk).status == JobStatus.FAILED
+    assert SubscriptionJob.objects.get(pk=job.pk).status == SubscriptionJobStatus.FAILED
     assert not LogEntry.objects.exists()
     page = as_viewer.get(reverse(SUBSCRIPTIONS)).content.decode()
     assert 'value="cancel_now"' not in page
@@ -68,12 +68,12 @@ def test_cancel_and_retry_by_a_user_who_may_change_are_logged(
     clerk, as_clerk = staff_client(django_user_model, "clerk", everything)
     parked = make_subscription(customer="parked")
     job = pending_job(parked)
-    job.change(now=now, status=JobStatus.FAILED)
+    job.change(now=now, status=SubscriptionJobStatus.FAILED)
     act(as_clerk, SUBSCRIPTION_JOBS, "retry_now", job.pk)
     leaving = make_subscription(customer="leaving")
     act(as_clerk, SUBSCRIPTIONS, "cancel_now", leaving.pk)
 
-    assert SubscriptionJob.objects.get(pk=job.pk).status == JobStatus.ACTIVE
+    assert SubscriptionJob.objects.get(pk=job.pk).status == SubscriptionJobStatus.ACTIVE
     assert Subscription.objects.get(pk=leaving.pk).status == "cancelled"
     logged = LogEntry.objects.filter(user=clerk).values_list("object_id", "change_message")
     assert sorted(logged) == sorted(

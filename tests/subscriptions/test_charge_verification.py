@@ -26,12 +26,12 @@ from subscriptions import payments, services
 from subscriptions.models import (
     GatewayCharge,
     GatewayDecline,
-    JobStatus,
     JobStep,
     Order,
     OrderStatus,
     Subscription,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
 )
 from tests.subscriptions.conftest import pending_job, run_inline
@@ -41,7 +41,9 @@ pytestmark = pytest.mark.django_db
 PRICE = Decimal("19.8")  # the fixture's 2 x COFFEE at 9.90
 
 
-def forge_charged(job: SubscriptionJob, reference: str, *, status: int = JobStatus.RETRY) -> None:
+def forge_charged(
+    job: SubscriptionJob, reference: str, *, status: int = SubscriptionJobStatus.RETRY
+) -> None:
     """Write the charge step into the job's row as no code of the app would: behind its back."""
     SubscriptionJob.objects.filter(pk=job.pk).update(
         parameter=JobStep.CHARGE, custom_text=reference, status=status
@@ -96,7 +98,7 @@ def test_a_charge_the_gateway_took_is_confirmed_with_the_gateways_reference(
     taken = payments.TestGateway().charge(
         customer="alice", amount=PRICE, idempotency_key=key_of(subscription)
     )
-    forge_charged(job, "ch_someone_elses", status=JobStatus.PROCESSING)
+    forge_charged(job, "ch_someone_elses", status=SubscriptionJobStatus.PROCESSING)
 
     assert run_inline(job, at=now) == {"renewed": 1}
 
@@ -142,7 +144,7 @@ def test_a_charge_row_written_behind_the_apps_back_confirms_nothing(
     forged = GatewayCharge.objects.create(
         reference="ch_forged", idempotency_key=key_of(subscription), customer="alice", amount=PRICE
     )
-    forge_charged(job, forged.reference, status=JobStatus.PROCESSING)
+    forge_charged(job, forged.reference, status=SubscriptionJobStatus.PROCESSING)
 
     assert run_inline(job, at=now) == {"renewed": 1}
 
@@ -164,7 +166,7 @@ def test_a_decline_under_the_key_fails_the_resumed_renewal_as_a_decline_and_its_
     job.refresh_from_db()
     subscription.refresh_from_db()
     assert (job.status, job.retry_count, job.parameter, job.custom_text) == (
-        JobStatus.RETRY,
+        SubscriptionJobStatus.RETRY,
         2,
         JobStep.CREATE_ORDER,
         "",
@@ -195,7 +197,9 @@ def test_a_charge_for_another_amount_under_the_key_is_for_an_operator(
 
     job.refresh_from_db()
     subscription.refresh_from_db()
-    assert job.status == JobStatus.FAILED and job.last_error.startswith("ChargeMismatch: ")
+    assert job.status == SubscriptionJobStatus.FAILED and job.last_error.startswith(
+        "ChargeMismatch: "
+    )
     assert subscription.status == SubscriptionStatus.NEEDS_ATTENTION
     assert "charged 0.01000 to alice" in subscription.attention_reason
     assert "the order is for 19.80000 from alice" in subscription.attention_reason

@@ -19,10 +19,10 @@ from scheduling.api import RunContext
 from subscriptions import payments, renewals
 from subscriptions.models import (
     JobAction,
-    JobStatus,
     JobStep,
     Subscription,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
     step_done,
 )
@@ -61,7 +61,9 @@ def test_a_declined_renewal_is_past_due_with_the_gateways_reply_while_it_is_retr
     assert subscription.status == SubscriptionStatus.PAST_DUE
     assert "PaymentDeclined" in subscription.attention_reason
     assert "retried (1 of 3)" in subscription.attention_reason
-    assert job.status == JobStatus.RETRY and job.last_error.startswith("PaymentDeclined")
+    assert job.status == SubscriptionJobStatus.RETRY and job.last_error.startswith(
+        "PaymentDeclined"
+    )
     ((count, detail),) = reports.reported
     assert count == 1 and f"subscription {subscription.pk}" in detail and "retry" in detail
 
@@ -109,7 +111,7 @@ def test_a_job_with_an_action_no_code_handles_fails_at_once_and_ends_nothing(
     assert renewals.run_batch(job.batch_id, run=reports.run, clock=lambda: now) == {"failed": 1}
     job.refresh_from_db()
     subscription.refresh_from_db()
-    assert job.status == JobStatus.FAILED and "UnhandledAction" in job.last_error
+    assert job.status == SubscriptionJobStatus.FAILED and "UnhandledAction" in job.last_error
     assert subscription.status == SubscriptionStatus.NEEDS_ATTENTION  # not expired
     assert reports.reported and "UnhandledAction" in reports.reported[0][1]
 

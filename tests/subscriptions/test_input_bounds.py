@@ -31,11 +31,11 @@ from subscriptions.models import (
     MAX_ITEMS,
     MAX_PERIOD_NUMBER,
     GatewayScript,
-    JobStatus,
     Order,
     Subscription,
     SubscriptionItem,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
 )
 from tests.conftest import ROOT, database_url
@@ -370,7 +370,7 @@ def test_an_error_is_kept_as_one_bounded_line(make_subscription: Any, now: Any) 
     assert services.record_failure(job.pk, noisy, now=now) == "retry"
     job.refresh_from_db()
     subscription.refresh_from_db()
-    assert job.status == JobStatus.RETRY
+    assert job.status == SubscriptionJobStatus.RETRY
     assert job.last_error.startswith("RuntimeError: the gateway said: [31mno [0m xxx")
     assert len(job.last_error) == 1000 and job.last_error.endswith("…")
     for text in (job.last_error, subscription.attention_reason):

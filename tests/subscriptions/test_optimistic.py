@@ -21,10 +21,10 @@ from subscriptions.models import (
     OPT_COUNTER_MAX,
     DueBatch,
     GatewayCharge,
-    JobStatus,
     Order,
     StaleJob,
     SubscriptionJob,
+    SubscriptionJobStatus,
     next_counter,
 )
 from tests.conftest import wait_for
@@ -66,7 +66,7 @@ def test_the_second_of_two_writers_that_read_the_same_version_is_refused(
     assert other["backend_pid"] != connection.connection.info.backend_pid
 
     with pytest.raises(StaleJob, match=r"optimistic counter 0, now 1\); reload"):
-        mine.change(now=now + timedelta(seconds=1), status=JobStatus.PROCESSING)
+        mine.change(now=now + timedelta(seconds=1), status=SubscriptionJobStatus.PROCESSING)
     job.refresh_from_db()
     assert (job.custom_text, job.status, job.opt_counter) == ("edited by an operator", 0, 1)
 
@@ -126,7 +126,7 @@ def test_a_renewal_waits_for_a_cancel_in_progress_then_does_nothing(make_subscri
 
     assert renewal == {"skipped": 1}
     job.refresh_from_db()
-    assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
+    assert (job.status, job.parameter) == (SubscriptionJobStatus.COMPLETED, "cancelled")
     assert not Order.objects.filter(subscription=subscription, parent__isnull=False).exists()
     assert not GatewayCharge.objects.exists()
 
@@ -180,7 +180,7 @@ def test_a_batch_does_not_close_over_a_job_being_placed_into_it(make_subscriptio
     subscription = make_subscription()
     first = pending_job(subscription)
     batch_id = first.batch_id
-    first.change(now=now, status=JobStatus.COMPLETED, parameter="confirm")
+    first.change(now=now, status=SubscriptionJobStatus.COMPLETED, parameter="confirm")
     pending = while_held(
         lambda: services.place_job(
             subscription=subscription, action="Expire", action_date=first.action_date, now=now

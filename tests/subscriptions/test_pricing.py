@@ -20,10 +20,10 @@ from django.urls import reverse
 from subscriptions import services
 from subscriptions.models import (
     GatewayCharge,
-    JobStatus,
     Order,
     OrderStatus,
     SubscriptionItem,
+    SubscriptionJobStatus,
 )
 from tests.subscriptions.conftest import pending_job, run_inline
 
@@ -76,7 +76,7 @@ def test_a_resumed_renewal_charges_its_orders_amount_not_an_edited_custom_decima
     job = pending_job(subscription)
     job.change(
         now=now,
-        status=JobStatus.PROCESSING,
+        status=SubscriptionJobStatus.PROCESSING,
         parameter="create_order",
         custom_decimal=Decimal("999"),
     )

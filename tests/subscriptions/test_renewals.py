@@ -20,11 +20,11 @@ from subscriptions.models import (
     DueBatch,
     GatewayCharge,
     JobAction,
-    JobStatus,
     Order,
     OrderStatus,
     Subscription,
     SubscriptionJob,
+    SubscriptionJobStatus,
     SubscriptionStatus,
 )
 from subscriptions.scheduled import run_subscription_job
@@ -97,7 +97,7 @@ def test_a_renewal_creates_one_order_charges_once_and_places_the_next(
     run_inline(first, at=now)
 
     first.refresh_from_db()
-    assert (first.status, first.parameter) == (JobStatus.COMPLETED, "confirm")
+    assert (first.status, first.parameter) == (SubscriptionJobStatus.COMPLETED, "confirm")
     (charge,) = GatewayCharge.objects.all()
     assert charge.amount == Decimal("19.8") and first.custom_text == charge.reference
     order = Order.objects.get(subscription=subscription, period_number=0)
@@ -135,7 +135,7 @@ def test_a_declined_charge_is_retried_from_the_charge_step(make_subscription, no
         assert job.batch.due_at == job.action_date and jobs_for_row(job.batch)
     assert run_inline(job, at=job.action_date) == {"renewed": 1}
     job.refresh_from_db()
-    assert (job.status, job.retry_count) == (JobStatus.COMPLETED, 2)
+    assert (job.status, job.retry_count) == (SubscriptionJobStatus.COMPLETED, 2)
     assert GatewayCharge.objects.count() == 1
     assert Order.objects.filter(subscription=subscription, period_number=0).count() == 1
 
@@ -151,7 +151,11 @@ def test_declines_past_the_maximum_fail_the_job_and_flag_the_subscription(
     assert run_inline(job, at=now) == {"failed": 1}
     job.refresh_from_db()
     subscription.refresh_from_db()
-    assert (job.status, job.retry_count, job.parameter) == (JobStatus.FAILED, 1, "price")
+    assert (job.status, job.retry_count, job.parameter) == (
+        SubscriptionJobStatus.FAILED,
+        1,
+        "price",
+    )
     assert subscription.status == SubscriptionStatus.NEEDS_ATTENTION
     assert "failed after 1 retries" in subscription.attention_reason
     assert not Order.objects.filter(subscription=subscription, period_number=0).exists()
@@ -161,7 +165,7 @@ def test_declines_past_the_maximum_fail_the_job_and_flag_the_subscription(
 def test_retry_now_runs_a_failed_job_again_and_clears_the_flag(make_subscription, now) -> None:
     subscription = make_subscription()
     job = pending_job(subscription)
-    job.change(now=now, status=JobStatus.FAILED, retry_count=3)
+    job.change(now=now, status=SubscriptionJobStatus.FAILED, retry_count=3)
     subscription.status = SubscriptionStatus.NEEDS_ATTENTION
     subscription.save()
     services.retry_job_now(job_id=job.pk, now=now)
@@ -210,7 +214,7 @@ def test_a_renewal_that_starts_after_a_cancel_does_nothing(
     renewals._renew([read_by_the_engine], clock=lambda: now, tally=tally)
     assert tally == {"skipped": 1}
     job.refresh_from_db()
-    assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
+    assert (job.status, job.parameter) == (SubscriptionJobStatus.COMPLETED, "cancelled")
     assert not Order.objects.filter(subscription=subscription, parent__isnull=False).exists()
     assert not GatewayCharge.objects.exists()
     assert run_inline(job, at=now) == {}
@@ -266,11 +270,18 @@ def test_a_lost_attempt_counts_as_a_retry_and_the_next_resumes(make_subscription
     subscription = make_subscription()
     job = pending_job(subscription)
     job.change(
-        now=now, status=JobStatus.PROCESSING, parameter="charge", custom_decimal=Decimal("19.8")
+        now=now,
+        status=SubscriptionJobStatus.PROCESSING,
+        parameter="charge",
+        custom_decimal=Decimal("19.8"),
     )
     assert run_inline(job, at=now) == {"renewed": 1}
     job.refresh_from_db()
-    assert (job.status, job.retry_count, job.parameter) == (JobStatus.COMPLETED, 1, "confirm")
+    assert (job.status, job.retry_count, job.parameter) == (
+        SubscriptionJobStatus.COMPLETED,
+        1,
+        "confirm",
+    )
 
 
 def test_a_declined_card_in_a_batch_waits_alone_while_the_rest_renew(
@@ -282,7 +293,7 @@ def test_a_declined_card_in_a_batch_waits_alone_while_the_rest_renew(
     assert run_inline(pending_job(paying[0]), at=now) == {"renewed": 3, "retry": 1}
     assert all(pending_job(s).custom_integer == 1 for s in paying)
     job = pending_job(declined)
-    assert (job.status, job.custom_integer, job.retry_count) == (JobStatus.RETRY, 0, 1)
+    assert (job.status, job.custom_integer, job.retry_count) == (SubscriptionJobStatus.RETRY, 0, 1)
     assert run_inline(job, at=job.action_date) == {"renewed": 1}
     assert GatewayCharge.objects.count() == 4
 
@@ -291,7 +302,7 @@ class EditingGateway(payments.TestGateway):
     """Charges, and meanwhile an operator saves the job in the admin (the counter moves)."""
 
     def charge(self, **kwargs):
-        (job,) = SubscriptionJob.objects.filter(status=JobStatus.PROCESSING)
+        (job,) = SubscriptionJob.objects.filter(status=SubscriptionJobStatus.PROCESSING)
         job.custom_text = "edited by an operator"
         job.save()
         return super().charge(**kwargs)
@@ -308,7 +319,7 @@ def test_a_job_an_operator_changed_mid_run_is_not_overwritten_and_is_retried(
     assert (job.custom_text, job.parameter, job.status) == (
         "edited by an operator",
         "create_order",
-        JobStatus.RETRY,
+        SubscriptionJobStatus.RETRY,
     )
     assert "StaleJob: subscription job" in subscriptions_log.text
     assert "was changed" in subscriptions_log.text
@@ -326,7 +337,7 @@ def test_a_job_placed_before_due_batches_still_runs_through_its_own_engine_job(
     run = RunContext(execution_id=0, job_id=None, scheduled_for=now, attempt=1)
     assert run_subscription_job(job, run) == {"renewed": 1}
     job.refresh_from_db()
-    assert job.status == JobStatus.COMPLETED
+    assert job.status == SubscriptionJobStatus.COMPLETED
     assert pending_job(subscription).batch_id is not None
 
 
@@ -341,7 +352,7 @@ def test_a_job_back_in_its_own_batch_mid_run_is_not_stranded_the_batch_is_retrie
     with pytest.raises(renewals.StuckJobs, match=f"jobs {job.pk} of batch {job.batch_id}"):
         renewals.run_batch(job.batch_id, run=run, clock=lambda: now)
     job.refresh_from_db()
-    assert (job.status, job.batch.closed_at) == (JobStatus.RETRY, None)
+    assert (job.status, job.batch.closed_at) == (SubscriptionJobStatus.RETRY, None)
     assert renewals.run_batch(job.batch_id, run=run, clock=lambda: now) == {"renewed": 1}
 
 
@@ -355,7 +366,7 @@ def test_a_subscription_no_renewal_can_plan_fails_alone_and_the_batch_renews_the
     assert run_inline(pending_job(good[0]), at=now) == {"failed": 1, "renewed": 2}
     job = SubscriptionJob.objects.get(subscription=bad)
     bad.refresh_from_db()
-    assert job.status == JobStatus.FAILED
+    assert job.status == SubscriptionJobStatus.FAILED
     assert bad.status == SubscriptionStatus.NEEDS_ATTENTION and "interval" in bad.attention_reason
     assert all(pending_job(s).custom_integer == 1 for s in good)
 
@@ -370,7 +381,7 @@ def test_a_job_whose_runs_died_past_its_maximum_still_replays_its_charge_and_con
     job = pending_job(subscription)
     job.change(
         now=now,
-        status=JobStatus.PROCESSING,
+        status=SubscriptionJobStatus.PROCESSING,
         parameter="create_order",
         retry_count=1,
         custom_decimal=Decimal("19.8"),
@@ -412,7 +423,7 @@ def test_a_subscription_cancelled_while_its_batch_charges_is_not_charged(
     (charge,) = GatewayCharge.objects.all()
     assert charge.customer == "first"
     job = SubscriptionJob.objects.get(subscription=second)
-    assert (job.status, job.parameter) == (JobStatus.COMPLETED, "cancelled")
+    assert (job.status, job.parameter) == (SubscriptionJobStatus.COMPLETED, "cancelled")
     assert not Order.objects.filter(subscription=second, parent__isnull=False).exists()
 
 
@@ -464,7 +475,7 @@ def test_a_declined_job_from_before_due_batches_is_retried_in_a_batch_after_the_
     run = RunContext(execution_id=0, job_id=None, scheduled_for=now, attempt=1)
     assert run_subscription_job(job, run) == {"retry": 1}
     job.refresh_from_db()
-    assert (job.status, job.retry_count) == (JobStatus.RETRY, 1)
+    assert (job.status, job.retry_count) == (SubscriptionJobStatus.RETRY, 1)
     assert job.batch.due_at == job.action_date
     assert job.action_date - job.last_update == timedelta(seconds=60)
 
@@ -485,7 +496,7 @@ def test_a_resumed_job_whose_period_another_job_confirmed_places_nothing_more(
     )
     late.change(
         now=now,
-        status=JobStatus.PROCESSING,
+        status=SubscriptionJobStatus.PROCESSING,
         parameter="charge",
         custom_decimal=Decimal("19.8"),
         custom_text=charge.reference,

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from scheduling.api import task_options
-from scheduling.djangotasks import TaskContext, task_finished, task_started
+from scheduling.djangotasks.framework import TaskContext, task_finished, task_started
 
 try:
     from django.tasks import task

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from scheduling.api import OneLineCommand, parse_instant
 from subscriptions import payments, selectors, services
-from subscriptions.models import JobStatus
+from subscriptions.models import SubscriptionJobStatus
 
 #: Model fields and the option that sets them, for error messages.
 OPTIONS = {
@@ -82,7 +82,7 @@ class Command(OneLineCommand):
         jobs.add_argument(
             "--status",
             help="Only jobs with this status code: "
-            + ", ".join(f"{s.value} {s.label}" for s in JobStatus),
+            + ", ".join(f"{s.value} {s.label}" for s in SubscriptionJobStatus),
         )
 
         charges = command("charges", "Charges the test gateway accepted.")
@@ -168,8 +168,8 @@ class Command(OneLineCommand):
         if o["subscription"] is not None:
             subscription_id = services.get_subscription(o["subscription"]).pk
         status = parse_int(o["status"], field="status")
-        if status is not None and status not in JobStatus.values:
-            codes = ", ".join(f"{s.value} ({s.label})" for s in JobStatus)
+        if status is not None and status not in SubscriptionJobStatus.values:
+            codes = ", ".join(f"{s.value} ({s.label})" for s in SubscriptionJobStatus)
             raise ValidationError({"status": f"{status} is not one of {codes}"})
         data = [
             selectors.job_summary(j)

@@ -127,9 +127,3 @@ def schedulers(*, active_within: timedelta, now: datetime) -> list[SchedulerStat
             "-last_tick_at"
         )
     )
-
-
-def reset_for_tests() -> None:
-    """Forget what this process has not written (tests that count writes start clean)."""
-    global _local
-    _local = None

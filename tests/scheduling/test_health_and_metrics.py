@@ -22,11 +22,11 @@ SECOND = timedelta(seconds=1)
 
 
 @pytest.fixture(autouse=True)
-def fresh_liveness(settings: Any) -> Iterator[None]:
+def fresh_liveness(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test's scheduler starts with nothing unwritten, as a new process does."""
     settings.SCHEDULING_SCHEDULER_NAME = "test-scheduler"
-    ticks.reset_for_tests()
+    monkeypatch.setattr(ticks, "_local", None)
     yield
-    ticks.reset_for_tests()
 
 
 def ticked(seconds_ago: float = 0.0) -> None:

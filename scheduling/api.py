@@ -33,6 +33,10 @@ a worked example.
   where the host sends none, never replacing the host's (``scheduling.csp``).
 - Show times as the engine does: ``ago`` ("12 s ago", "in 3 min"), ``instant`` (to the
   second, UTC), ``span`` (a length of time) and ``describe_interval`` ("every 10 seconds").
+- Statements of your own: ``ledger`` (``Statement``, ``rows``, ``row``, ``value``,
+  ``execute``, ``dialect``, ``on_postgresql``) runs an app's hand-written SQL the way the
+  engine runs its own: named parameters, a SQLite form beside the PostgreSQL one, rows decoded
+  by column name, the database decided in one place (docs/extending.md, *A ledger module*).
 
 Jobs made from code without an ``owner`` belong to the system user ``SYSTEM_OWNER``: an
 inactive account that cannot log in, which superusers see in the admin and which no staff
@@ -53,7 +57,7 @@ from django.utils import timezone
 from django.utils.text import capfirst
 
 from scheduling import jobs as _jobs
-from scheduling import permissions, tasktables
+from scheduling import ledger, permissions, tasktables
 from scheduling.celeryapp import celery_app
 from scheduling.cli import OneLineCommand, positive_int
 from scheduling.csp import ContentSecurityPolicyAdmin
@@ -93,6 +97,7 @@ __all__ = [
     "instant",
     "job",
     "jobs_for_row",
+    "ledger",
     "parse_instant",
     "pause",
     "positive_int",

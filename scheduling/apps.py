@@ -4,12 +4,12 @@ from django.apps import AppConfig
 from django.db.backends.signals import connection_created
 from django.utils.module_loading import autodiscover_modules
 
-from scheduling import pgtimes
+from scheduling import ledger, pgtimes
 
 
 def _read_out_of_range_times(sender: Any, connection: Any, **_: Any) -> None:
     """A row holding ``infinity`` must not break every reader of its table (see pgtimes)."""
-    if connection.vendor == "postgresql":
+    if ledger.on_postgresql(connection.alias):
         pgtimes.register(connection.connection)
 
 

@@ -13,20 +13,23 @@ or a domain app's cancel belongs with the rest of its change.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import Case, Exists, F, Q, Value, When
+from django.db import transaction
+from django.db.models import F, Q
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
-from scheduling import conf, limits, schedules, sql
+from scheduling import conf, limits, schedules
 from scheduling.errors import MAX_ERROR, StartHeld
+from scheduling.ledger import attempt as attempt_ledger
+from scheduling.ledger.attempt import Started
+from scheduling.ledger.attempt import attempt_running as _attempt_running
+from scheduling.ledger.attempt import finish_attempt as _finish_attempt
+from scheduling.ledger.attempt import release_job as _release_job
 from scheduling.models import (
     EXECUTION_STARTABLE,
     EXECUTION_UNFINISHED,
@@ -34,21 +37,9 @@ from scheduling.models import (
     AttemptOutcome,
     Execution,
     ExecutionStatus,
-    Job,
 )
 
 logger = logging.getLogger("scheduling")
-
-
-@dataclass(frozen=True)
-class Started:
-    execution_id: int
-    job_id: int | None
-    attempt: int
-    checkpoint: Any
-    scheduled_for: datetime
-    #: The worker's clock at the start: with ``attempt``, what ``restore_start`` writes again.
-    started_at: datetime
 
 
 def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) -> Started | None:
@@ -59,16 +50,11 @@ def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) 
     start is not flushed before it returns; an execution that a recent crash recovery may have
     taken a start from raises ``StartHeld`` instead (see ``held_after_crash``).
     """
-    on_postgresql = connection.vendor == "postgresql"
-    if on_postgresql:
-        started = _start_in_one_statement(execution_id, worker=worker, pid=pid, now=now)
-    else:
-        started = _start_with_orm(execution_id, worker=worker, pid=pid, now=now)
+    started = _start(execution_id, worker=worker, pid=pid, now=now, limits_checked=False)
     if started is None:
-        if on_postgresql:
-            held = held_after_crash(execution_id)
-            if held is not None:
-                raise StartHeld(execution_id, held)
+        held = held_after_crash(execution_id)
+        if held is not None:
+            raise StartHeld(execution_id, held)
         if skip_expired(execution_id=execution_id, now=now):
             return None
         slot = limits.limited_slot(execution_id)
@@ -103,14 +89,7 @@ def _start_within_limits(
         if reason is not None:
             limits.hold(slot, reason=reason, now=now)
             return None
-        if connection.vendor == "postgresql":
-            started = _start_in_one_statement(
-                slot.execution_id, worker=worker, pid=pid, now=now, limits_checked=True
-            )
-        else:
-            started = _start_with_orm(
-                slot.execution_id, worker=worker, pid=pid, now=now, limits_checked=True
-            )
+        started = _start(slot.execution_id, worker=worker, pid=pid, now=now, limits_checked=True)
     if started is not None:
         logger.info(
             "execution.started execution=%s job=%s attempt=%s worker=%s",
@@ -122,54 +101,18 @@ def _start_within_limits(
     return started
 
 
-#: Startable now: waiting for a worker, or a retry whose time has come (see ``_start_with_orm``).
-_STARTABLE_NOW = Q(status__in=EXECUTION_STARTABLE) & ~Q(status=ExecutionStatus.RETRY)
-
-
-def _start_with_orm(
-    execution_id: int, *, worker: str, pid: int, now: datetime, limits_checked: bool = False
+def _start(
+    execution_id: int, *, worker: str, pid: int, now: datetime, limits_checked: bool
 ) -> Started | None:
-    startable = _STARTABLE_NOW | Q(status=ExecutionStatus.RETRY, retry_at__lte=now)
-    if not limits_checked:
-        # As START_EXECUTION: a limited job starts only through _start_within_limits.
-        limited = Q(job__max_running__isnull=False)
-        if limits.owner_limits_on():
-            limited |= Q(job__isnull=False)
-        startable &= ~limited
-    with transaction.atomic():
-        if _expired(execution_id, now):
-            return None
-        changed = Execution.objects.filter(startable, pk=execution_id).update(
-            status=ExecutionStatus.RUNNING,
-            started_at=now,
-            finished_at=None,
-            last_heartbeat_at=now,
-            retry_at=None,
-            worker=worker,
-            updated_at=now,
-        )
-        if not changed:
-            return None
-        row = Execution.objects.values("job_id", "checkpoint", "scheduled_for").get(pk=execution_id)
-        number = Attempt.objects.filter(execution_id=execution_id).count() + 1
-        Attempt.objects.create(
-            execution_id=execution_id, number=number, worker=worker, pid=pid, started_at=now
-        )
-    return Started(
-        execution_id, row["job_id"], number, row["checkpoint"], row["scheduled_for"], now
+    return attempt_ledger.start(
+        execution_id=execution_id,
+        worker=worker,
+        pid=pid,
+        now=now,
+        lease=conf.get("STALE_AFTER"),
+        limits_checked=limits_checked,
+        owner_limits=limits.owner_limits_on(),
     )
-
-
-def _expired(execution_id: int, now: datetime) -> bool:
-    """Whether the execution is still startable but its job's ``expires`` has run out."""
-    row = (
-        Execution.objects.filter(
-            pk=execution_id, status__in=EXECUTION_STARTABLE, job__expires__isnull=False
-        )
-        .values_list("scheduled_for", "job__expires")
-        .first()
-    )
-    return row is not None and row[0] + timedelta(seconds=row[1]) < now
 
 
 def skip_expired(*, execution_id: int, now: datetime) -> bool:
@@ -186,7 +129,7 @@ def skip_expired(*, execution_id: int, now: datetime) -> bool:
             .filter(pk=execution_id)
             .first()
         )
-        if execution is None or not _expired(execution_id, now):
+        if execution is None or not attempt_ledger.expired(execution_id, now):
             return False
         late = (now - execution.scheduled_for).total_seconds()
         execution.status = ExecutionStatus.SKIPPED
@@ -201,32 +144,6 @@ def skip_expired(*, execution_id: int, now: datetime) -> bool:
     return True
 
 
-def _start_in_one_statement(
-    execution_id: int, *, worker: str, pid: int, now: datetime, limits_checked: bool = False
-) -> Started | None:
-    """``_start_with_orm`` as one PostgreSQL statement: a worker pays one round trip per start.
-
-    The same compare-and-set and attempt row, written as data-modifying CTEs.
-    """
-    row = sql.execute_hot(
-        sql.START_EXECUTION,
-        {
-            **sql.START_EXECUTION_VALUES,
-            "id": execution_id,
-            "now": now,
-            "worker": worker,
-            "pid": pid,
-            "lease": conf.get("STALE_AFTER"),
-            "limits_checked": limits_checked,
-            "owner_limits": limits.owner_limits_on(),
-        },
-    )
-    if row is None:
-        return None
-    checkpoint = json.loads(row[1]) if isinstance(row[1], str) else row[1]
-    return Started(execution_id, row[0], row[2], checkpoint, row[3], now)
-
-
 def held_after_crash(execution_id: int) -> float | None:
     """Seconds before this execution may start, if the last crash recovery holds it (PostgreSQL).
 
@@ -236,12 +153,7 @@ def held_after_crash(execution_id: int) -> float | None:
     that started it; by then that worker has restored its start (its heartbeat or its end does)
     or its own fence has stopped the body, as for any lease it could not renew.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql.HELD_AFTER_CRASH, {"id": execution_id, "lease": conf.get("STALE_AFTER")}
-        )
-        row = cursor.fetchone()
-    return None if row is None else max(0.0, float(row[0]))
+    return attempt_ledger.held_after_crash(execution_id, lease=conf.get("STALE_AFTER"))
 
 
 def restore_start(*, execution_id: int, started: Started, worker: str, pid: int) -> bool:
@@ -320,39 +232,6 @@ def record_item_failures(*, execution_id: int, count: int, detail: str) -> None:
     )
 
 
-def _release_job(execution: Execution, *, now: datetime) -> None:
-    """Let a forbid-overlap job's next occurrence be claimed, and count the run."""
-    if execution.job_id is None:
-        return
-    updates: dict[str, Any] = {
-        "last_keepalive_at": now,
-        "current_execution": Case(
-            When(current_execution_id=execution.pk, then=Value(None)),
-            default=F("current_execution"),
-        ),
-    }
-    if execution.status == ExecutionStatus.COMPLETED:
-        updates["execute_count"] = F("execute_count") + 1
-    Job.objects.filter(pk=execution.job_id).update(**updates)
-
-
-def _attempt_running(execution_id: int, attempt: int | None) -> Q:
-    """Rows whose attempt ``attempt`` is still running (any attempt when None).
-
-    An attempt that the reaper already gave up on may still finish on a worker that was only
-    cut off; its late end must not be written over the next attempt's row.
-    """
-    if attempt is None:
-        return Q()
-    return Q(
-        Exists(
-            Attempt.objects.filter(
-                execution_id=execution_id, number=attempt, outcome=AttemptOutcome.RUNNING
-            )
-        )
-    )
-
-
 def complete_execution(
     *,
     execution_id: int,
@@ -366,61 +245,14 @@ def complete_execution(
     attempt is still the running one. ``result`` (a Django task's return value, as
     ``{"value": …}``) is written in the same statement, so a run is never completed without it.
     """
-    if connection.vendor == "postgresql":
-        changed, job_id = _complete_in_one_statement(
-            execution_id, now=now, attempt=attempt, result=result
-        )
-        if not changed:
-            return False
-    else:
-        with transaction.atomic(durable=True):
-            kept: dict[str, Any] = {}
-            if result is not None:
-                # Merged into what earlier attempts left (their errors), as on PostgreSQL.
-                before = Execution.objects.filter(pk=execution_id).values_list("result", flat=True)
-                kept["result"] = {**(before.first() or {}), **result}
-            changed = Execution.objects.filter(
-                _attempt_running(execution_id, attempt),
-                pk=execution_id,
-                status=ExecutionStatus.RUNNING,
-            ).update(
-                status=ExecutionStatus.COMPLETED,
-                finished_at=now,
-                last_error="",
-                updated_at=now,
-                **kept,
-            )
-            if not changed:
-                return False
-            execution = Execution.objects.get(pk=execution_id)
-            _finish_attempt(execution_id, AttemptOutcome.COMPLETED, "", now)
-            _release_job(execution, now=now)
-            job_id = execution.job_id
+    completed = attempt_ledger.complete(
+        execution_id=execution_id, now=now, attempt=attempt, result=result
+    )
+    if completed is None:
+        return False
+    job_id = completed.job_id
     logger.info("execution.completed execution=%s job=%s", execution_id, job_id)
     return True
-
-
-def _complete_in_one_statement(
-    execution_id: int, *, now: datetime, attempt: int | None, result: dict[str, Any] | None
-) -> tuple[bool, int | None]:
-    """The completion as one PostgreSQL statement: (whether it was running, its job)."""
-    row = sql.execute_hot(
-        sql.COMPLETE_EXECUTION,
-        {
-            **sql.COMPLETE_EXECUTION_VALUES,
-            "id": execution_id,
-            "now": now,
-            "attempt": attempt,
-            "result": result,
-        },
-    )
-    return (False, None) if row is None else (True, row[0])
-
-
-def _finish_attempt(execution_id: int, outcome: str, error: str, now: datetime) -> None:
-    Attempt.objects.filter(execution_id=execution_id, outcome=AttemptOutcome.RUNNING).update(
-        outcome=outcome, finished_at=now, error=error[:MAX_ERROR]
-    )
 
 
 #: Attempts lost with their worker (killed, or shut down under them) that a Django task run

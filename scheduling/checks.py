@@ -32,7 +32,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
-from scheduling import conf, overview, tasktables
+from scheduling import conf, ledger, overview, tasktables
 from scheduling.celeryapp import celery_app, is_fallback
 from scheduling.models import Job, SchedulerState
 from scheduling.validation import queue_error, visibility_timeout
@@ -165,7 +165,7 @@ def check_visibility_timeout(**_: Any) -> list[CheckMessage]:
 
 @register("scheduling")
 def check_sqlite_schedulers(**_: Any) -> list[CheckMessage]:
-    if connection.vendor != "sqlite" or not _ledger_ready():
+    if not ledger.on_sqlite() or not _ledger_ready():
         return []
     try:
         since = timezone.now() - SCHEDULER_RECENT

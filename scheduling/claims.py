@@ -1,13 +1,13 @@
 """The claim: take due jobs, create their executions, advance them, in one short transaction.
 
-This is the scheduler's hot path, so it works on plain rows instead of model instances: one
-``SELECT … FOR NO KEY UPDATE SKIP LOCKED`` (the row locks that keep two schedulers apart), the
-timing decisions of ``scheduling.schedules.plan_claim``, then one write. On PostgreSQL the
-locking statement also plans and writes the common case itself (an interval job due once,
-moved one interval on: ``_claim_pg`` lists the conditions, and the specification tests check
-it against ``plan_claim`` case by case); every other row is planned here and written by a
-second statement. SQLite, which serialises writers anyway, locks, plans every row here and
-writes with the ORM's bulk methods.
+This is the scheduler's hot path, so it works on plain rows instead of model instances: the
+ledger's lock (``scheduling.ledger.claim.lock_due``: ``FOR NO KEY UPDATE SKIP LOCKED``, the
+row locks that keep two schedulers apart), the timing decisions of
+``scheduling.schedules.plan_claim``, then one write (``write_claim``). This module decides; the
+ledger runs the statements. On PostgreSQL the locking statement also plans and writes the
+common case itself (an interval job due once, moved one interval on: ``sql_planning`` lists
+the conditions, and the specification tests check it against ``plan_claim`` case by case);
+every other row is planned here. On SQLite every row is planned here.
 The claim commits on its own (``atomic(durable=True)``): inside a caller's transaction its row
 locks would be held, and its rows invisible to workers, for as long as the caller runs.
 Nothing is published here: the scheduler loop (``scheduling.scheduler.loop``) does that after
@@ -19,21 +19,19 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import TextField
-from django.db.models.functions import Cast
+from django.db import transaction
 
-from scheduling import arguments, conf, schedules, sql
+from scheduling import arguments, conf, schedules
 from scheduling.arguments import Unreadable, decode
 from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid4_text
-from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap
+from scheduling.ledger import claim as claim_ledger
+from scheduling.models import ExecutionStatus, JobStatus, Overlap
 from scheduling.registry import schedulable_names
 from scheduling.schedules import FiringRule, Misfire, ScheduleError
 from scheduling.tasktables import TASK_ROW_TASK
@@ -54,45 +52,7 @@ SKIPPED_NOTE = (
 )
 
 
-_DUE_FIELDS = (
-    "pk",
-    "next_occurrence_at",
-    "next_due_at",
-    "created_at",
-    "misfire",
-    "overlap",
-    "jitter",
-    "task",
-    "args",
-    "kwargs",
-    "queue",
-    "priority",
-    "timeout",
-    "task_table",
-    "task_row_id",
-    "schedule__interval",
-    "schedule__cron",
-    "schedule__timezone",
-    "schedule__run_at",
-    "schedule__starts_at",
-    "schedule__ends_at",
-)
-
-
-#: The due fields but the arguments, which the ORM path reads as text.
-_ROW_FIELDS = tuple(name for name in _DUE_FIELDS if name not in ("args", "kwargs"))
-
-_TIME_FIELDS = (
-    "next_occurrence_at",
-    "next_due_at",
-    "created_at",
-    "schedule__run_at",
-    "schedule__starts_at",
-    "schedule__ends_at",
-)
-
-
-# The rows ``CLAIM_DUE_JOBS`` plans have every time within these bounds: far from the ends of
+# The rows ``LOCK_DUE`` plans have every time within these bounds: far from the ends of
 # the calendar, where Python cannot read a time and a step could run past the year 9999.
 PLANNED_EARLIEST = datetime(1000, 1, 1, tzinfo=UTC)
 PLANNED_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
@@ -106,7 +66,7 @@ MAX_KNOWN_STEPS = 1000
 class _Steps:
     """Interval texts this process has read (``schedules.parse_duration``), in microseconds.
 
-    ``CLAIM_DUE_JOBS`` plans a job only when its schedule's interval text is here, so what an
+    ``LOCK_DUE`` plans a job only when its schedule's interval text is here, so what an
     interval means is decided in one place, Python, and SQL only adds it. The claim learns a
     text the first time it plans a row with it in Python (a new interval's first batch goes
     that way). Read by every flood lane at once: a new text replaces the whole JSON document,
@@ -158,69 +118,17 @@ class Claim:
 def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
     """Claim up to ``limit`` due jobs in one transaction; publish the doorbells after it.
 
-    A job whose schedule or target is broken gets a FAILED execution naming the reason (and a
-    broken schedule pauses it); one whose own times cannot be read is paused with an error in
-    the log; every other due job in the batch is served as usual.
+    The ledger locks the batch and, on PostgreSQL, plans in its locking statement every job
+    whose claim is the plain one (``sql_planning`` says which). Every other row is planned
+    here (``_plan``) and written by ``write_claim`` in the same transaction, so a bad row
+    still fails or pauses alone: a job whose schedule or target is broken gets a FAILED
+    execution naming the reason (and a broken schedule pauses it); one whose own times cannot
+    be read is paused with an error in the log; every other due job in the batch is served.
     """
     grace = timedelta(seconds=conf.get("MISFIRE_GRACE"))
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
-    if connection.vendor == "postgresql":
-        return _claim_pg(now, limit, grace, catch_up_limit)
     with transaction.atomic(durable=True):
-        rows = _lock_due_orm(now, limit)
-        if not rows:
-            return Claim([], 0)
-        timings: dict[tuple[Any, ...], FiringRule | ScheduleError] = {}
-        targets: dict[tuple[Any, ...], str] = {}
-        due = [_plan(row, now, grace, catch_up_limit, timings, targets) for row in rows]
-        _write_orm(due, now=now)
-    _log_claimed(len(due), sum(len(item.executions) for item in due))
-    return Claim(_bells(due), len(due))
-
-
-def _claim_pg(now: datetime, limit: int, grace: timedelta, catch_up_limit: int) -> Claim:
-    """``claim_due_jobs`` on PostgreSQL: the common case planned in the locking statement.
-
-    ``CLAIM_DUE_JOBS`` locks the batch and plans, in SQL, every job whose claim is the plain
-    one: an interval schedule whose step this process has already read (``_STEPS``), in UTC,
-    without cron, instant, jitter or task table, a schedulable task, ``args`` a list and
-    ``kwargs`` an object, every time of the row in the calendar's middle (no 'infinity', no
-    year the arithmetic could overflow), its occurrence on the schedule's grid, not after its
-    due time and not late (or late under ``catch_up``), and its next occurrence inside the
-    window and, with overlap allowed, after ``now``. For such a job ``schedules.plan_claim``
-    runs the occurrence alone and moves the job one interval on, ``due_time`` adds no jitter
-    and the target and argument checks find nothing: the statement writes exactly what
-    ``_plan`` and ``_write_pg`` would, and no row's JSON or times travel through Python.
-    Every other row comes back whole and goes through ``_plan`` and ``_write_pg`` as before,
-    in the same transaction, so a bad row still fails or pauses alone.
-    """
-    steps = _STEPS.text
-    tasks = [name for name in schedulable_names() if name != TASK_ROW_TASK]
-    with transaction.atomic(durable=True):
-        with connection.cursor() as cursor:
-            cursor.execute(
-                sql.CLAIM_DUE_JOBS,
-                {
-                    "now": now,
-                    "limit": limit,
-                    "steps": steps,
-                    "tasks": tasks,
-                    "active": JobStatus.ACTIVE.value,
-                    "pending": ExecutionStatus.PENDING.value,
-                    "forbid": Overlap.FORBID.value,
-                    "catch_up": Misfire.CATCH_UP.value,
-                    "misfires": [policy.value for policy in Misfire],
-                    "overlaps": Overlap.values,
-                    "on_time_from": now - grace,
-                    "earliest": PLANNED_EARLIEST,
-                    "latest": PLANNED_LATEST,
-                    "max_step": MAX_PLANNED_STEP,
-                    **_argument_bounds(),
-                    "queue_pattern": QUEUE_PATTERN,
-                    "reserved_queues": RESERVED_QUEUE_LIKE,
-                },
-            )
-            rows = cursor.fetchall()
+        rows = claim_ledger.lock_due(now=now, limit=limit, planning=sql_planning(now, grace))
         if not rows:
             return Claim([], 0)
         bells: list[Doorbell] = []
@@ -229,38 +137,69 @@ def _claim_pg(now: datetime, limit: int, grace: timedelta, catch_up_limit: int) 
         targets: dict[tuple[Any, ...], str] = {}
         verbose = logger.isEnabledFor(logging.DEBUG)
         for row in rows:
-            if not row[0]:
-                due_row = _read_times(dict(zip(_DUE_FIELDS, row[4:], strict=True)))
-                rest.append(_plan(due_row, now, grace, catch_up_limit, timings, targets))
+            if not row["planned"]:
+                rest.append(_plan(row, now, grace, catch_up_limit, timings, targets))
                 continue
-            if row[1] is None:
-                _log_exists(row[4], datetime.fromisoformat(row[3]))
+            occurrence = datetime.fromisoformat(row["occurrence"])
+            if row["execution_id"] is None:
+                _log_exists(row["pk"], occurrence)
                 continue
             if verbose:
                 _log_execution(
-                    row[4], row[1], datetime.fromisoformat(row[3]), ExecutionStatus.PENDING
+                    row["pk"], row["execution_id"], occurrence, ExecutionStatus.PENDING
                 )
             bells.append(
                 Doorbell(
-                    execution_id=row[1],
-                    task_id=row[2],
-                    task=row[11],
-                    args=_json(row[12]),
-                    kwargs=_json(row[13]),
-                    queue=row[14],
-                    priority=row[15],
-                    timeout=row[16],
+                    execution_id=row["execution_id"],
+                    task_id=row["task_id"],
+                    task=row["task"],
+                    args=_json(row["args"]),
+                    kwargs=_json(row["kwargs"]),
+                    queue=row["queue"],
+                    priority=row["priority"],
+                    timeout=row["timeout"],
                 )
             )
         if rest:
-            _write_pg(rest, now=now)
+            _write(rest, now=now)
     _log_claimed(len(rows), len(bells) + sum(len(item.executions) for item in rest))
     # Rows planned in Python follow those planned in SQL: a batch is published as one.
     bells.extend(_bells(rest))
     return Claim(bells, len(rows))
 
 
-#: The queue names ``CLAIM_DUE_JOBS`` plans itself: ``validation.QUEUE_NAME`` within its
+def sql_planning(now: datetime, grace: timedelta) -> dict[str, Any]:
+    """The conditions under which the ledger's locking statement plans a job itself.
+
+    Those of the plain claim: an interval schedule whose step this process has already read
+    (``_STEPS``), in UTC, without cron, instant, jitter or task table, a schedulable task,
+    ``args`` a list and ``kwargs`` an object well inside their limits, a queue the broker takes
+    as it is, every time of the row in the calendar's middle (no 'infinity', no year the
+    arithmetic could overflow), its occurrence on the schedule's grid, not after its due time
+    and not late (or late under ``catch_up``), and its next occurrence inside the window and,
+    with overlap allowed, after ``now``. For such a job ``schedules.plan_claim`` runs the
+    occurrence alone and moves the job one interval on, ``due_time`` adds no jitter and the
+    target and argument checks find nothing: the statement writes exactly what ``_plan`` and
+    ``write_claim`` would, and no row's JSON or times travel through Python.
+    """
+    return {
+        "steps": _STEPS.text,
+        "tasks": [name for name in schedulable_names() if name != TASK_ROW_TASK],
+        "forbid": Overlap.FORBID.value,
+        "catch_up": Misfire.CATCH_UP.value,
+        "misfires": [policy.value for policy in Misfire],
+        "overlaps": Overlap.values,
+        "on_time_from": now - grace,
+        "earliest": PLANNED_EARLIEST,
+        "latest": PLANNED_LATEST,
+        "max_step": MAX_PLANNED_STEP,
+        **_argument_bounds(),
+        "queue_pattern": QUEUE_PATTERN,
+        "reserved_queues": RESERVED_QUEUE_LIKE,
+    }
+
+
+#: The queue names ``LOCK_DUE`` plans itself: ``validation.QUEUE_NAME`` within its
 #: length, and none like a name the broker keeps (``_`` is a wildcard in LIKE, so a few good
 #: names go to Python too, which decides them exactly with ``validation.queue_error``).
 QUEUE_PATTERN = f"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_QUEUE - 1}}}$"
@@ -272,7 +211,7 @@ RESERVED_QUEUE_LIKE = [
 
 
 def _argument_bounds() -> dict[str, Any]:
-    """Where ``CLAIM_DUE_JOBS`` may plan a row's arguments itself: well inside the limits.
+    """Where ``LOCK_DUE`` may plan a row's arguments itself: well inside the limits.
 
     PostgreSQL's text of a value can be shorter than Python's (``1E2`` reads back as ``100``
     there and as ``100.0`` here), so the statement plans only texts under half the size
@@ -319,44 +258,6 @@ def _bells(due: Sequence[_Due]) -> list[Doorbell]:
             if execution["status"] == ExecutionStatus.PENDING:
                 bells.append(_bell(item.row, execution))
     return bells
-
-
-def _lock_due_orm(now: datetime, limit: int) -> list[dict[str, Any]]:
-    """The due rows, their arguments as stored text (decoded by ``_json``, which names a
-    value nested past what Python reads instead of failing the whole batch on it)."""
-    rows = (
-        Job.objects.filter(
-            status=JobStatus.ACTIVE, current_execution__isnull=True, next_due_at__lte=now
-        )
-        .select_for_update(skip_locked=True, no_key=True, of=("self",))
-        .order_by("next_due_at")
-        .annotate(
-            args_text=Cast("args", output_field=TextField()),
-            kwargs_text=Cast("kwargs", output_field=TextField()),
-        )
-        .values(*_ROW_FIELDS, "args_text", "kwargs_text")[:limit]
-    )
-    return [
-        {**row, "args": row.pop("args_text"), "kwargs": row.pop("kwargs_text")} for row in rows
-    ]
-
-
-def _read_times(row: dict[str, Any]) -> dict[str, Any]:
-    """A row of ``CLAIM_DUE_JOBS`` with its times read from text, in place.
-
-    Decoding jsonb and timestamptz values through the driver's Python-level loaders costs more
-    than the rest of the claim's Python work together. As text, the common empty ``args`` and
-    ``kwargs`` need no decoding at all (``_json``) and a time is one ``fromisoformat`` call
-    (the text is ISO 8601: psycopg requires the server's ISO ``DateStyle`` anyway).
-    """
-    for name in _TIME_FIELDS:
-        if row[name] is not None:
-            try:
-                row[name] = datetime.fromisoformat(row[name])
-            except ValueError:  # 'infinity', '-infinity', years past 9999: raw SQL only
-                row.setdefault("bad_times", {})[name] = row[name]
-                row[name] = None
-    return row
 
 
 def _bell(row: dict[str, Any], execution: dict[str, Any]) -> Doorbell:
@@ -549,22 +450,18 @@ def _plan_row(
     return item
 
 
-def _write_pg(due: Sequence[_Due], *, now: datetime) -> None:
-    """Insert every planned execution and move every claimed job, in one statement.
+def _write(due: Sequence[_Due], *, now: datetime) -> None:
+    """Write what was planned for ``due`` (``write_claim``) and keep the executions made.
 
-    The executions go in first; each job then takes its new position and, when overlap is
-    forbidden, its first new PENDING execution as ``current_execution``. An occurrence that
-    already has its execution (a manual ``jobs run`` at that very instant) is left as it is
-    and dropped from the plan instead of failing the batch on the one-per-occurrence
-    constraint. Rows travel as JSON (``json_to_recordset``): one C-speed encoding per batch,
-    where binding an array per column costs more in Python than the statement costs the server.
+    An occurrence that already has its execution (a manual ``jobs run`` at that very instant)
+    is left as it is and dropped from the plan instead of failing the batch on the
+    one-per-occurrence constraint.
     """
-    stamp = now.isoformat()
     executions = [
         {
             "job_id": execution["job_id"],
             "task": execution["task"],
-            "scheduled_for": execution["scheduled_for"].isoformat(),
+            "scheduled_for": execution["scheduled_for"],
             "status": execution["status"],
             "task_id": execution["task_id"],
             "last_error": execution["last_error"],
@@ -575,10 +472,8 @@ def _write_pg(due: Sequence[_Due], *, now: datetime) -> None:
     jobs = [
         {
             "id": item.row["pk"],
-            "next_due_at": item.next_due.isoformat() if item.next_due else None,
-            "next_occurrence_at": (
-                item.next_occurrence.isoformat() if item.next_occurrence else None
-            ),
+            "next_due_at": item.next_due,
+            "next_occurrence_at": item.next_occurrence,
             "status": item.status,
             "forbid": item.row["overlap"] == Overlap.FORBID,
             "keep": item.keep_times,
@@ -586,73 +481,7 @@ def _write_pg(due: Sequence[_Due], *, now: datetime) -> None:
         }
         for item in due
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql.WRITE_CLAIM,
-            {
-                "now": stamp,
-                "pending": ExecutionStatus.PENDING.value,
-                "executions": json.dumps(executions),
-                "jobs": json.dumps(jobs),
-            },
-        )
-        _keep_inserted(due, dict(cursor.fetchall()))
-
-
-def _write_orm(due: Sequence[_Due], *, now: datetime) -> None:
-    """``_write_pg`` for other databases (SQLite, which serialises writers anyway)."""
-    rows = [execution for item in due for execution in item.executions]
-    taken = set(
-        Execution.objects.filter(
-            job_id__in={row["job_id"] for row in rows},
-            scheduled_for__in={row["scheduled_for"] for row in rows},
-        ).values_list("job_id", "scheduled_for")
-    )
-    fresh = [row for row in rows if (row["job_id"], row["scheduled_for"]) not in taken]
-    Execution.objects.bulk_create(
-        [
-            Execution(
-                **{**row, "task_id": uuid.UUID(row["task_id"])},
-                created_at=now,
-                queued_at=now if row["status"] == ExecutionStatus.PENDING else None,
-                finished_at=None if row["status"] == ExecutionStatus.PENDING else now,
-                updated_at=now,
-            )
-            for row in fresh
-        ]
-    )
-    ids = Execution.objects.filter(task_id__in=[row["task_id"] for row in fresh]).values_list(
-        "task_id", "pk"
-    )
-    _keep_inserted(due, {str(task_id): pk for task_id, pk in ids})
-    moved: list[Job] = []
-    kept: list[Job] = []
-    paused: list[Job] = []
-    for item in due:
-        first = None
-        if item.row["overlap"] == Overlap.FORBID:
-            first = next(
-                (e["id"] for e in item.executions if e["status"] == ExecutionStatus.PENDING),
-                None,
-            )
-        job = Job(
-            pk=item.row["pk"],
-            next_due_at=item.next_due,
-            next_occurrence_at=item.next_occurrence,
-            current_execution_id=first,
-            status=item.status,
-            pause_reason=item.pause_reason or "",
-            updated_at=now,
-        )
-        (kept if item.keep_times else moved).append(job)
-        if item.pause_reason is not None:
-            paused.append(job)
-    Job.objects.bulk_update(
-        moved, ["next_due_at", "next_occurrence_at", "current_execution", "status", "updated_at"]
-    )
-    # A job paused for a time it cannot read keeps its times as they are (as in WRITE_CLAIM).
-    Job.objects.bulk_update(kept, ["current_execution", "status", "updated_at"])
-    Job.objects.bulk_update(paused, ["pause_reason"])
+    _keep_inserted(due, claim_ledger.write_claim(now=now, executions=executions, jobs=jobs))
 
 
 def _keep_inserted(due: Sequence[_Due], ids: dict[str, int]) -> None:

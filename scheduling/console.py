@@ -40,8 +40,8 @@ class JobNames:
         with self._lock:
             if execution_id in self._executions:
                 return self._executions[execution_id]
-        row = Execution.objects.filter(pk=execution_id).values_list("job__name", "task").first()
-        name = (row[0] or row[1]) if row else None
+        row = Execution.objects.filter(pk=execution_id).values("job__name", "task").first()
+        name = (row["job__name"] or row["task"]) if row else None
         with self._lock:
             self._executions[execution_id] = name
         return name

@@ -26,15 +26,14 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import transaction
 
 from scheduling import conf
+from scheduling.ledger import limits as limits_ledger
 from scheduling.models import (
     EXECUTION_STARTABLE,
     Execution,
     ExecutionStatus,
-    Job,
 )
 
 logger = logging.getLogger("scheduling")
@@ -75,15 +74,21 @@ def limited_slot(execution_id: int) -> Slot | None:
     limited start (its job has a limit, or owner limits are on); else None."""
     row = (
         Execution.objects.filter(pk=execution_id, status__in=EXECUTION_STARTABLE)
-        .values_list(
-            "job_id", "job__name", "job__max_running", "job__owner_id", "job__owner__username"
-        )
+        .values("job_id", "job__name", "job__max_running", "job__owner_id", "job__owner__username")
         .first()
     )
-    if row is None or row[0] is None:
+    if row is None or row["job_id"] is None:
         return None
-    job_id, name, job_limit, owner_id, username = row
-    slot = Slot(execution_id, job_id, name, job_limit, owner_id, username, owner_limit(username))
+    username = row["job__owner__username"]
+    slot = Slot(
+        execution_id=execution_id,
+        job_id=row["job_id"],
+        job_name=row["job__name"],
+        job_limit=row["job__max_running"],
+        owner_id=row["job__owner_id"],
+        owner=username,
+        owner_limit=owner_limit(username),
+    )
     return slot if slot.job_limit or owner_limits_on() else None
 
 
@@ -94,20 +99,11 @@ def lock(slot: Slot) -> None:
     job's before the owner's in every process, so two starts never wait on each other in a
     circle. SQLite: one writer at a time; a write first takes it before anything is counted.
     """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            if slot.job_limit:
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                    [f"duecourse.job.{slot.job_id}"],
-                )
-            if slot.owner_limit:
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                    [f"duecourse.owner.{slot.owner_id}"],
-                )
-        return
-    Job.objects.filter(pk=slot.job_id).update(updated_at=F("updated_at"))
+    limits_ledger.lock_slot(
+        job_id=slot.job_id,
+        limit_job=bool(slot.job_limit),
+        owner_id=slot.owner_id if slot.owner_limit else None,
+    )
 
 
 def over_limit(slot: Slot) -> str | None:
@@ -154,14 +150,14 @@ def release_waiting(*, now: datetime, limit: int) -> list[int]:
             Execution.objects.filter(status=ExecutionStatus.WAITING)
             .select_for_update(skip_locked=True, of=("self",))
             .order_by("scheduled_for", "pk")
-            .values_list(
-                "pk", "job_id", "job__max_running", "job__owner_id", "job__owner__username"
-            )[:limit]
+            .values("pk", "job_id", "job__max_running", "job__owner_id", "job__owner__username")[
+                :limit
+            ]
         )
         if not waiting:
             return []
-        jobs = {row[1] for row in waiting}
-        owners = {row[3] for row in waiting}
+        jobs = {row["job_id"] for row in waiting}
+        owners = {row["job__owner_id"] for row in waiting}
         flying = Execution.objects.filter(status__in=IN_FLIGHT)
         per_job = Counter(
             flying.filter(job_id__in=jobs).values_list("job_id", flat=True).iterator()
@@ -172,8 +168,10 @@ def release_waiting(*, now: datetime, limit: int) -> list[int]:
             .iterator()
         )
         released: list[int] = []
-        for pk, job_id, job_limit, owner_id, username in waiting:
-            room_for_owner = owner_limit(username)
+        for row in waiting:
+            pk, job_id, job_limit = row["pk"], row["job_id"], row["job__max_running"]
+            owner_id = row["job__owner_id"]
+            room_for_owner = owner_limit(row["job__owner__username"])
             if job_limit and per_job[job_id] >= job_limit:
                 continue
             if room_for_owner and per_owner[owner_id] >= room_for_owner:

@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, Func, Value
+from django.db import transaction
+from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
 from scheduling.attempts import fail_attempt
+from scheduling.ledger import liveness as liveness_ledger
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job
 
 logger = logging.getLogger("scheduling")
@@ -46,14 +47,10 @@ def record_heartbeat(
     ids = list(execution_ids)
     stamp: Any = now
     if now is None:
-        stamp = _TransactionStart() if connection.vendor == "postgresql" else Now()
+        stamp = liveness_ledger.database_now()
     with transaction.atomic(durable=True):
-        if statement_timeout and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT set_config('statement_timeout', %s, true)",
-                    [f"{max(1, round(statement_timeout * 1000))}ms"],
-                )
+        if statement_timeout:
+            liveness_ledger.bound_statements(statement_timeout)
         changed = Execution.objects.filter(pk__in=ids, status=ExecutionStatus.RUNNING).update(
             last_heartbeat_at=stamp
         )
@@ -70,13 +67,6 @@ def running_and_taken(*, execution_ids: Sequence[int]) -> tuple[set[int], set[in
     rows = list(Execution.objects.filter(pk__in=list(execution_ids)).values_list("pk", "status"))
     running = {pk for pk, status in rows if status == ExecutionStatus.RUNNING}
     return running, {pk for pk, _ in rows} - running
-
-
-class _TransactionStart(Func):
-    """The database's clock at the start of this transaction (one value for all its rows)."""
-
-    template = "CURRENT_TIMESTAMP"
-    output_field = DateTimeField()
 
 
 def _stale_cutoff(now: datetime, stale_after: float, database_clock: bool) -> Any:

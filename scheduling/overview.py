@@ -15,19 +15,18 @@ bench/dashboard.py times each with a million executions.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
-from django.db import connection
 from django.db.models import CharField, Count, Min, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from scheduling import conf, sql, tasktables
+from scheduling import conf, tasktables
+from scheduling.ledger import reads
 from scheduling.models import Attempt, Execution, ExecutionStatus, Job, JobStatus
 
 DAY = timedelta(hours=24)
@@ -251,45 +250,9 @@ def lag_percentiles(
     retried execution counts its retry delays too; ``scheduled_for`` is the nominal time, so
     a job's jitter is part of its lag).
     """
-    start = now - within
-    if connection.vendor == "postgresql":
-        return _lag_percentiles_pg(start=start, end=now, owner_id=owner_id)
-    lags = sorted(
-        (started - due).total_seconds()
-        for due, started in _executions(owner_id)
-        .filter(scheduled_for__gte=start, scheduled_for__lt=now, started_at__isnull=False)
-        .values_list("scheduled_for", "started_at")
+    return reads.lag_percentiles(
+        start=now - within, end=now, owner_id=owner_id, quantiles=LAG_QUANTILES
     )
-    if not lags:
-        return dict.fromkeys(LAG_QUANTILES)
-    return {q: _interpolate(lags, q) for q in LAG_QUANTILES}
-
-
-def _interpolate(values: list[float], q: float) -> float:
-    """The ``q`` quantile of sorted ``values``, interpolated as percentile_cont does."""
-    position = q * (len(values) - 1)
-    low, high = math.floor(position), math.ceil(position)
-    return values[low] + (values[high] - values[low]) * (position - low)
-
-
-def _lag_percentiles_pg(
-    *, start: datetime, end: datetime, owner_id: int | None
-) -> dict[float, float | None]:
-    params: list[Any] = [start, end]
-    join = owner = ""
-    if owner_id is not None:
-        join = f"JOIN {Job._meta.db_table} j ON j.id = e.job_id"
-        owner = "AND j.owner_id = %s"
-        params.append(owner_id)
-    statement = sql.LAG_PERCENTILES.format(
-        quantiles=", ".join(str(q) for q in LAG_QUANTILES), join=join, owner=owner
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        values = cursor.fetchone()[0]
-    if values is None:
-        return dict.fromkeys(LAG_QUANTILES)
-    return {q: float(v) for q, v in zip(LAG_QUANTILES, values, strict=True)}
 
 
 def unfinished_by_status() -> dict[str, int]:

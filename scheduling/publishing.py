@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Max, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from scheduling import conf, sql
+from scheduling import conf
 from scheduling.attempts import fail_attempt
 from scheduling.doorbell import Doorbell
+from scheduling.ledger import publish as publish_ledger
 from scheduling.models import (
     EXECUTION_STARTABLE,
     Attempt,
@@ -94,17 +95,7 @@ def mark_queued(*, execution_ids: Iterable[int], now: datetime) -> int:
     ids = list(execution_ids)
     if not ids:
         return 0
-    if connection.vendor != "postgresql":
-        return Execution.objects.filter(pk__in=ids, status=ExecutionStatus.PENDING).update(
-            status=ExecutionStatus.QUEUED, queued_at=now, updated_at=now
-        )
-    with transaction.atomic(durable=True), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL synchronous_commit = off")
-        cursor.execute(
-            sql.MARK_QUEUED,
-            [ExecutionStatus.QUEUED.value, now, now, ids, ExecutionStatus.PENDING.value],
-        )
-        return cursor.rowcount
+    return publish_ledger.mark_queued(execution_ids=ids, now=now)
 
 
 def requeue_queued(*, now: datetime) -> int:
@@ -198,16 +189,17 @@ def find_lost_messages(
     """
     requeue_after = timedelta(seconds=conf.get("REQUEUE_AFTER"))
     waiting = [
-        _Waiting(*row)
+        _Waiting(**row)
         for row in Execution.objects.filter(  # reads execution_waiting_idx
             status=ExecutionStatus.QUEUED, queued_at__lt=now - requeue_after
         )
         .order_by("queued_at")
         .annotate(
-            waiting_since=Coalesce("retry_at", "created_at"),
-            on_queue=Coalesce("job__queue", Value("celery")),
+            base=Coalesce("retry_at", "created_at"),
+            queue=Coalesce("job__queue", Value("celery")),
+            priority=F("job__priority"),
         )
-        .values_list("id", "queued_at", "waiting_since", "on_queue", "job__priority")[:limit]
+        .values("id", "queued_at", "base", "queue", "priority")[:limit]
     ]
     # The growing delay: wait as long again as the row had waited before its last publish.
     waiting = [w for w in waiting if now - w.queued_at >= max(requeue_after, w.queued_at - w.base)]

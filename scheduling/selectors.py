@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from cron_descriptor import Options, get_description
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import connection
 from django.db.models import (
     BooleanField,
     Count,
@@ -22,9 +20,10 @@ from django.db.models import (
     Subquery,
 )
 from django.db.models.functions import Coalesce
-from django.utils.dateparse import parse_datetime
 
-from scheduling import pgtimes, readable, sql
+from scheduling import pgtimes, readable
+from scheduling.ledger.probe import Probe as Probe  # the idle tick's answers, read here
+from scheduling.ledger.probe import scheduler_probe as scheduler_probe
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
 from scheduling.readable import describe_interval
 from scheduling.validation import storable
@@ -175,46 +174,10 @@ def task_row_target(execution_id: int) -> tuple[str, int] | None:
     row = (
         Execution.objects.filter(pk=execution_id, job__isnull=False)
         .exclude(job__task_table="")
-        .values_list("job__task_table", "job__task_row_id")
+        .values("job__task_table", "job__task_row_id")
         .first()
     )
-    return (row[0], int(row[1])) if row else None
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What one scheduler tick has to do, from one statement.
-
-    ``due``: jobs to claim; ``republish``: executions to publish again; ``stale``: running
-    executions to reap; ``next_due_at``: when the next job falls due (for the idle sleep);
-    ``waiting``: executions waiting for a running slot (``scheduling.limits``).
-    """
-
-    due: bool
-    republish: bool
-    stale: bool
-    next_due_at: datetime | None
-    waiting: bool = False
-
-
-def scheduler_probe(
-    *, now: datetime, pending_before: datetime, queued_before: datetime, stale_before: datetime
-) -> Probe:
-    """Ask every question of an idle tick in one round trip, each an index probe.
-
-    An idle scheduler otherwise spends a transaction on each of claim, republish and reap;
-    with this it pays one short query per tick, whatever the number of jobs.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql.SCHEDULER_PROBE,
-            [now, pending_before, queued_before, now, stale_before],
-        )
-        due, republish, stale, next_due, waiting = cursor.fetchone()
-    if isinstance(next_due, str):  # SQLite returns the raw text of the column
-        parsed = parse_datetime(next_due)
-        next_due = parsed.replace(tzinfo=UTC) if parsed and parsed.tzinfo is None else parsed
-    return Probe(bool(due), bool(republish), bool(stale), next_due, bool(waiting))
+    return (row["job__task_table"], int(row["job__task_row_id"])) if row else None
 
 
 # --- the schedule in words, and the job list's health columns --------------------------------

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
 from django.utils import timezone
 
-from scheduling import sql
 from scheduling.doorbell import Doorbell
+from scheduling.ledger import runs as runs_ledger
 from scheduling.models import Attempt, Execution, ExecutionStatus
 from scheduling.publishing import doorbell_of_call
 
@@ -63,24 +62,7 @@ def write_run(*, task: str, call: dict[str, Any], run_after: datetime | None) ->
         "call": call,
         "now": now,
     }
-    if connection.vendor == "postgresql":
-        row = sql.execute_hot(
-            sql.INSERT_ENQUEUED, {**values, "status": str(values["status"].value)}
-        )
-        assert row is not None
-        execution_id = int(row[0])
-    else:
-        execution_id = Execution.objects.create(
-            task=task,
-            scheduled_for=values["scheduled_for"],
-            status=values["status"],
-            task_id=values["task_id"],
-            queued_at=values["queued_at"],
-            retry_at=values["retry_at"],
-            call=call,
-            created_at=now,
-            updated_at=now,
-        ).pk
+    execution_id = runs_ledger.insert_run(**values)
     return Written(
         execution_id=execution_id,
         task_id=str(values["task_id"]),

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 from django.utils import timezone
 
-from scheduling import claims, conf, limits, liveness, publishing, selectors, ticks
+from scheduling import claims, conf, ledger, limits, liveness, publishing, selectors, ticks
 from scheduling.doorbell import Doorbell
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.publisher import Publisher
@@ -265,7 +265,7 @@ class Dispatcher:
 
     def _flood_lanes(self) -> Lanes | None:
         count = conf.get("FLOOD_LANES")
-        if count < 2 or connection.vendor != "postgresql" or connection.in_atomic_block:
+        if count < 2 or not ledger.on_postgresql() or connection.in_atomic_block:
             return None
         if self._lanes is None or self._lanes.count != count:
             if self._lanes is not None:

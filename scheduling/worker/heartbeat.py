@@ -33,6 +33,7 @@ import time
 from django.db import close_old_connections, connection
 
 from scheduling import attempts, conf, liveness
+from scheduling.ledger import liveness as liveness_ledger
 from scheduling.worker.fence import Fence, Lease, fence_limits
 
 logger = logging.getLogger("scheduling")
@@ -51,20 +52,7 @@ def bound_liveness_connection() -> None:
     and the task's own connection keep theirs. A statement timeout is set per beat
     (``record_heartbeat``), which a pooler in transaction mode also accepts.
     """
-    if connection.vendor != "postgresql":
-        return
-    seconds = math.ceil(liveness_timeout())
-    options = dict(connection.settings_dict.get("OPTIONS") or {})
-    options.update(
-        connect_timeout=seconds,
-        keepalives=1,
-        keepalives_idle=max(1, seconds // 2),
-        keepalives_interval=1,
-        keepalives_count=max(1, seconds // 2),
-        tcp_user_timeout=seconds * 1000,
-    )
-    connection.close()
-    connection.settings_dict = {**connection.settings_dict, "OPTIONS": options}
+    liveness_ledger.bound_connection(math.ceil(liveness_timeout()))
 
 
 class HeartbeatThread:

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from scheduling.cron import CronExpression
 from scheduling.schedules import (
     ClaimPlan,
+    FiringRule,
     Misfire,
     ScheduleError,
-    Timing,
     check_savable,
     format_duration,
     jitter_offset,
@@ -38,8 +38,8 @@ MINUTE = timedelta(minutes=1)
 GRACE = timedelta(seconds=60)
 
 
-def every(text: str, **window: datetime) -> Timing:
-    return Timing(interval=parse_duration(text), **window)
+def every(text: str, **window: datetime) -> FiringRule:
+    return FiringRule(interval=parse_duration(text), **window)
 
 
 # --- durations ------------------------------------------------------------------------------
@@ -121,14 +121,14 @@ def test_naive_datetimes_are_refused_and_aware_ones_become_utc() -> None:
     )
 
 
-# --- Timing: what a schedule is -------------------------------------------------------------
+# --- FiringRule: what a schedule is -------------------------------------------------------------
 
 
 def test_a_timing_has_exactly_one_kind() -> None:
     with pytest.raises(ScheduleError, match="exactly one"):
-        Timing()
+        FiringRule()
     with pytest.raises(ScheduleError, match="exactly one"):
-        Timing(interval=MINUTE, at=T0)
+        FiringRule(interval=MINUTE, at=T0)
 
 
 def test_a_window_must_end_after_it_starts() -> None:
@@ -139,10 +139,10 @@ def test_a_window_must_end_after_it_starts() -> None:
 
 def test_a_one_off_instant_must_lie_inside_its_window() -> None:
     with pytest.raises(ScheduleError) as before:
-        Timing(at=T0, start=T0 + MINUTE)
+        FiringRule(at=T0, start=T0 + MINUTE)
     assert before.value.field == "at"
     with pytest.raises(ScheduleError) as after:
-        Timing(at=T0, end=T0 - MINUTE)
+        FiringRule(at=T0, end=T0 - MINUTE)
     assert after.value.field == "at"
 
 
@@ -152,7 +152,7 @@ def test_naive_window_is_refused_by_timing() -> None:
     assert caught.value.field == "start"
 
 
-# --- Timing.next_after: interval --------------------------------------------------------------
+# --- FiringRule.next_after: interval --------------------------------------------------------------
 
 
 def test_interval_counts_from_the_anchor_without_a_start() -> None:
@@ -195,11 +195,11 @@ def test_results_are_in_utc() -> None:
     assert result is not None and result.utcoffset() == timedelta(0)
 
 
-# --- Timing.next_after: cron and one-off ----------------------------------------------------
+# --- FiringRule.next_after: cron and one-off ----------------------------------------------------
 
 
 def test_cron_follows_the_wall_clock_of_its_zone() -> None:
-    timing = Timing(cron=parse_cron("0 9 * * *"), zone=BERLIN)
+    timing = FiringRule(cron=parse_cron("0 9 * * *"), zone=BERLIN)
     # 09:00 in Berlin is 08:00 UTC in winter and 07:00 UTC in summer.
     assert timing.next_after(T0, anchor=T0) == datetime(2030, 1, 8, 8, 0, tzinfo=UTC)
     summer = datetime(2030, 6, 3, 12, 0, tzinfo=UTC)
@@ -208,14 +208,14 @@ def test_cron_follows_the_wall_clock_of_its_zone() -> None:
 
 def test_cron_timing_delegates_to_the_cron_module() -> None:
     expression = CronExpression.parse("*/20 8-17 * * MON-FRI")
-    timing = Timing(cron=expression, zone=BERLIN)
+    timing = FiringRule(cron=expression, zone=BERLIN)
     after = datetime(2030, 1, 11, 16, 50, tzinfo=UTC)  # a Friday evening in Berlin
     for moment in (T0, after, after + timedelta(days=60)):
         assert timing.next_after(moment, anchor=T0) == expression.next_after(moment, BERLIN)
 
 
 def test_cron_window_bounds_its_occurrences() -> None:
-    timing = Timing(
+    timing = FiringRule(
         cron=parse_cron("0 * * * *"), start=T0 + timedelta(minutes=30), end=T0 + timedelta(hours=2)
     )
     assert list(timing.occurrences(T0 - timedelta(days=1), anchor=T0)) == [
@@ -225,7 +225,7 @@ def test_cron_window_bounds_its_occurrences() -> None:
 
 
 def test_one_off_fires_once_at_its_instant() -> None:
-    timing = Timing(at=T0)
+    timing = FiringRule(at=T0)
     assert timing.next_after(T0 - timedelta(days=1), anchor=T0) == T0
     assert timing.next_after(T0, anchor=T0) is None
     assert list(timing.occurrences(T0 - timedelta(days=1), anchor=T0)) == [T0]
@@ -251,7 +251,7 @@ def test_interval_schedule_never_runs_twice_or_skips_across_dst(
     # The start is given in local time of the zone, as a person would type it.
     start = (change - timedelta(days=3)).astimezone(zone).replace(minute=0, second=0)
     assert start.utcoffset() != (change + timedelta(days=3)).astimezone(zone).utcoffset()
-    timing = Timing(interval=step, zone=zone, start=start)
+    timing = FiringRule(interval=step, zone=zone, start=start)
     horizon = change + timedelta(days=3)
     expected_count = int((horizon - start) / step) + 1
     got = list(islice(timing.occurrences(start - MINUTE, anchor=T0), expected_count))
@@ -264,14 +264,14 @@ def test_interval_schedule_never_runs_twice_or_skips_across_dst(
 
 def test_p1d_is_24_hours_so_its_wall_time_moves_with_dst() -> None:
     start = datetime(2030, 3, 9, 9, 0, tzinfo=NEW_YORK)  # 09:00 EST
-    timing = Timing(interval=parse_duration("P1D"), zone=NEW_YORK, start=start)
+    timing = FiringRule(interval=parse_duration("P1D"), zone=NEW_YORK, start=start)
     days = list(islice(timing.occurrences(start - MINUTE, anchor=T0), 3))
     assert [d.astimezone(NEW_YORK).hour for d in days] == [9, 10, 10]
     assert {d.astimezone(UTC).hour for d in days} == {14}
 
 
 def test_half_hourly_interval_on_berlin_transition_days_runs_by_elapsed_time() -> None:
-    timing = Timing(interval=parse_duration("PT30M"), zone=BERLIN, start=T0)
+    timing = FiringRule(interval=parse_duration("PT30M"), zone=BERLIN, start=T0)
 
     def runs_on(day: int, month: int) -> int:
         midnight = datetime(2030, month, day, tzinfo=BERLIN)
@@ -294,7 +294,7 @@ def plan(
     misfire: Misfire,
     allow_overlap: bool = False,
     catch_up_limit: int = 100,
-    timing: Timing | None = None,
+    timing: FiringRule | None = None,
 ) -> ClaimPlan:
     return plan_claim(
         timing or every("PT1M"),
@@ -397,7 +397,7 @@ def test_a_claim_past_the_end_leaves_no_next_occurrence(misfire: Misfire) -> Non
 
 
 def test_one_off_claim_runs_once_and_is_over() -> None:
-    result = plan(late_by=timedelta(days=2), misfire=Misfire.CATCH_UP, timing=Timing(at=T0))
+    result = plan(late_by=timedelta(days=2), misfire=Misfire.CATCH_UP, timing=FiringRule(at=T0))
     assert result == ClaimPlan(run=(T0,), skipped=None, next_occurrence=None)
 
 
@@ -475,7 +475,7 @@ instants = st.datetimes(
 
 
 @st.composite
-def timings(draw: st.DrawFn) -> tuple[Timing, datetime]:
+def timings(draw: st.DrawFn) -> tuple[FiringRule, datetime]:
     anchor = draw(instants)
     start = draw(st.none() | instants)
     end = draw(st.none() | instants)
@@ -488,20 +488,20 @@ def timings(draw: st.DrawFn) -> tuple[Timing, datetime]:
         # The window may be written in any zone; arithmetic must still be elapsed time.
         if start is not None:
             start = start.astimezone(zone)
-        return Timing(interval=timedelta(seconds=seconds), zone=zone, start=start, end=end), anchor
+        return FiringRule(interval=timedelta(seconds=seconds), zone=zone, start=start, end=end), anchor
     if kind == "cron":
         cron = parse_cron(draw(st.sampled_from(CRONS)))
-        return Timing(cron=cron, zone=zone, start=start, end=end), anchor
+        return FiringRule(cron=cron, zone=zone, start=start, end=end), anchor
     low = start or datetime(2029, 1, 1, tzinfo=UTC)
     high = end or datetime(2031, 12, 31, tzinfo=UTC)
     at = draw(st.datetimes(min_value=low.replace(tzinfo=None), max_value=high.replace(tzinfo=None)))
-    return Timing(at=at.replace(tzinfo=UTC), start=start, end=end), anchor
+    return FiringRule(at=at.replace(tzinfo=UTC), start=start, end=end), anchor
 
 
 @settings(max_examples=150, deadline=None)
 @given(timing_anchor=timings(), after=instants)
 def test_occurrences_strictly_increase_within_the_window(
-    timing_anchor: tuple[Timing, datetime], after: datetime
+    timing_anchor: tuple[FiringRule, datetime], after: datetime
 ) -> None:
     timing, anchor = timing_anchor
     got = list(islice(timing.occurrences(after, anchor=anchor), 40))
@@ -530,7 +530,7 @@ def test_an_interval_running_off_the_calendar_is_a_schedule_error_naming_it() ->
 
 
 def test_a_cron_expression_running_off_the_calendar_is_a_schedule_error_naming_it() -> None:
-    timing = Timing(cron=parse_cron("@yearly"), zone=BERLIN)
+    timing = FiringRule(cron=parse_cron("@yearly"), zone=BERLIN)
     with pytest.raises(ScheduleError) as caught:
         timing.next_after(END_OF_9999, anchor=T0)
     assert caught.value.field == "cron"

@@ -9,7 +9,7 @@ from scheduling import ledger, pgtimes
 
 def _read_out_of_range_times(sender: Any, connection: Any, **_: Any) -> None:
     """A row holding ``infinity`` must not break every reader of its table (see pgtimes)."""
-    if ledger.on_postgresql(connection.alias):
+    if ledger.on_postgresql(connection):
         pgtimes.register(connection.connection)
 
 

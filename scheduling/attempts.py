@@ -215,7 +215,7 @@ def record_adhoc_start(
 
 
 def save_checkpoint(*, execution_id: int, checkpoint: Any) -> None:
-    Execution.objects.filter(pk=execution_id, status=ExecutionStatus.RUNNING).update(
+    Execution.objects.running().filter(pk=execution_id).update(
         checkpoint=checkpoint
     )
 
@@ -434,7 +434,7 @@ def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
     it again; if the requeued message also arrives, the claim absorbs the second one.
     """
     with transaction.atomic(durable=True):
-        changed = Execution.objects.filter(pk=execution_id, status=ExecutionStatus.RUNNING).update(
+        changed = Execution.objects.running().filter(pk=execution_id).update(
             status=ExecutionStatus.RETRY, retry_at=now, finished_at=now, updated_at=now
         )
         if changed:

@@ -73,7 +73,7 @@ def limited_slot(execution_id: int) -> Slot | None:
     """The execution's limits, if it is startable and the one-statement start leaves it to the
     limited start (its job has a limit, or owner limits are on); else None."""
     row = (
-        Execution.objects.filter(pk=execution_id, status__in=EXECUTION_STARTABLE)
+        Execution.objects.startable().filter(pk=execution_id)
         .values("job_id", "job__name", "job__max_running", "job__owner_id", "job__owner__username")
         .first()
     )
@@ -108,7 +108,7 @@ def lock(slot: Slot) -> None:
 
 def over_limit(slot: Slot) -> str | None:
     """Why the slot's execution may not start now (its job's or owner's limit), or None."""
-    running = Execution.objects.filter(status=ExecutionStatus.RUNNING)
+    running = Execution.objects.running()
     if slot.job_limit:
         count = running.filter(job_id=slot.job_id).count()
         if count >= slot.job_limit:

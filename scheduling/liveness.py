@@ -51,7 +51,7 @@ def record_heartbeat(
     with transaction.atomic(durable=True):
         if statement_timeout:
             liveness_ledger.bound_statements(statement_timeout)
-        changed = Execution.objects.filter(pk__in=ids, status=ExecutionStatus.RUNNING).update(
+        changed = Execution.objects.running().filter(pk__in=ids).update(
             last_heartbeat_at=stamp
         )
         Job.objects.filter(executions__pk__in=ids).update(last_keepalive_at=stamp)
@@ -88,7 +88,7 @@ def find_stale_executions(
     """
     cutoff = _stale_cutoff(now, stale_after, database_clock)
     return list(
-        Execution.objects.filter(status=ExecutionStatus.RUNNING, last_heartbeat_at__lt=cutoff)
+        Execution.objects.stale(cutoff)
         .order_by("last_heartbeat_at")
         .values_list("pk", flat=True)[:limit]
     )

@@ -9,7 +9,7 @@ indexes, each of which names the query that needs it.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -280,6 +280,35 @@ EXECUTION_FINISHED = (
 )
 
 
+class ExecutionQuerySet(models.QuerySet["Execution"]):
+    """The states the engine asks about again and again, by name."""
+
+    def startable(self) -> ExecutionQuerySet:
+        """Waiting for a worker: PENDING, QUEUED, or RETRY (a retry starts once it is due)."""
+        return self.filter(status__in=EXECUTION_STARTABLE)
+
+    def unfinished(self) -> ExecutionQuerySet:
+        """Not yet finished: startable, WAITING for a running slot, or RUNNING."""
+        return self.filter(status__in=EXECUTION_UNFINISHED)
+
+    def finished(self) -> ExecutionQuerySet:
+        """COMPLETED, FAILED, SKIPPED or CANCELLED: history, never written again by a worker."""
+        return self.filter(status__in=EXECUTION_FINISHED)
+
+    def running(self) -> ExecutionQuerySet:
+        return self.filter(status=ExecutionStatus.RUNNING)
+
+    def stale(self, cutoff: Any) -> ExecutionQuerySet:
+        """RUNNING with no heartbeat since ``cutoff`` (a time, or an expression of the
+        database's clock): the runs the reaper takes back."""
+        return self.filter(status=ExecutionStatus.RUNNING, last_heartbeat_at__lt=cutoff)
+
+    def lost(self, queued_before: datetime) -> ExecutionQuerySet:
+        """QUEUED since before ``queued_before``: the messages that may be lost, which the
+        republish rule weighs against the evidence (``publishing.find_lost_messages``)."""
+        return self.filter(status=ExecutionStatus.QUEUED, queued_at__lt=queued_before)
+
+
 class Execution(models.Model):
     """One occurrence of a job and its history: at most one per ``(job, scheduled_for)``.
 
@@ -340,6 +369,8 @@ class Execution(models.Model):
         help_text="What the runner said about the failed items in its latest report.",
     )
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ExecutionQuerySet.as_manager()
 
     class Meta:
         constraints = [

@@ -293,9 +293,7 @@ def recent_by_status(
 def stale_count(*, now: datetime, older_than: float | None = None) -> int:
     """Running executions whose heartbeat is older than ``older_than`` seconds."""
     seconds = conf.get("STALE_AFTER") if older_than is None else older_than
-    return Execution.objects.filter(
-        status=ExecutionStatus.RUNNING, last_heartbeat_at__lt=now - timedelta(seconds=seconds)
-    ).count()
+    return Execution.objects.stale(now - timedelta(seconds=seconds)).count()
 
 
 def oldest_due(*, now: datetime) -> datetime | None:
@@ -378,7 +376,7 @@ def unconsumed_queues(
         waiting.setdefault(queue, []).append((began, job))
     if not waiting:
         return []
-    running = Execution.objects.filter(status=ExecutionStatus.RUNNING).annotate(
+    running = Execution.objects.running().annotate(
         on_queue=_queue_of()
     )
     newest = Attempt.objects.order_by("-id").values("id")[:STARTS_READ]

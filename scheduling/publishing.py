@@ -190,9 +190,7 @@ def find_lost_messages(
     requeue_after = timedelta(seconds=conf.get("REQUEUE_AFTER"))
     waiting = [
         _Waiting(**row)
-        for row in Execution.objects.filter(  # reads execution_waiting_idx
-            status=ExecutionStatus.QUEUED, queued_at__lt=now - requeue_after
-        )
+        for row in Execution.objects.lost(now - requeue_after)  # execution_waiting_idx
         .order_by("queued_at")
         .annotate(
             base=Coalesce("retry_at", "created_at"),

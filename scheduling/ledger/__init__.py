@@ -36,12 +36,14 @@ class NoForm(NotImplementedError):
     """A statement has no text for this connection's database."""
 
 
-def dialect(using: str = DEFAULT_DB_ALIAS) -> str:
-    """Which database the connection ``using`` is: ``"postgresql"``, ``"sqlite"`` or another.
+def dialect(using: str | Any = DEFAULT_DB_ALIAS) -> str:
+    """Which database a connection is: ``"postgresql"``, ``"sqlite"`` or another.
 
-    Asked once per connection object (each thread has its own), then remembered on it.
+    ``using`` is an alias of ``DATABASES`` or a connection itself (a ``connection_created``
+    receiver is handed connections that no alias names). Asked once per connection object
+    (each thread has its own), then remembered on it.
     """
-    wrapper = connections[using]
+    wrapper = connections[using] if isinstance(using, str) else using
     found = wrapper.__dict__.get(_CACHED)
     if found is None:
         found = str(wrapper.vendor)
@@ -49,11 +51,11 @@ def dialect(using: str = DEFAULT_DB_ALIAS) -> str:
     return found
 
 
-def on_postgresql(using: str = DEFAULT_DB_ALIAS) -> bool:
+def on_postgresql(using: str | Any = DEFAULT_DB_ALIAS) -> bool:
     return dialect(using) == POSTGRESQL
 
 
-def on_sqlite(using: str = DEFAULT_DB_ALIAS) -> bool:
+def on_sqlite(using: str | Any = DEFAULT_DB_ALIAS) -> bool:
     return dialect(using) == SQLITE
 
 

@@ -488,7 +488,8 @@ def timings(draw: st.DrawFn) -> tuple[FiringRule, datetime]:
         # The window may be written in any zone; arithmetic must still be elapsed time.
         if start is not None:
             start = start.astimezone(zone)
-        return FiringRule(interval=timedelta(seconds=seconds), zone=zone, start=start, end=end), anchor
+        rule = FiringRule(interval=timedelta(seconds=seconds), zone=zone, start=start, end=end)
+        return rule, anchor
     if kind == "cron":
         cron = parse_cron(draw(st.sampled_from(CRONS)))
         return FiringRule(cron=cron, zone=zone, start=start, end=end), anchor

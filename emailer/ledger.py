@@ -71,7 +71,7 @@ class Selection:
             "statuses": json.dumps([str(s) for s in self.statuses]),
             "once": self.once_per_participant,
             "blocking": json.dumps(blocking),
-            "reclaim": DeliveryState.UNCERTAIN if self.resend_uncertain else "",
+            "reclaim": DeliveryState.UNCERTAIN.value if self.resend_uncertain else "",
         }
 
 
@@ -103,8 +103,9 @@ def _due(*, statuses: str, blocking: str) -> str:
     (task, participant, occurrence) per candidate. As NOT EXISTS, a ledger table without
     statistics yet (a first big run) was planned as a join that scanned every delivery of
     the occurrence for every candidate: quadratic, 60 messages/s at 3,000 participants. The
-    flags (``every_status``, ``once``) are constants to the planner, so a condition they turn
-    off costs nothing.
+    flags (``every_status``, ``once``) are values in the text Django sends, and PostgreSQL
+    folds ``true OR …`` and ``false AND …`` away when it plans: a condition a flag turns off
+    is not in the plan, which is the plan of a text written without it.
     """
     return f"""
             p.project_id = %(project)s
@@ -146,15 +147,13 @@ def _claim(*, due: str, conflict: str) -> str:
                   tries"""
 
 
-# -- claim_chunk: the next due participants, marked sending for this run, in one INSERT; a
-#    participant a concurrent run claimed first is left out (its row wins the unique key).
+# -- claim_chunk: mark the next due participants sending for this run, in one INSERT.
 CLAIM = ledger.Statement(
     postgresql=_claim(due=_DUE_POSTGRESQL, conflict="NOTHING"),
     sqlite=_claim(due=_DUE_SQLITE, conflict="NOTHING"),
 )
 
-# -- claim_chunk (resend policy): the same, and an ``uncertain`` row of this occurrence is
-#    claimed again by this run, its ``tries`` counted up.
+# -- claim_chunk (resend policy): the same, and this occurrence's uncertain rows claimed again.
 _RECLAIM = f"""UPDATE SET state = 'sending', history_id = excluded.history_id,
                    tries = {_D}.tries + 1, claimed_at = excluded.claimed_at,
                    finished_at = NULL, reply = ''
@@ -180,7 +179,7 @@ def claim_chunk(
     return sorted(claimed, key=lambda c: c.participant_id)
 
 
-# -- has_due: whether one due participant is left after ``after``.
+# -- has_due: find one participant still due after ``after``.
 HAS_DUE = ledger.Statement(
     postgresql=f"SELECT 1 AS due FROM {_P} p WHERE {_DUE_POSTGRESQL} LIMIT 1",
     sqlite=f"SELECT 1 AS due FROM {_P} p WHERE {_DUE_SQLITE} LIMIT 1",
@@ -203,8 +202,7 @@ def unsubscribed_among(participant_ids: Sequence[int]) -> set[int]:
     )
 
 
-# -- record_chunk: each delivery's outcome in one UPDATE, only on rows this run still holds; a
-#    ``tries`` of 1 leaves the row's own count.
+# -- record_chunk: write each delivery's outcome in one UPDATE, on rows this run still holds.
 RECORD_CHUNK = ledger.Statement(
     postgresql=f"""
         UPDATE {_D} AS d
@@ -232,8 +230,9 @@ def record_chunk(*, history_id: int, outcomes: Sequence[Outcome], now: datetime)
     """Write each delivery's outcome in one UPDATE; only rows this run still holds change.
 
     The outcomes travel as one JSON list, so the statement is the same text for a chunk of one
-    or of a thousand. A server's reply is stored as one line of at most 500 characters: it is
-    someone else's words.
+    or of a thousand. A ``tries`` of 1, the default (a message that failed to render was never
+    tried), leaves the row's own count. A server's reply is stored as one line of at most 500
+    characters: it is someone else's words.
     """
     if not outcomes:
         return 0
@@ -251,8 +250,7 @@ def record_chunk(*, history_id: int, outcomes: Sequence[Outcome], now: datetime)
     )
 
 
-# -- release: a first claim never handed to the server is deleted (the participant is due
-#    again).
+# -- release: delete first claims never handed to the server (the participant is due again).
 RELEASE_FIRST = ledger.Statement(
     postgresql=f"""
         DELETE FROM {_D}
@@ -264,7 +262,7 @@ RELEASE_FIRST = ledger.Statement(
            AND history_id = %(hist)s AND state = 'sending' AND tries = 1""",
 )
 
-# -- release: a resend never handed to the server goes back to uncertain.
+# -- release: put resends never handed to the server back to uncertain.
 RELEASE_RESEND = ledger.Statement(
     postgresql=f"""
         UPDATE {_D} SET state = 'uncertain'
@@ -290,7 +288,7 @@ def release(*, history_id: int, delivery_ids: Sequence[int]) -> None:
     ledger.execute(RELEASE_RESEND, params)
 
 
-# -- recover_run: this run's ``sending`` rows, left by a dead attempt, become ``uncertain``.
+# -- recover_run: turn this run's ``sending`` rows, left by a dead attempt, into ``uncertain``.
 _RECOVER_RUN = f"""
         UPDATE {_D}
            SET state = 'uncertain', finished_at = %(now)s,
@@ -308,7 +306,7 @@ def recover_run(*, history_id: int, now: datetime) -> int:
     return ledger.execute(RECOVER_RUN, {"hist": history_id, "now": now})
 
 
-# -- count_run: the run's deliveries per state.
+# -- count_run: count the run's deliveries per state.
 _COUNT_RUN = f"""
         SELECT state, COUNT(*) AS deliveries FROM {_D}
          WHERE history_id = %(hist)s GROUP BY state"""

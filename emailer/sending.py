@@ -38,8 +38,8 @@ from django.db.models import F
 from django.template import TemplateSyntaxError
 from django.utils import timezone
 
-from emailer import conf, deliveries
-from emailer.deliveries import Claimed, Outcome, Selection
+from emailer import conf, ledger
+from emailer.ledger import Claimed, Outcome, Selection
 from emailer.mailers import default_mailer
 from emailer.messages import build_message
 from emailer.models import (
@@ -105,7 +105,7 @@ def why_not_due(task: SendEmailTask, selection: Selection) -> str | None:
             f"project {project.name!r} is {project.state}; "
             f"the task requires it to be {task.requires_state}"
         )
-    if not deliveries.has_due(selection=selection):
+    if not ledger.has_due(selection=selection):
         return "nobody left to mail: every participant due has had this mail"
     return None
 
@@ -212,13 +212,13 @@ def run_send_email_task(task: SendEmailTask, run: RunContext) -> dict[str, Any]:
     tuning = Tuning.from_settings()
     selection = selection_for(task, run.scheduled_for)
     history = open_history(task, run, now=now)
-    recovered = deliveries.recover_run(history_id=history.pk, now=now) if run.attempt > 1 else 0
+    recovered = ledger.recover_run(history_id=history.pk, now=now) if run.attempt > 1 else 0
     if recovered:
         logger.warning(
             "emailer.uncertain task=%s history=%s count=%s policy=%s",
             task.pk, history.pk, recovered, task.on_uncertain,
         )
-    counts = Counter(deliveries.count_run(history_id=history.pk))
+    counts = Counter(ledger.count_run(history_id=history.pk))
     reason = why_not_due(task, selection)
     if reason is not None:
         status = HistoryStatus.COMPLETED if sum(counts.values()) else HistoryStatus.SKIPPED
@@ -252,7 +252,7 @@ def run_send_email_task(task: SendEmailTask, run: RunContext) -> dict[str, Any]:
         note = f"{type(exc).__name__}: {exc}"
         write_counts(
             history,
-            deliveries.count_run(history_id=history.pk),
+            ledger.count_run(history_id=history.pk),
             now=timezone.now(),
             status=HistoryStatus.INTERRUPTED,
             note=note,
@@ -260,7 +260,7 @@ def run_send_email_task(task: SendEmailTask, run: RunContext) -> dict[str, Any]:
         logger.warning("emailer.interrupted task=%s history=%s error=%s", task.pk, history.pk,
                        note)
         raise
-    final = deliveries.count_run(history_id=history.pk)
+    final = ledger.count_run(history_id=history.pk)
     write_counts(history, final, now=timezone.now(), status=HistoryStatus.COMPLETED, note="")
     report_failures(run, final)
     logger.info("emailer.completed task=%s history=%s counts=%s", task.pk, history.pk, final)
@@ -306,13 +306,13 @@ class Sender:
             while True:
                 with transaction.atomic():
                     if done:
-                        deliveries.record_chunk(
+                        ledger.record_chunk(
                             history_id=self.history.pk, outcomes=done, now=timezone.now()
                         )
                         counts.update(o.state for o in done)
                         done = []
                     chunk = (
-                        deliveries.claim_chunk(
+                        ledger.claim_chunk(
                             selection=selection,
                             history_id=self.history.pk,
                             after=after,
@@ -329,7 +329,7 @@ class Sender:
                 if not chunk:
                     # Empty: done, or a concurrent run of this occurrence took the people we
                     # picked. Its rows are committed now, so the next claim looks past them.
-                    if remaining > 0 and deliveries.has_due(selection=selection, after=after):
+                    if remaining > 0 and ledger.has_due(selection=selection, after=after):
                         continue
                     break
                 after = chunk[-1].participant_id
@@ -351,7 +351,7 @@ class Sender:
             for i, claimed in enumerate(chunk):
                 if time.monotonic() - checked >= self.tuning.progress_interval:
                     # A slow (rate-limited or throttled) chunk: read unsubscriptions again.
-                    gone |= deliveries.unsubscribed_among([c.participant_id for c in chunk[i:]])
+                    gone |= ledger.unsubscribed_among([c.participant_id for c in chunk[i:]])
                     checked = time.monotonic()
                 if claimed.participant_id in gone:
                     outcomes.append(
@@ -366,10 +366,10 @@ class Sender:
                     Outcome(exc.delivery_id, DeliveryState.UNCERTAIN, exc.reply, exc.tries)
                 )
                 done.add(exc.delivery_id)
-            deliveries.record_chunk(
+            ledger.record_chunk(
                 history_id=self.history.pk, outcomes=outcomes, now=timezone.now()
             )
-            deliveries.release(
+            ledger.release(
                 history_id=self.history.pk,
                 delivery_ids=[c.delivery_id for c in chunk if c.delivery_id not in done],
             )

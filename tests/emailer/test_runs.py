@@ -16,7 +16,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from emailer import deliveries
+from emailer import ledger
 from emailer.models import Delivery, Participant, SendEmailHistory
 from emailer.sending import SMTPUnavailable, run_send_email_task, selection_for
 from emailer.tokens import unsubscribe_url
@@ -213,7 +213,7 @@ def test_a_retried_attempt_resumes_after_the_last_recorded_chunk_and_skips_the_u
         task=task, execution_id=77, scheduled_batch_start_time=FIXED_NOW,
         started_at=timezone.now(), updated_at=timezone.now(),
     )
-    in_flight = deliveries.claim_chunk(
+    in_flight = ledger.claim_chunk(
         selection=selection_for(task, first.scheduled_for), history_id=history.pk, after=0,
         limit=10, now=timezone.now(),
     )  # the dead attempt claimed these and may have sent any of them
@@ -237,7 +237,7 @@ def test_the_resend_policy_sends_uncertain_messages_again_with_the_same_message_
         task=task, execution_id=88, scheduled_batch_start_time=FIXED_NOW,
         started_at=timezone.now(), updated_at=timezone.now(),
     )
-    deliveries.claim_chunk(
+    ledger.claim_chunk(
         selection=selection_for(task, FIXED_NOW), history_id=history.pk, after=0, limit=2,
         now=timezone.now(),
     )

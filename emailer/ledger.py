@@ -294,7 +294,7 @@ _RECOVER_RUN = f"""
            SET state = 'uncertain', finished_at = %(now)s,
                reply = 'the attempt ended while this message was being sent'
          WHERE history_id = %(hist)s AND state = 'sending'"""
-RECOVER_RUN = ledger.Statement(postgresql=_RECOVER_RUN, sqlite=_RECOVER_RUN)
+RECOVER_RUN = ledger.Statement.portable(_RECOVER_RUN)
 
 
 def recover_run(*, history_id: int, now: datetime) -> int:
@@ -310,7 +310,7 @@ def recover_run(*, history_id: int, now: datetime) -> int:
 _COUNT_RUN = f"""
         SELECT state, COUNT(*) AS deliveries FROM {_D}
          WHERE history_id = %(hist)s GROUP BY state"""
-COUNT_RUN = ledger.Statement(postgresql=_COUNT_RUN, sqlite=_COUNT_RUN)
+COUNT_RUN = ledger.Statement.portable(_COUNT_RUN)
 
 
 def count_run(*, history_id: int) -> dict[str, int]:

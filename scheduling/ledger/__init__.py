@@ -66,6 +66,11 @@ class Statement:
     postgresql: str
     sqlite: str | None = None
 
+    @classmethod
+    def portable(cls, text: str) -> Statement:
+        """A statement whose one text runs as it is on every database the ledger supports."""
+        return cls(postgresql=text, sqlite=text)
+
     def text(self, using: str = DEFAULT_DB_ALIAS) -> str:
         form = self.sqlite if dialect(using) == SQLITE else self.postgresql
         if form is None or dialect(using) not in DIALECTS:

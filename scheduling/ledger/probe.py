@@ -42,9 +42,8 @@ class Probe:
 # -- scheduler_probe: every question of an idle tick, each an index probe (the same text runs
 #    on both databases). The states are literals, so each probe matches its partial index's
 #    predicate whatever way the driver binds parameters.
-SCHEDULER_PROBE = ledger.Statement(
-    postgresql=(
-        text := f"""
+SCHEDULER_PROBE = ledger.Statement.portable(
+    f"""
     SELECT
       EXISTS (SELECT 1 FROM {JOB} WHERE status = '{ACTIVE}'
                AND current_execution_id IS NULL AND next_due_at <= %(now)s) AS due,
@@ -61,8 +60,6 @@ SCHEDULER_PROBE = ledger.Statement(
                AND next_due_at > '-infinity' AND next_due_at < 'infinity') AS next_due_at,
       EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = '{WAITING}') AS waiting
     """
-    ),
-    sqlite=text,
 )
 
 

@@ -17,7 +17,7 @@ EXECUTION = Execution._meta.db_table
 JOB = Job._meta.db_table
 
 # -- ping: one round trip that touches no table.
-PING = ledger.Statement(postgresql="SELECT 1 AS answer", sqlite="SELECT 1 AS answer")
+PING = ledger.Statement.portable("SELECT 1 AS answer")
 
 
 def ping() -> bool:

@@ -39,10 +39,10 @@ from decimal import Decimal
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import connection, transaction
+from django.db import transaction
 
 from scheduling.api import RunContext
-from subscriptions import batches, payments, services, sql
+from subscriptions import batches, ledger, payments, services
 from subscriptions.models import (
     ENDED,
     FAILING,
@@ -94,20 +94,6 @@ class Tally(Counter[str]):
                 f"{services.describe_error(exc)} (subscription {job.subscription_id}, "
                 f"{job.action} job {job.pk}: {outcome})"
             )
-
-
-def _unflushed_commit() -> None:
-    """Let the current transaction commit without waiting for the WAL flush (PostgreSQL).
-
-    Safe for a renewal's own steps: the batch's completion, which the engine commits
-    synchronously afterwards, flushes the log up to and including them (PostgreSQL writes it
-    in order), so they are durable before the occurrence counts as done. A database crash
-    before that loses only steps the retry redoes anyway: the order by its unique period, the
-    charge by its idempotency key, which the gateway committed durably on its side.
-    """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 class StuckJobs(Exception):
@@ -241,7 +227,7 @@ def _begin(
 ) -> list[Renewal]:
     """Steps 1 and 2 for the chunk, in one transaction (see the module docstring)."""
     with transaction.atomic(durable=True):
-        _unflushed_commit()
+        ledger.unflushed_commit()
         subscriptions = _lock_subscriptions(j.subscription_id for j in chunk)
         # Read again under the subscriptions' locks: a cancel that committed after the chunk
         # was read is seen here.
@@ -385,7 +371,7 @@ def _charge(
     that died, or its step was written behind the app's back) is verified with the gateway by
     its key first (``_verify``), and charged only when the gateway says nothing was taken.
 
-    The record is one conditional UPDATE committed on its own (``sql.record_charge``), so the
+    The record is one conditional UPDATE committed on its own (``ledger.record_charge``), so the
     window in which a dead worker leaves a charge unrecorded is one call wide, and the
     retry's replay of the key covers it. Every ``CHARGE_GROUP`` charges the subscriptions are
     read again: one cancelled since the first step is not charged. A job recorded as charged
@@ -414,7 +400,7 @@ def _charge(
                     amount=r.amount,
                     idempotency_key=idempotency_key(r.subscription.pk, r.start),
                 )
-                if not sql.record_charge(r.job, reference=result.reference, now=clock()):
+                if not ledger.record_charge(r.job, reference=result.reference, now=clock()):
                     raise _stale(r.job)
             except SoftTimeLimitExceeded:
                 raise  # the run's time is up: this job did nothing wrong
@@ -430,7 +416,7 @@ def _verify(gateway: payments.Gateway, r: Renewal, *, clock: Clock) -> bool:
 
     Charged for the order's amount, to the subscription's customer: True, and the job holds
     the gateway's reference (a different one recorded is replaced). Nothing taken: False,
-    and the job goes back to ``create_order`` with no reference (``sql.rewind_charge``), so
+    and the job goes back to ``create_order`` with no reference (``ledger.rewind_charge``), so
     that the charge is made now (not charged) or by its retry (declined: raised as the
     decline it was). Charged for another amount or customer: ``ChargeMismatch``, for an
     operator.
@@ -445,7 +431,7 @@ def _verify(gateway: payments.Gateway, r: Renewal, *, clock: Clock) -> bool:
                 r.job.custom_text,
                 found.reference,
             )
-            if not sql.record_charge(r.job, reference=found.reference, now=clock()):
+            if not ledger.record_charge(r.job, reference=found.reference, now=clock()):
                 raise _stale(r.job)
         logger.info("renewal.verified job=%s reference=%s", r.job.pk, found.reference)
         return True
@@ -456,7 +442,7 @@ def _verify(gateway: payments.Gateway, r: Renewal, *, clock: Clock) -> bool:
         r.job.custom_text or "-",
         found.state,
     )
-    if not sql.rewind_charge(r.job, now=clock()):
+    if not ledger.rewind_charge(r.job, now=clock()):
         raise _stale(r.job)
     r.already_paid = False
     if found.state == payments.ChargeState.DECLINED:
@@ -495,11 +481,11 @@ def _confirm(
     if not renewals:
         return []
     with transaction.atomic(durable=True):
-        _unflushed_commit()
+        ledger.unflushed_commit()
         subscriptions = _lock_subscriptions(r.subscription.pk for r in renewals)
         renewals = _unchanged(renewals, failed)
         now = clock()
-        confirmed = sql.confirm_orders(
+        confirmed = ledger.confirm_orders(
             [(r.subscription.pk, r.start, r.job.custom_text) for r in renewals], now=now
         )
         _restore_orders(
@@ -629,7 +615,7 @@ def _write(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
     for job in jobs:
         job.opt_counter = next_counter(job.opt_counter)
         job.last_update = now
-    sql.write_steps(jobs, now=now)
+    ledger.write_steps(jobs, now=now)
 
 
 def _step_done(renewals: Sequence[Renewal], step: str) -> None:

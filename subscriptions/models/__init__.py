@@ -17,12 +17,7 @@ app, the migrations and the tests find it.
 
 from __future__ import annotations
 
-from subscriptions.models.gateway import (
-    MAX_SCRIPTED,
-    GatewayCharge,
-    GatewayDecline,
-    GatewayScript,
-)
+from subscriptions.models.gateway import MAX_SCRIPTED, GatewayCharge, GatewayDecline, GatewayScript
 from subscriptions.models.jobs import (
     JOB_PENDING,
     JOB_RUNNABLE,

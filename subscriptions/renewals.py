@@ -42,7 +42,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 
 from scheduling.api import RunContext
-from subscriptions import batches, ledger, payments, services
+from subscriptions import batches, ledger, payments, placing, pricing, services
 from subscriptions.models import (
     ENDED,
     FAILING,
@@ -314,12 +314,12 @@ def _create_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
             "subscription_id", "pk"
         )
     )
-    priced = services.price_periods(
+    priced = pricing.price_periods(
         (r.subscription.pk, r.number)
         for r in renewals
         if (r.subscription.pk, r.start) not in existing
     )
-    new_orders: list[tuple[Order, services.Priced]] = []
+    new_orders: list[tuple[Order, pricing.Priced]] = []
     for r in renewals:
         job = r.job
         if job.parameter:
@@ -502,9 +502,9 @@ def _confirm(
             )
             for pk in flagged:
                 subscriptions[pk].status = SubscriptionStatus.ACTIVE
-        following = services.place_next(
+        following = placing.place_next(
             [
-                services.Paid(
+                placing.Paid(
                     subscriptions[r.subscription.pk], r.number, r.next_start, was[r.subscription.pk]
                 )
                 for r in renewals
@@ -554,7 +554,7 @@ def _restore_orders(renewals: Sequence[Renewal], *, now: datetime) -> None:
         )
     )
     logger.warning("renewal.order_restored jobs=%s", ",".join(str(r.job.pk) for r in missing))
-    priced = services.price_periods((r.subscription.pk, r.number) for r in missing)
+    priced = pricing.price_periods((r.subscription.pk, r.number) for r in missing)
     orders = [
         Order(
             subscription_id=r.subscription.pk,

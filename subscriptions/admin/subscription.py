@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from scheduling.api import describe_interval, instant
-from subscriptions import services
+from subscriptions import pricing, services
 from subscriptions.admin.common import (
     LATEST,
     LatestInline,
@@ -67,7 +67,7 @@ class ItemFormSet(forms.BaseInlineFormSet):
     change_note = ""
 
     def clean(self) -> None:
-        """The new items must fit the subscription (``services.check_items_fit``): refused
+        """The new items must fit the subscription (``pricing.check_items_fit``): refused
         here, on the page, rather than when they are saved."""
         super().clean()
         adding = [
@@ -77,7 +77,7 @@ class ItemFormSet(forms.BaseInlineFormSet):
         ]
         existing = list(self.instance.items.all()) if self.instance.pk else []
         try:
-            services.check_items_fit(existing=existing, adding=adding)
+            pricing.check_items_fit(existing=existing, adding=adding)
         except ValidationError as exc:
             raise ValidationError(exc.messages) from None
 
@@ -109,7 +109,7 @@ class ItemInline(admin.TabularInline):
     def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
         formset = super().get_formset(request, obj, **kwargs)
         if obj is not None:
-            number = services.next_period_for_changes(subscription=obj, now=timezone.now())
+            number = pricing.next_period_for_changes(subscription=obj, now=timezone.now())
             formset.change_note = (
                 f"Items added now apply from the next period: {_period_text(obj, number)}. "
                 "The current period's order and charge, and every earlier order, keep the "

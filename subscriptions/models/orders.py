@@ -91,7 +91,7 @@ class OrderLine(models.Model):
 class SkippedPeriods(models.Model):
     """Periods of a subscription that got no order and no charge because they started while
     it was failing (past due, or needing attention): written when its renewal is paid at last
-    and it resumes with the first period that starts after that (``services.place_next``).
+    and it resumes with the first period that starts after that (``placing.place_next``).
 
     A failing subscription does not accumulate periods, so paying up never brings a burst of
     catch-up charges (docs/subscriptions.md, *Past due: no catch-up*).

@@ -177,7 +177,7 @@ class SubscriptionItem(models.Model):
     from period ``applies_from`` on.
 
     An item added to a live subscription applies from its next period
-    (``services.next_period_for_changes``), so a period already begun, ordered or charged
+    (``pricing.next_period_for_changes``), so a period already begun, ordered or charged
     keeps the items it was priced with.
     """
 

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.test import override_settings
 
 from scheduling.api import RunContext, jobs_for_row
-from subscriptions import batches, conf, payments, placing, renewals, services
+from subscriptions import batches, conf, payments, placing, renewals, services, steps
 from subscriptions.models import (
     DueBatch,
     GatewayCharge,
@@ -409,7 +409,7 @@ def test_a_subscription_cancelled_while_its_batch_charges_is_not_charged(
     make_subscription, now, monkeypatch
 ) -> None:
     first, second = make_subscription(customer="first"), make_subscription(customer="second")
-    monkeypatch.setattr(renewals, "CHARGE_GROUP", 1)  # re-read before every charge
+    monkeypatch.setattr(steps, "CHARGE_GROUP", 1)  # re-read before every charge
     real = payments.TestGateway.charge
 
     def charge_then_cancel(self, **kwargs):

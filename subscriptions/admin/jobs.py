@@ -37,15 +37,16 @@ class SubscriptionJobForm(forms.ModelForm):
         current = (
             SubscriptionJob.objects.select_for_update(no_key=True)
             .filter(pk=self.instance.pk)
-            .values_list("opt_counter", "last_update")
+            .values("opt_counter", "last_update")
             .first()
         )
         read = data.get("opt_counter")
-        if current is not None and read is not None and current[0] != read:
+        if current is not None and read is not None and current["opt_counter"] != read:
+            counter, changed_at = current["opt_counter"], current["last_update"]
             raise ValidationError(
-                f"This subscription job was changed at {current[1].isoformat()} (by the "
+                f"This subscription job was changed at {changed_at.isoformat()} (by the "
                 f"scheduler or another user) since this page was loaded: optimistic counter "
-                f"{read}, now {current[0]}. Reload the page and make the change again."
+                f"{read}, now {counter}. Reload the page and make the change again."
             )
         return data
 

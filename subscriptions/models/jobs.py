@@ -266,14 +266,15 @@ class SubscriptionJob(models.Model):
         if not changed:
             current = (
                 SubscriptionJob.objects.filter(pk=self.pk)
-                .values_list("opt_counter", "last_update")
+                .values("opt_counter", "last_update")
                 .first()
             )
             if current is None:
                 raise StaleJob(f"subscription job {self.pk} no longer exists")
+            found_counter, changed_at = current["opt_counter"], current["last_update"]
             raise StaleJob(
-                f"subscription job {self.pk} was changed at {current[1].isoformat()} since it "
-                f"was read (optimistic counter {read}, now {current[0]}); reload and try again"
+                f"subscription job {self.pk} was changed at {changed_at.isoformat()} since it "
+                f"was read (optimistic counter {read}, now {found_counter}); reload and try again"
             )
         for name, value in values.items():
             setattr(self, name, value)

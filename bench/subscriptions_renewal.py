@@ -59,11 +59,11 @@ def child_load(p: dict[str, Any]) -> dict[str, Any]:
 
     from django.db import transaction
 
-    from subscriptions import services
+    from subscriptions import pricing, services
 
     start = dt.datetime.fromisoformat(p["start"])
     began = time.perf_counter()
-    items = [services.ItemSpec("COFFEE", 2, Decimal("9.90"))]
+    items = [pricing.ItemSpec("COFFEE", 2, Decimal("9.90"))]
     for chunk in range(p["first"], p["last"], 500):
         with transaction.atomic():
             for i in range(chunk, min(p["last"], chunk + 500)):

@@ -24,7 +24,7 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 
 from scheduling.api import Once, Policies, schedule_row
-from subscriptions import conf, sql
+from subscriptions import conf, ledger
 from subscriptions.models import JOB_RUNNABLE, DueBatch, JobAction, SubscriptionJob
 
 #: The engine may retry a batch a few more times than a job's own limit: the batch is
@@ -91,7 +91,7 @@ def attach(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
         by_batch: dict[int, list[SubscriptionJob]] = defaultdict(list)
         for job in jobs:
             by_batch[int(job.batch_id)].append(job)
-        closed = sql.share_batches(sorted(by_batch))
+        closed = ledger.share_batches(sorted(by_batch))
         if not closed:
             return
         moved = [job for pk in closed for job in by_batch[pk]]

@@ -31,7 +31,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from subscriptions import conf, sql
+from subscriptions import conf, ledger
 from subscriptions.models import (
     GatewayCharge,
     GatewayDecline,
@@ -188,24 +188,31 @@ class TestGateway:
         return ChargeLookup(ChargeState.NOT_CHARGED)
 
     def _charge(self, *, customer: str, amount: Decimal, key: str) -> ChargeResult:
-        if not sql.postgres():
+        if not ledger.set_based():
             return self._charge_orm(customer=customer, amount=amount, key=key)
         outcome = ""
         with transaction.atomic(durable=True):
-            inserted, seen, seen_customer, seen_amount, errors, declines = sql.test_gateway_charge(
+            found = ledger.test_gateway_charge(
                 key=key,
                 customer=customer,
                 amount=amount,
                 reference=_reference(),
                 now=timezone.now(),
             )
-            if inserted is not None:
-                return ChargeResult(inserted)
-            if seen is not None:
-                return _replayed(key, seen, seen_customer, Decimal(seen_amount), customer, amount)
-            if errors or declines:
-                outcome = "error" if errors else "declined"
-                field = "errors_left" if errors else "declines_left"
+            if found.inserted is not None:
+                return ChargeResult(found.inserted)
+            if found.seen_reference is not None:
+                return _replayed(
+                    key,
+                    found.seen_reference,
+                    str(found.seen_customer),
+                    Decimal(str(found.seen_amount)),
+                    customer,
+                    amount,
+                )
+            if found.errors_left or found.declines_left:
+                outcome = "error" if found.errors_left else "declined"
+                field = "errors_left" if found.errors_left else "declines_left"
                 GatewayScript.objects.filter(customer=customer).update(
                     **{field: F(field) - 1}, updated_at=timezone.now()
                 )

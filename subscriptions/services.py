@@ -1,9 +1,10 @@
-"""Subscription writes: create, place jobs, cancel, expire, record a failure, retry now.
+"""Subscription writes: create, add items, cancel, expire, record a failure, retry now.
 
 The admin, the command line and the batch runner (``subscriptions.renewals``) all call these
-functions, so each rule lives once. Subscription jobs reach the engine through due batches
-(``subscriptions.batches``): every job placed here joins the open batch of its action date,
-whose one-off engine job runs it with the rest of the batch.
+functions, so each rule lives once. What a period costs and which items may be added are
+``subscriptions.pricing``'s; where a job goes, and what follows a paid renewal, are
+``subscriptions.placing``'s: every job placed joins the open due batch of its action date
+(``subscriptions.batches``), whose one-off engine job runs it with the rest of the batch.
 
 Every write to a job is conditional on its optimistic counter (``SubscriptionJob.change``).
 """
@@ -11,10 +12,8 @@ Every write to a job is conditional on its optimistic counter (``SubscriptionJob
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -22,14 +21,11 @@ from django.db import transaction
 from django.db.models import Max
 
 from scheduling.api import jobs_for_row, pause
-from subscriptions import batches, conf, periods
+from subscriptions import batches, conf, placing, pricing
 from subscriptions.models import (
     ENDED,
-    FAILING,
     JOB_PENDING,
     JOB_RUNNABLE,
-    MAX_ITEMS,
-    MAX_PERIOD_AMOUNT,
     RENEWABLE,
     JobAction,
     JobStep,
@@ -37,7 +33,6 @@ from subscriptions.models import (
     Order,
     OrderLine,
     OrderStatus,
-    SkippedPeriods,
     Subscription,
     SubscriptionItem,
     SubscriptionJob,
@@ -59,31 +54,6 @@ ENDINGS: dict[str, tuple[tuple[str, ...], SubscriptionStatus]] = {
 }
 
 
-@dataclass(frozen=True)
-class ItemSpec:
-    """One item: of a new subscription, as the command line or a caller gives it, or of a
-    period as priced (``Priced``)."""
-
-    sku: str
-    quantity: int
-    unit_price: Decimal
-
-
-@dataclass(frozen=True)
-class Priced:
-    """What one period of a subscription costs: the items in force for it, and their sum."""
-
-    amount: Decimal
-    lines: tuple[ItemSpec, ...]
-
-    def order_lines(self, order: Order) -> list[OrderLine]:
-        """Unsaved lines of ``order``, one per item priced."""
-        return [
-            OrderLine(order=order, sku=i.sku, quantity=i.quantity, unit_price=i.unit_price)
-            for i in self.lines
-        ]
-
-
 done = step_done
 
 
@@ -102,7 +72,7 @@ def _prefixed(exc: ValidationError, prefix: str) -> ValidationError:
 def create_subscription(
     *,
     customer: str,
-    items: Sequence[ItemSpec],
+    items: Sequence[pricing.ItemSpec],
     interval: str,
     start: datetime | None,
     end: datetime | None,
@@ -146,7 +116,7 @@ def create_subscription(
         rows.append(item)
     if not errors:
         try:
-            check_items_fit(existing=[], adding=rows)
+            pricing.check_items_fit(existing=[], adding=rows)
         except ValidationError as exc:
             errors.update(exc.error_dict)
     if errors:
@@ -178,9 +148,9 @@ def add_item(*, item: SubscriptionItem, now: datetime) -> SubscriptionItem:
     with transaction.atomic():
         subscription = _lock_subscription(item.subscription_id)
         item.subscription = subscription
-        item.applies_from = next_period_for_changes(subscription=subscription, now=now)
+        item.applies_from = pricing.next_period_for_changes(subscription=subscription, now=now)
         item.full_clean()
-        check_items_fit(existing=list(subscription.items.all()), adding=[item])
+        pricing.check_items_fit(existing=list(subscription.items.all()), adding=[item])
         item.save()
     logger.info(
         "subscription.item_added subscription=%s sku=%s applies_from=%s",
@@ -191,34 +161,6 @@ def add_item(*, item: SubscriptionItem, now: datetime) -> SubscriptionItem:
     return item
 
 
-def check_items_fit(
-    *, existing: Sequence[SubscriptionItem], adding: Sequence[SubscriptionItem]
-) -> None:
-    """Refuse items that would give a subscription more than ``MAX_ITEMS`` items, or make a
-    period cost more than ``MAX_PERIOD_AMOUNT`` (the command line, the admin's items and
-    ``add_item`` all ask here).
-
-    Items are never removed, and each applies from its period on, so the periods to come cost
-    the sum of every item: that sum is what must fit an order's amount.
-    """
-    items = [*existing, *adding]
-    if len(items) > MAX_ITEMS:
-        raise ValidationError(
-            {"item": f"{len(items)} items; a subscription has at most {MAX_ITEMS}"}
-        )
-    total = sum(
-        (i.amount for i in items if i.quantity is not None and i.unit_price is not None),
-        Decimal(0),
-    )
-    if total > MAX_PERIOD_AMOUNT:
-        raise ValidationError(
-            {
-                "item": f"the items come to {total} a period; one period costs at most "
-                f"{MAX_PERIOD_AMOUNT:,}"
-            }
-        )
-
-
 def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJob:
     """The parent order (what the first period costs, with its lines) and the first renewal
     of a saved subscription (also the admin's add).
@@ -227,7 +169,7 @@ def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJ
     period that contains the subscription's creation, never the periods before it.
     """
     number = subscription.first_period
-    priced = price_periods([(subscription.pk, number)])[(subscription.pk, number)]
+    priced = pricing.price_periods([(subscription.pk, number)])[(subscription.pk, number)]
     parent = Order.objects.create(
         subscription=subscription,
         amount=priced.amount,
@@ -236,177 +178,13 @@ def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJ
     )
     OrderLine.objects.bulk_create(priced.order_lines(parent))
     start, _ = subscription.period_bounds(number)
-    return place_job(
+    return placing.place_job(
         subscription=subscription,
         action=JobAction.CREATE_CHILD_ORDER,
         action_date=max(start, subscription.starts_at),
         period_number=number,
         now=now,
     )
-
-
-def price_periods(wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Priced]:
-    """What each (subscription id, period number) costs: its items in force for that period
-    (``applies_from`` at or before it), with the sum of quantity x unit price, in one query.
-
-    This is the only place an amount is computed; a child order stores it with its lines when
-    it is created, and the charge takes the order's amount.
-    """
-    wanted = set(wanted)
-    items: dict[int, list[SubscriptionItem]] = {}
-    for item in SubscriptionItem.objects.filter(
-        subscription_id__in={pk for pk, _ in wanted}
-    ).order_by("pk"):
-        items.setdefault(item.subscription_id, []).append(item)
-    priced = {}
-    for pk, number in wanted:
-        lines = tuple(
-            ItemSpec(i.sku, i.quantity, i.unit_price)
-            for i in items.get(pk, [])
-            if i.in_force(number)
-        )
-        total = sum((line.unit_price * line.quantity for line in lines), Decimal(0))
-        priced[(pk, number)] = Priced(total.quantize(Decimal("0.00001")), lines)
-    return priced
-
-
-def next_period_for_changes(*, subscription: Subscription, now: datetime) -> int:
-    """The first period a change made to ``subscription``'s items at ``now`` applies to.
-
-    Before billing starts (the subscription is being created), its first period. Once it
-    is live, the period after the last one that has begun or has an order: a period under
-    way, ordered or charged keeps the items it was priced with.
-    """
-    first = subscription.first_period
-    if not Order.objects.filter(subscription=subscription, parent__isnull=True).exists():
-        return first
-    last = first - 1
-    if subscription.period_bounds(first)[0] <= now:
-        last = periods.period_containing(subscription.anchor, subscription.period_interval, now)
-    ordered = Order.objects.filter(subscription=subscription, parent__isnull=False).aggregate(
-        last=Max("period_number")
-    )["last"]
-    if ordered is not None:
-        last = max(last, ordered)
-    return last + 1
-
-
-def place_job(
-    *,
-    subscription: Subscription,
-    action: str,
-    action_date: datetime,
-    now: datetime,
-    period_number: int | None = None,
-) -> SubscriptionJob:
-    """Save one subscription job in the open batch of its action date (caller's transaction)."""
-    (job,) = place_jobs(
-        [
-            SubscriptionJob(
-                subscription=subscription,
-                action=action,
-                action_date=action_date,
-                custom_integer=period_number,
-            )
-        ],
-        now=now,
-    )
-    return job
-
-
-def place_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[SubscriptionJob]:
-    """Save unsaved jobs, each in the open batch of its action date (caller's transaction)."""
-    for job in jobs:
-        job.time_placed = job.last_update = now
-    batches.assign(jobs, now=now)
-    saved = SubscriptionJob.objects.bulk_create(jobs)
-    batches.attach(saved, now=now)
-    return saved
-
-
-@dataclass(frozen=True)
-class Paid:
-    """A renewal just confirmed, for placing what comes after it (``place_next``)."""
-
-    subscription: Subscription
-    number: int  # the period it paid for
-    next_start: datetime  # the start of the period after it
-    was: str  # the subscription's status until this renewal confirmed
-
-
-def place_next(paid: Sequence[Paid], *, now: datetime) -> list[SubscriptionJob]:
-    """After confirmed renewals: for each, the CreateChildOrder of the period after the one
-    it paid, or the Expire when that period starts at or after the end date.
-
-    A subscription that was failing (past due, or needing attention) until this renewal does
-    not catch up: the periods that started while it failed are skipped and recorded
-    (``skip_while_failing``), and it resumes with the first period that starts after ``now``.
-    One that was active catches up period by period, as before: nothing refused its money.
-    """
-    jobs = []
-    for renewal in paid:
-        subscription = renewal.subscription
-        number, start = renewal.number + 1, renewal.next_start
-        if renewal.was in FAILING and start <= now:
-            number, start = skip_while_failing(renewal, now=now)
-        if subscription.ends_at is not None and start >= subscription.ends_at:
-            jobs.append(
-                SubscriptionJob(
-                    subscription=subscription,
-                    action=JobAction.EXPIRE,
-                    action_date=subscription.ends_at,
-                )
-            )
-        else:
-            jobs.append(
-                SubscriptionJob(
-                    subscription=subscription,
-                    action=JobAction.CREATE_CHILD_ORDER,
-                    action_date=start,
-                    custom_integer=number,
-                )
-            )
-    return place_jobs(jobs, now=now) if jobs else []
-
-
-def skip_while_failing(renewal: Paid, *, now: datetime) -> tuple[int, datetime]:
-    """The period a subscription that was failing resumes with, paid up at ``now``: the first
-    that starts after ``now``. The periods from the one after the paid period up to it (those
-    before the end date) are recorded as skipped; none gets an order or a charge. Returns the
-    resuming period's number and start (caller's transaction).
-    """
-    subscription = renewal.subscription
-    anchor, interval = subscription.anchor, subscription.period_interval
-    resumes = periods.period_containing(anchor, interval, now) + 1
-    last = resumes - 1
-    ends = periods.count_periods(anchor, interval, subscription.ends_at)
-    if ends is not None:
-        last = min(last, ends - 1)
-    first = renewal.number + 1
-    if last >= first:
-        until = subscription.period_bounds(last)[1]
-        if subscription.ends_at is not None:
-            until = min(until, subscription.ends_at)
-        SkippedPeriods.objects.create(
-            subscription=subscription,
-            first_period=first,
-            last_period=last,
-            starts_at=renewal.next_start,
-            ends_at=until,
-            reason=(
-                f"{SubscriptionStatus(renewal.was).label}: period {renewal.number} was paid "
-                f"at {now:%Y-%m-%d %H:%M:%S} UTC, after the periods that started meanwhile"
-            ),
-            created_at=now,
-        )
-        logger.info(
-            "renewal.periods_skipped subscription=%s first=%s last=%s resumes=%s",
-            subscription.pk,
-            first,
-            last,
-            resumes,
-        )
-    return resumes, subscription.period_bounds(resumes)[0]
 
 
 # --- run: what one job's turn in its batch does, apart from the set-based renewal steps ----
@@ -603,7 +381,7 @@ def cancel_subscription(
         if subscription.ends_at is not None and paid_until is not None:
             paid_until = min(paid_until, subscription.ends_at)
         if at_period_end and paid_until is not None and paid_until > now:
-            place_job(
+            placing.place_job(
                 subscription=subscription,
                 action=JobAction.CANCEL,
                 action_date=paid_until,
@@ -674,13 +452,3 @@ def retry_subscription_now(*, subscription_id: int, now: datetime) -> int:
         "pk", flat=True
     )
     return sum(1 for pk in list(failed) if retry_job_now(job_id=pk, now=now))
-
-
-def parse_price(raw: str, *, field: str = "price") -> Decimal:
-    try:
-        value = Decimal(str(raw).strip())
-    except InvalidOperation:
-        raise ValidationError({field: f"{raw!r} is not a decimal number such as 9.90"}) from None
-    if not value.is_finite():
-        raise ValidationError({field: f"{raw!r} is not a finite number"})
-    return value

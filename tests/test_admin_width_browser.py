@@ -21,7 +21,7 @@ from emailer.sending import run_send_email_task
 from scheduling import jobs
 from scheduling.api import RunContext
 from scheduling.models import Execution
-from subscriptions import payments, renewals, services
+from subscriptions import payments, pricing, renewals, services
 from subscriptions.models import SubscriptionJob
 from tests.conftest import send_mail_through
 
@@ -56,7 +56,7 @@ def every_kind_of_row(owner: Any, settings: Any) -> None:
     settings.SUBSCRIPTIONS_BATCH_SIZE = 1_000_000
     subscription = services.create_subscription(
         customer="a-customer-with-a-long-name@example.org",
-        items=[services.ItemSpec("COFFEE-BEANS-ETHIOPIA-1KG", 2, Decimal("19.90"))],
+        items=[pricing.ItemSpec("COFFEE-BEANS-ETHIOPIA-1KG", 2, Decimal("19.90"))],
         interval="PT1M",
         start=now,
         end=None,

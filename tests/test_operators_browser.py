@@ -15,7 +15,7 @@ from scheduling.api import jobs_for_row
 from scheduling.models import Execution
 from scheduling.runs import RunContext
 from scheduling.worker import runtime
-from subscriptions import payments, services
+from subscriptions import payments, pricing, services
 from subscriptions.models import SubscriptionJob
 from subscriptions.scheduled import run_due_batch
 
@@ -29,7 +29,7 @@ def declined_renewal(settings: Any) -> Any:
     now = timezone.now()
     subscription = services.create_subscription(
         customer="alice",
-        items=[services.ItemSpec("COFFEE", 2, Decimal("9.90"))],
+        items=[pricing.ItemSpec("COFFEE", 2, Decimal("9.90"))],
         interval="P1M",
         start=now,
         end=None,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scheduling.api import RunContext
-from subscriptions import renewals, services
+from subscriptions import pricing, renewals, services
 from subscriptions.models import Subscription, SubscriptionJob, SubscriptionJobStatus
 
 
@@ -62,7 +62,7 @@ def make_subscription(now: datetime) -> Callable[..., Subscription]:
     def make(**overrides: Any) -> Subscription:
         options: dict[str, Any] = {
             "customer": "alice",
-            "items": [services.ItemSpec("COFFEE", 2, Decimal("9.90"))],
+            "items": [pricing.ItemSpec("COFFEE", 2, Decimal("9.90"))],
             "interval": "P1M",
             "start": now,
             "end": None,

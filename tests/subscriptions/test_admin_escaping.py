@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 from django.utils.html import escape
 
-from subscriptions import services
+from subscriptions import pricing
 from subscriptions.models import Subscription, SubscriptionJob, SubscriptionStatus
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +28,7 @@ def test_typed_fields_are_shown_escaped_on_the_subscription_pages(
     admin_client: Any, make_subscription: Any
 ) -> None:
     subscription = make_subscription(
-        customer=SCRIPT[:40], items=[services.ItemSpec(ATTRIBUTE, 1, Decimal("1.00"))]
+        customer=SCRIPT[:40], items=[pricing.ItemSpec(ATTRIBUTE, 1, Decimal("1.00"))]
     )
     Subscription.objects.filter(pk=subscription.pk).update(
         status=SubscriptionStatus.NEEDS_ATTENTION, attention_reason=ATTRIBUTE + SCRIPT

@@ -5,7 +5,7 @@ no page answers 500, no command prints a traceback, and nothing stored can later
 batch's run for the other subscriptions in it.
 
 The rules live on the models and in the services (``Subscription.clean``,
-``SubscriptionItem.clean``, ``services.check_items_fit``, ``periods.parse_interval``,
+``SubscriptionItem.clean``, ``pricing.check_items_fit``, ``periods.parse_interval``,
 ``validate_plain_text``), so the admin and the command refuse alike.
 """
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from subscriptions import batches, services
+from subscriptions import batches, placing, services
 from subscriptions.models import (
     OPT_COUNTER_MAX,
     DueBatch,
@@ -182,7 +182,7 @@ def test_a_batch_does_not_close_over_a_job_being_placed_into_it(make_subscriptio
     batch_id = first.batch_id
     first.change(now=now, status=SubscriptionJobStatus.COMPLETED, parameter="confirm")
     pending = while_held(
-        lambda: services.place_job(
+        lambda: placing.place_job(
             subscription=subscription, action="Expire", action_date=first.action_date, now=now
         ),
         lambda: batches.close_if_done(batch_id, now=now),

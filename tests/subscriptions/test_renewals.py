@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.test import override_settings
 
 from scheduling.api import RunContext, jobs_for_row
-from subscriptions import batches, conf, payments, renewals, services
+from subscriptions import batches, conf, payments, placing, renewals, services, steps
 from subscriptions.models import (
     DueBatch,
     GatewayCharge,
@@ -409,7 +409,7 @@ def test_a_subscription_cancelled_while_its_batch_charges_is_not_charged(
     make_subscription, now, monkeypatch
 ) -> None:
     first, second = make_subscription(customer="first"), make_subscription(customer="second")
-    monkeypatch.setattr(renewals, "CHARGE_GROUP", 1)  # re-read before every charge
+    monkeypatch.setattr(steps, "CHARGE_GROUP", 1)  # re-read before every charge
     real = payments.TestGateway.charge
 
     def charge_then_cancel(self, **kwargs):
@@ -449,7 +449,7 @@ def test_two_jobs_for_one_period_make_one_order_one_charge_and_one_next_job(
 ) -> None:
     subscription = make_subscription()
     first = pending_job(subscription)
-    services.place_job(
+    placing.place_job(
         subscription=subscription,
         action=JobAction.CREATE_CHILD_ORDER,
         action_date=first.action_date,
@@ -487,7 +487,7 @@ def test_a_resumed_job_whose_period_another_job_confirmed_places_nothing_more(
     first = pending_job(subscription)
     run_inline(first, at=now)  # confirms period 0 and places period 1
     (charge,) = GatewayCharge.objects.all()
-    late = services.place_job(  # a second job for period 0 whose run died after charging
+    late = placing.place_job(  # a second job for period 0 whose run died after charging
         subscription=subscription,
         action=JobAction.CREATE_CHILD_ORDER,
         action_date=now,

@@ -19,7 +19,7 @@ from django.utils import timezone
 from scheduling.api import jobs_for_row
 from scheduling.models import Execution, ExecutionStatus
 from scheduling.registry import EXECUTION_HEADER
-from subscriptions import payments, services
+from subscriptions import payments, pricing, services
 from subscriptions.models import (
     DueBatch,
     GatewayCharge,
@@ -69,7 +69,7 @@ def subscribe(
     start = start or timezone.now() + SECOND
     return services.create_subscription(
         customer=customer,
-        items=[services.ItemSpec("COFFEE", 1, Decimal("4.50"))],
+        items=[pricing.ItemSpec("COFFEE", 1, Decimal("4.50"))],
         interval=every,
         start=start,
         end=None if seconds is None else start + seconds * SECOND,

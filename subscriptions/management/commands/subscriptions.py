@@ -14,7 +14,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling.api import OneLineCommand, parse_instant
-from subscriptions import payments, selectors, services
+from subscriptions import payments, pricing, selectors, services
 from subscriptions.models import SubscriptionJobStatus
 
 #: Model fields and the option that sets them, for error messages.
@@ -116,7 +116,7 @@ class Command(OneLineCommand):
         values: dict[str, Any] = {}
         for key, parse in (
             ("quantity", lambda: parse_int(o["quantity"], field="quantity")),
-            ("price", lambda: services.parse_price(o["price"], field="price")),
+            ("price", lambda: pricing.parse_price(o["price"], field="price")),
             ("start", lambda: parse_instant(o["start"], field="starts_at")),
             ("end", lambda: parse_instant(o["end"], field="ends_at")),
         ):
@@ -129,7 +129,7 @@ class Command(OneLineCommand):
         subscription = services.create_subscription(
             customer=o["customer"],
             items=[
-                services.ItemSpec(
+                pricing.ItemSpec(
                     sku=o["item"], quantity=values["quantity"], unit_price=values["price"]
                 )
             ],

@@ -1,0 +1,102 @@
+"""What every admin page of the app shares: the base ``ModelAdmin`` (a hand-made action
+POST is refused, not answered with a 500), the read-only base for ledgers, the inline that
+shows only a subscription's latest rows, and how times, counts, statuses and steps read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+
+from scheduling.api import ContentSecurityPolicyAdmin, ago, instant
+from subscriptions.models import JobStep, SubscriptionJob, SubscriptionJobStatus
+
+#: How many of a subscription's orders and jobs its page shows; the rest are a link away.
+LATEST = 20
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def when(moment: Any) -> str:
+    """A time as the engine's pages show it: relative, with the exact instant on hover."""
+    if moment is None:
+        return "-"
+    return format_html('<span title="{}">{}</span>', instant(moment), ago(moment, timezone.now()))
+
+
+def status_text(job: SubscriptionJob) -> str:
+    label = f"{job.status} {SubscriptionJobStatus(job.status).label}"
+    return f"{label} (retry {job.retry_count})" if job.retry_count else label
+
+
+def step_text(parameter: str) -> str:
+    try:
+        return str(JobStep(parameter).label)
+    except ValueError:  # a value written by hand or by an import
+        return parameter
+
+
+class LatestInline(admin.TabularInline):
+    """Only the subscription's latest ``LATEST`` rows; ``SubscriptionAdmin`` links to the rest."""
+
+    newest_first: tuple[str, ...] = ("-pk",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        rows = super().get_queryset(request)
+        match = request.resolver_match
+        parent = match.kwargs.get("object_id") if match else None
+        if parent is None:
+            return rows
+        latest = list(
+            rows.filter(subscription_id=parent)
+            .order_by(*self.newest_first)
+            .values_list("pk", flat=True)[:LATEST]
+        )
+        return rows.filter(pk__in=latest)
+
+
+class ModelAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+    """Every page of this app: a list action posted with a selection that holds something
+    other than ids (a hand-made POST) is refused with a message and changes nothing, where
+    Django would filter by it as it came and answer 500."""
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        pk = self.model._meta.pk
+        try:
+            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                pk.to_python(value)
+        except ValidationError:
+            self.message_user(
+                request,
+                "The selection holds values that are not ids; nothing was done.",
+                level=messages.WARNING,
+            )
+            return None  # Django redirects back to the list
+        return super().response_action(request, queryset, *args, **kwargs)
+
+
+class ReadOnlyAdmin(ModelAdmin):
+    """Rows that only the app's own services write: the admin shows them and changes nothing,
+    for superusers too (these answer before Django's superuser shortcut), so no add, change or
+    delete page and no delete action exists for them. Only history retention removes a
+    ledger's rows."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -11,8 +11,9 @@ text: every other module uses the ORM, and none opens a cursor or asks which dat
 The engine's runner (``scheduling.api.ledger``) runs each ``Statement``, decides which
 database the connection is and decodes rows by column name. Named parameters only. A
 statement that runs on both databases carries its SQLite text in the same ``Statement``; one
-that PostgreSQL alone runs (json_to_recordset, ``FOR KEY SHARE``, ``set_config``) has an ORM
-twin beside its call for the embedded SQLite default, one statement per row.
+that PostgreSQL alone runs (json_to_recordset, ``FOR KEY SHARE``, ``set_config``) has its ORM
+twin for the embedded SQLite default right here, beside it, one statement per row; callers never
+ask which database it is.
 
 Functions:
 
@@ -33,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+
+from django.db.models import Q
 
 from scheduling.api import ledger
 from subscriptions.models import (
@@ -313,11 +316,35 @@ TEST_GATEWAY_CHARGE = ledger.Statement(
 def test_gateway_charge(
     *, key: str, customer: str, amount: Decimal, reference: str, now: datetime
 ) -> GatewayCharged:
-    """What one charge of the test gateway found (PostgreSQL; the caller's transaction; the
-    ORM charge in ``payments`` is its SQLite twin)."""
+    """What one charge of the test gateway found (in the caller's transaction)."""
+    if not set_based():
+        return _test_gateway_charge_with_orm(
+            key=key, customer=customer, amount=amount, reference=reference, now=now
+        )
     found: GatewayCharged = ledger.row(
         TEST_GATEWAY_CHARGE,
         {"key": key, "customer": customer, "amount": amount, "reference": reference, "now": now},
         into=GatewayCharged,
     )
     return found
+
+
+def _test_gateway_charge_with_orm(
+    *, key: str, customer: str, amount: Decimal, reference: str, now: datetime
+) -> GatewayCharged:
+    """``TEST_GATEWAY_CHARGE`` on SQLite: the same reads and insert, one statement each."""
+    seen = GatewayCharge.objects.filter(idempotency_key=key).first()
+    if seen is not None:
+        return GatewayCharged(None, seen.reference, seen.customer, str(seen.amount), None, None)
+    script = (
+        GatewayScript.objects.select_for_update(no_key=True)
+        .filter(customer=customer)
+        .filter(Q(errors_left__gt=0) | Q(declines_left__gt=0))
+        .first()
+    )
+    if script is not None:
+        return GatewayCharged(None, None, None, None, script.errors_left, script.declines_left)
+    GatewayCharge.objects.create(
+        reference=reference, idempotency_key=key, customer=customer, amount=amount, created_at=now
+    )
+    return GatewayCharged(reference, None, None, None, None, None)

@@ -188,8 +188,6 @@ class TestGateway:
         return ChargeLookup(ChargeState.NOT_CHARGED)
 
     def _charge(self, *, customer: str, amount: Decimal, key: str) -> ChargeResult:
-        if not ledger.set_based():
-            return self._charge_orm(customer=customer, amount=amount, key=key)
         outcome = ""
         with transaction.atomic(durable=True):
             found = ledger.test_gateway_charge(
@@ -221,34 +219,6 @@ class TestGateway:
         if not outcome:
             raise IntegrityError(f"idempotency key {key!r} was inserted meanwhile")
         raise _failure(outcome, customer)
-
-    def _charge_orm(self, *, customer: str, amount: Decimal, key: str) -> ChargeResult:
-        """The same rules with the ORM, for the embedded SQLite demo."""
-        outcome = ""
-        with transaction.atomic(durable=True):
-            seen = GatewayCharge.objects.filter(idempotency_key=key).first()
-            if seen is not None:
-                return _replayed(key, seen.reference, seen.customer, seen.amount, customer, amount)
-            script = (
-                GatewayScript.objects.select_for_update(no_key=True)
-                .filter(customer=customer)
-                .first()
-            )
-            if script is not None and script.errors_left > 0:
-                script.errors_left -= 1
-                script.save(update_fields=["errors_left", "updated_at"])
-                outcome = "error"
-            elif script is not None and script.declines_left > 0:
-                script.declines_left -= 1
-                script.save(update_fields=["declines_left", "updated_at"])
-                _record_decline(customer=customer, amount=amount, key=key)
-                outcome = "declined"
-            else:
-                charge = GatewayCharge.objects.create(
-                    reference=_reference(), idempotency_key=key, customer=customer, amount=amount
-                )
-                return ChargeResult(charge.reference)
-        raise _failure(outcome, customer)  # its countdown is committed first
 
 
 def _record_decline(*, customer: str, amount: Decimal, key: str) -> None:

@@ -126,7 +126,7 @@ def _run_stack(session: nox.Session, stack: Stack) -> None:
     pytest = [
         "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
         "-o", "django_find_project=false", "-c", str(ROOT / "pyproject.toml"),
-        "--rootdir", str(ROOT),
+        "--rootdir", str(ROOT), "-n", os.environ.get("TEST_WORKERS", "2"), "--dist", "loadfile",
     ]  # fmt: skip
     session.chdir(wheels)
     session.run(*pytest, *selection, *session.posargs, str(ROOT / "tests"), env=env)

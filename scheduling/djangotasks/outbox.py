@@ -1,7 +1,7 @@
 """The outbox: messages of committed enqueues, published from a thread of the enqueuing process.
 
-An enqueue commits its row as QUEUED (``scheduling.djangotasks.runs``) and hands the message here.
-A thread per process publishes whatever has gathered as one batch (one Redis pipeline), so a
+An enqueue commits its row as QUEUED (``scheduling.djangotasks.runs``) and hands the message
+here. A thread per process publishes whatever has gathered as one batch (one Redis pipeline), so a
 burst of enqueues costs a request its insert and commit alone. Nothing here is needed for
 correctness: a batch the broker refused is put back to PENDING, and the scheduler publishes it
 after ``SCHEDULING_PENDING_GRACE``; a message lost with its process finds its way back through
@@ -10,6 +10,10 @@ At interpreter exit the outbox is flushed for a few seconds, so a management com
 script that enqueues and returns has its messages sent; a Celery pool process that enqueued
 from a task flushes it before it exits (``worker_process_shutdown``), since it leaves by
 ``os._exit`` and runs no exit hooks.
+
+Usage, from the backend once the enqueue's transaction commits::
+
+    transaction.on_commit(lambda: outbox.put(bell))  # bell: the run's Doorbell
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A job's form holds its whole definition: the target is picked from what is declared
 (schedulable tasks and task tables), and the timing is typed on the job itself, or an existing
 schedule is chosen to share it. Forms validate through the models' ``clean`` (the same rules and
-messages as the command line); saves go through ``scheduling.jobs`` (``save_validated``,
+messages as the command line); saves go through ``scheduling.jobs`` (``create_job``,
 ``edit_job``), which re-plan the next occurrence. The job list answers "is it healthy?" from
 one query (``selectors.with_health``). Actions call one service per row, report counts and
 write the admin log.
@@ -681,7 +681,26 @@ class JobAdmin(LedgerAdmin):
         if not change:
             if not sees_everything(request):
                 obj.owner = request.user
-            jobs.save_validated(job=obj, now=now)
+            # The form validated these values with the same rules; the job row saved is
+            # ``create_job``'s, and the admin goes on (log entry, redirect) with its id.
+            created = jobs.create_job(
+                owner=obj.owner,
+                name=obj.name,
+                schedule=obj.schedule,
+                target=jobs.Target(
+                    task=obj.task,
+                    args=obj.args,
+                    kwargs=obj.kwargs,
+                    task_table=obj.task_table,
+                    task_row_id=obj.task_row_id,
+                ),
+                policies=jobs.Policies(
+                    note=obj.note, **{name: getattr(obj, name) for name in JOB_POLICY_FIELDS}
+                ),
+                now=now,
+            )
+            obj.pk = created.pk
+            obj.refresh_from_db()
             return
         data = form.cleaned_data
         changes = {name: data[name] for name in form.changed_data if name in jobs.EDITABLE}

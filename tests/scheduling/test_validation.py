@@ -331,6 +331,6 @@ def test_a_schedule_in_a_zone_is_fine_for_cron_and_utc_is_fine_for_anything(owne
 
 @pytest.mark.parametrize(("count", "text"), [(0, "0 jobs"), (1, "1 job"), (2, "2 jobs")])
 def test_admin_action_counts_use_plural_forms(count: int, text: str) -> None:
-    from scheduling.admin import _say
+    from scheduling.web.admin.display import say as _say
 
     assert _say(count, "%(count)d job paused.", "%(count)d jobs paused.") == f"{text} paused."

@@ -50,6 +50,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.contrib.admin.utils import NestedObjects
+from django.core.exceptions import ValidationError
 from django.db import router
 from django.db.models.signals import post_delete
 from django.http import HttpRequest
@@ -64,7 +65,7 @@ from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.csp import with_csp as with_content_security_policy
 from scheduling.djangotasks.options import task_options
 from scheduling.errors import Fenced
-from scheduling.models import Job
+from scheduling.models import Job, Schedule
 from scheduling.readable import ago, describe_interval, instant, span
 from scheduling.registry import PermanentError
 from scheduling.runs import RunContext
@@ -215,15 +216,7 @@ def schedule_row(
     A job made for an ``owner`` is held to what that user may target, as in the admin.
     """
     target = _jobs.Target(task_table=tasktables.label_of(type(row)), task_row_id=row.pk)
-    _check_owner_may_target(owner, target)
-    return _jobs.schedule(
-        target=target,
-        timing=timing,
-        policies=policies or _jobs.Policies(),
-        name=name,
-        owner=owner,
-        now=now or timezone.now(),
-    )
+    return _schedule(target, timing=timing, policies=policies, name=name, owner=owner, now=now)
 
 
 def schedule_task(
@@ -243,32 +236,61 @@ def schedule_task(
     """
     task_name = task if isinstance(task, str) else task.name
     target = _jobs.Target(task=task_name, args=list(args), kwargs=dict(kwargs or {}))
-    _check_owner_may_target(owner, target)
-    return _jobs.schedule(
-        target=target,
-        timing=timing,
-        policies=policies or _jobs.Policies(),
-        name=name,
-        owner=owner,
-        now=now or timezone.now(),
-    )
+    return _schedule(target, timing=timing, policies=policies, name=name, owner=owner, now=now)
 
 
-def _check_owner_may_target(owner: Any, target: _jobs.Target) -> None:
-    """A job made for a person may target only what that person may (``permissions``)."""
+def _schedule(
+    target: _jobs.Target,
+    *,
+    timing: Timing,
+    policies: _jobs.Policies | None,
+    name: str | None,
+    owner: Any,
+    now: datetime | None,
+) -> _jobs.JobInfo:
+    """Fill in what code may leave out (owner, name, policies, now), then ``create_job``."""
     if owner is not None:
+        # A job made for a person may target only what that person may (``permissions``).
         permissions.check_may_target(
             owner, task=target.task, task_table=target.task_table, task_row_id=target.task_row_id
         )
+    owner = owner if owner is not None else _jobs.system_owner()
+    if not name:
+        if target.task_table:
+            taken = Job.objects.filter(
+                task_table=target.task_table, task_row_id=target.task_row_id
+            ).count()
+            name = f"{target.task_table}:{target.task_row_id}:{taken + 1}"
+        else:
+            name = f"{target.task}:{Job.objects.filter(task=target.task).count() + 1}"
+    created = _jobs.create_job(
+        owner=owner,
+        name=name,
+        schedule=Schedule(**timing.schedule_fields()),
+        target=target,
+        policies=policies or _jobs.Policies(),
+        now=now or timezone.now(),
+        query_constraints=False,
+    )
+    return _jobs.JobInfo.of(created)
 
 
 def _id(job: JobRef) -> int:
     return job.id if isinstance(job, _jobs.JobInfo) else int(job)
 
 
+def _get(job: JobRef) -> Job:
+    """The job's row, or ``ValidationError`` on ``job`` when there is none."""
+    job_id = _id(job)
+    found = Job.objects.select_related("schedule", "owner").filter(pk=job_id).first()
+    if found is None:
+        raise ValidationError({"job": f"no job with id {job_id}"})
+    return found
+
+
 def job(job: JobRef) -> _jobs.JobInfo:
     """The job as it is now (raises ``ValidationError`` on ``job`` when it does not exist)."""
-    return _jobs.info(_id(job))
+    return _jobs.JobInfo.of(_get(job))
 
 
 def jobs_for_row(row: Any, *, visible_to: Any = None) -> list[_jobs.JobInfo]:
@@ -279,12 +301,12 @@ def jobs_for_row(row: Any, *, visible_to: Any = None) -> list[_jobs.JobInfo]:
 
 def pause(job: JobRef, *, reason: str = "") -> bool:
     """Stop claiming the job's occurrences; False when it was not active."""
-    return _jobs.pause(_id(job), reason=reason, now=timezone.now())
+    return _jobs.pause_job(job=_get(job), now=timezone.now(), reason=reason)
 
 
 def resume(job: JobRef) -> bool:
     """Claim the job again; its misfire policy decides what the pause missed."""
-    return _jobs.resume(_id(job), now=timezone.now())
+    return _jobs.resume_job(job=_get(job), now=timezone.now())
 
 
 def run_now(job: JobRef) -> int:
@@ -293,19 +315,19 @@ def run_now(job: JobRef) -> int:
     The execution is committed before its message is published, as every occurrence is; if
     the broker cannot be reached, the scheduler publishes it after ``SCHEDULING_PENDING_GRACE``.
     """
-    execution_id = _jobs.run_now(_id(job), now=timezone.now())
+    execution_id = int(_jobs.run_job_now(job=_get(job), now=timezone.now()).pk)
     publish_now(celery_app(), execution_ids=[execution_id])
     return execution_id
 
 
 def cancel(job: JobRef, *, reason: str = "cancelled") -> int:
     """Cancel the job's queued and running executions; returns how many were cancelled."""
-    return _jobs.cancel(_id(job), reason=reason, now=timezone.now())
+    return _jobs.cancel_job(job_id=_id(job), reason=reason, now=timezone.now())
 
 
 def unschedule(job: JobRef) -> None:
     """Delete the job and its history."""
-    _jobs.remove(_id(job))
+    _jobs.remove_job(job=_get(job))
 
 
 def unschedule_row(row: Any) -> int:

@@ -216,15 +216,27 @@ def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime) -> Job:
     job = jobs.create_job(
         owner=owner,
         name=row.name,
-        every=s["interval"],
-        cron=s["cron"],
-        tz=s["timezone"],
-        at=s["run_at"],
-        start=s["starts_at"],
-        end=s["ends_at"],
-        misfire=Misfire.COALESCE.value,
+        schedule=Schedule(
+            interval=s["interval"] or "",
+            cron=s["cron"] or "",
+            timezone=s["timezone"] or "UTC",
+            run_at=s["run_at"],
+            starts_at=s["starts_at"],
+            ends_at=s["ends_at"],
+        ),
+        target=jobs.Target(
+            task=spec.job["task"],
+            args=[] if spec.job["args"] is None else spec.job["args"],
+            kwargs={} if spec.job["kwargs"] is None else spec.job["kwargs"],
+        ),
+        policies=jobs.Policies.given(
+            misfire=Misfire.COALESCE.value,
+            queue=spec.job["queue"],
+            priority=spec.job["priority"],
+            expires=spec.job["expires"],
+            note=spec.job["note"],
+        ),
         now=now,
-        **spec.job,
     )
     fields: dict[str, Any] = {"execute_count": spec.execute_count}
     if s["run_at"] and spec.ran:

@@ -1,9 +1,12 @@
 """Job lifecycle: make, edit, plan, pause, resume, run now, retry, cancel and remove jobs.
 
-The command line, the admin and ``scheduling.api`` all come here, so a job made by any of them
-passes the same rules (``Job.clean``) and gets its first occurrence planned the same way. A job
-is described by three values: its target (a schedulable task with arguments, or a task-table
-row), its timing (``scheduling.timing``) and its policies.
+The command line, the admin and ``scheduling.api`` all come here: one constructor
+(``create_job``) and one function per verb (``edit_job``, ``pause_job``, ``resume_job``,
+``run_job_now``, ``cancel_job``, ``retry_failed``, ``remove_job``, ...), each taking the job
+itself; callers that hold an id look the job up first. A job made by any of them passes the
+same rules (``Job.clean``) and gets its first occurrence planned the same way. A job is
+described by three values: its target (a schedulable task with arguments, or a task-table row),
+its timing (a ``Schedule``) and its policies.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from scheduling.models import (
 )
 from scheduling.schedules import FiringRule, Misfire
 from scheduling.tasktables import TASK_ROW_TASK
-from scheduling.timing import Cron, Every, Once
 from scheduling.validation import check_reason, check_target, storable
 
 logger = logging.getLogger("scheduling")
@@ -73,6 +75,12 @@ class Policies:
     note: str = ""
     #: Most of this job's executions running at once (None: no limit; ``scheduling.limits``).
     max_running: int | None = None
+
+    @classmethod
+    def given(cls, **values: Any) -> Policies:
+        """Policies from optional values (command-line flags, an imported row): a value left
+        None takes its default, so a caller passes what it was given without sorting it."""
+        return cls(**{name: value for name, value in values.items() if value is not None})
 
 
 @dataclass(frozen=True)
@@ -149,88 +157,7 @@ def owner_for(username: str | None) -> Any:
     return user
 
 
-def schedule(
-    *,
-    target: Target,
-    timing: Every | Cron | Once,
-    policies: Policies,
-    name: str | None,
-    owner: Any,
-    now: datetime,
-) -> JobInfo:
-    """Validate and save a job for ``target`` on ``timing``; the code path of the API."""
-    owner = owner if owner is not None else system_owner()
-    if not name:
-        if target.task_table:
-            taken = Job.objects.filter(
-                task_table=target.task_table, task_row_id=target.task_row_id
-            ).count()
-            name = f"{target.task_table}:{target.task_row_id}:{taken + 1}"
-        else:
-            name = f"{target.task}:{Job.objects.filter(task=target.task).count() + 1}"
-    job = save_new(
-        owner=owner,
-        name=name,
-        schedule=Schedule(**timing.schedule_fields()),
-        target=target,
-        policies=policies,
-        now=now,
-        query_constraints=False,
-    )
-    return JobInfo.of(job)
-
-
 def create_job(
-    *,
-    owner: Any,
-    name: str,
-    task: str = "",
-    args: list[Any] | None = None,
-    kwargs: dict[str, Any] | None = None,
-    every: str = "",
-    cron: str = "",
-    tz: str = "UTC",
-    at: datetime | None = None,
-    start: datetime | None = None,
-    end: datetime | None = None,
-    task_table: str = "",
-    task_row_id: int | None = None,
-    schedule: Schedule | None = None,
-    now: datetime,
-    **policies: Any,
-) -> Job:
-    """Save a job from flag-shaped values (``jobs add``, fixtures); see ``save_new``."""
-    if schedule is None:
-        schedule = Schedule(
-            interval=every or "",
-            cron=cron or "",
-            timezone=tz or "UTC",
-            run_at=at,
-            starts_at=start,
-            ends_at=end,
-        )
-    values = {
-        k: v for k, v in policies.items() if v is not None or k in ("priority", "max_running")
-    }
-    if values.get("jitter") is None:
-        values.pop("jitter", None)
-    return save_new(
-        owner=owner,
-        name=name,
-        schedule=schedule,
-        target=Target(
-            task=task,
-            args=[] if args is None else args,
-            kwargs={} if kwargs is None else kwargs,
-            task_table=task_table,
-            task_row_id=task_row_id,
-        ),
-        policies=Policies(**values),
-        now=now,
-    )
-
-
-def save_new(
     *,
     owner: Any,
     name: str,
@@ -242,7 +169,13 @@ def save_new(
 ) -> Job:
     """Validate and save a job (and its schedule unless it is saved), planned from ``now``.
 
-    Every reason is collected before anything is saved, each field named once.
+    The one way a job is made: the API, the admin's add form, ``jobs add``, ``import_beat`` and
+    ``loaddemo`` each turn their input into these values and call this, so every job passes
+    the same rules (``Job.clean``, ``scheduling.validation``) and gets its first occurrence
+    planned the same way. ``schedule`` is a new, unsaved one (saved here, its owner the job's)
+    or an existing one to share. Every reason is collected before anything is saved, each
+    field named once.
+
     ``query_constraints=False`` skips Django's check-constraint validation, one SELECT and two
     savepoints per constraint, for jobs made from code by the API: their values come from
     typed ``Policies`` and timing values, ``clean`` still checks every rule behind the
@@ -313,26 +246,6 @@ def save_new(
     return job
 
 
-def save_validated(*, job: Job, now: datetime) -> Job:
-    """Save a job (and its unsaved schedule) that a form already validated; plan it from ``now``.
-
-    The admin's add form runs ``Job.clean`` itself, field by field; this is the rest of
-    ``save_new``: one transaction, the first occurrence planned the same way.
-    """
-    with transaction.atomic():
-        schedule = job.schedule
-        if schedule.pk is None:
-            schedule.owner = job.owner  # a new schedule is its job's owner's
-            schedule.save()
-        job.schedule = schedule
-        job.created_at = now
-        job.save()
-        plan_from(job, schedule.timing(), now=now, first=True)
-        job.save()
-    logger.info("job.created job=%s name=%s next_due_at=%s", job.pk, job.name, job.next_due_at)
-    return job
-
-
 #: Job fields ``edit_job`` may change (timing goes through ``timing`` or ``schedule``).
 EDITABLE = frozenset(
     {
@@ -380,7 +293,7 @@ def edit_job(
     owner's), so the others keep their timing. ``schedule`` moves
     the job to an existing schedule instead. Giving a task clears a task-table target and the
     other way round. Every reason is collected before anything is saved, with the rules of
-    ``save_new``; when the timing or jitter changed, the next occurrence is planned again from
+    ``create_job``; when the timing or jitter changed, the next occurrence is planned again from
     ``now`` (an unfinished execution still finishes first).
     """
     unknown = set(changes) - EDITABLE
@@ -533,6 +446,7 @@ def resume_job(*, job: Job, now: datetime) -> bool:
 
 
 def remove_job(*, job: Job) -> None:
+    """Delete the job, its history (by cascade) and its schedule when nothing else uses it."""
     job_id = job.pk
     with transaction.atomic():
         schedule = job.schedule
@@ -564,6 +478,20 @@ def run_job_now(*, job: Job, now: datetime) -> Execution:
     return execution
 
 
+def cancel_job(*, job_id: int, now: datetime, reason: str) -> int:
+    """Cancel every unfinished execution of the job (see ``attempts.cancel_execution``).
+
+    Taken by id: only the executions are touched, and a job that is gone has none left to
+    cancel (0). The reason becomes each execution's ``last_error`` and a log line: it must be
+    one line of printable text (ValidationError on ``reason`` otherwise).
+    """
+    check_reason(reason)
+    ids = Execution.objects.filter(job_id=job_id, status__in=EXECUTION_UNFINISHED).values_list(
+        "pk", flat=True
+    )
+    return sum(cancel_execution(execution_id=i, now=now, reason=reason) for i in list(ids))
+
+
 def retry_execution(*, execution_id: int, now: datetime) -> bool:
     """Give a failed execution of a job one more attempt; False when it is not failed.
 
@@ -587,20 +515,6 @@ def retry_failed(*, job: Job, now: datetime, since: datetime | None = None) -> i
     return sum(retry_execution(execution_id=pk, now=now) for pk in ids)
 
 
-# --- by id, for scheduling.api ---------------------------------------------------------------
-
-
-def _get(job_id: int) -> Job:
-    found = Job.objects.select_related("schedule", "owner").filter(pk=job_id).first()
-    if found is None:
-        raise ValidationError({"job": f"no job with id {job_id}"})
-    return found
-
-
-def info(job_id: int) -> JobInfo:
-    return JobInfo.of(_get(job_id))
-
-
 def jobs_for_row(task_table: str, task_row_id: int, *, viewer: Any = None) -> list[JobInfo]:
     """The jobs that run the row; with ``viewer``, only those that user may see."""
     rows = Job.objects.select_related("schedule", "owner").filter(
@@ -609,35 +523,6 @@ def jobs_for_row(task_table: str, task_row_id: int, *, viewer: Any = None) -> li
     if viewer is not None:
         rows = permissions.visible_jobs(viewer, rows)
     return [JobInfo.of(job) for job in rows.order_by("pk")]
-
-
-def pause(job_id: int, *, reason: str, now: datetime) -> bool:
-    return pause_job(job=_get(job_id), now=now, reason=reason)
-
-
-def resume(job_id: int, *, now: datetime) -> bool:
-    return resume_job(job=_get(job_id), now=now)
-
-
-def run_now(job_id: int, *, now: datetime) -> int:
-    return int(run_job_now(job=_get(job_id), now=now).pk)
-
-
-def cancel(job_id: int, *, reason: str, now: datetime) -> int:
-    """Cancel every unfinished execution of the job (see ``attempts.cancel_execution``).
-
-    The reason becomes each execution's ``last_error`` and a log line: it must be one line
-    of printable text (ValidationError on ``reason`` otherwise).
-    """
-    check_reason(reason)
-    ids = Execution.objects.filter(job_id=job_id, status__in=EXECUTION_UNFINISHED).values_list(
-        "pk", flat=True
-    )
-    return sum(cancel_execution(execution_id=i, now=now, reason=reason) for i in list(ids))
-
-
-def remove(job_id: int) -> None:
-    remove_job(job=_get(job_id))
 
 
 def remove_jobs_for_row(task_table: str, task_row_id: int) -> int:

@@ -27,6 +27,8 @@ import django
 import pytest
 from django.db import connection
 
+from tests.factories import create_job
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXED_NOW = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday
 SHIPPED_APPS = ("scheduling", "emailer", "subscriptions")
@@ -81,7 +83,6 @@ def owner(django_user_model: Any) -> Any:
 @pytest.fixture
 def make_job(owner: Any, now: datetime) -> Callable[..., Any]:
     """Create a job through the service, with defaults a test can override."""
-    from scheduling import jobs
 
 
     counter = iter(range(1, 1_000_000))
@@ -96,7 +97,7 @@ def make_job(owner: Any, now: datetime) -> Callable[..., Any]:
         if not {"every", "cron", "at", "schedule"} & overrides.keys():
             options["every"] = "PT1M"
         options.update(overrides)
-        return jobs.create_job(**options)
+        return create_job(**options)
 
     return make
 

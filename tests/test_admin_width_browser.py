@@ -18,12 +18,12 @@ from django.utils import timezone
 
 from emailer.models import Participant, Project, SendEmailTask
 from emailer.sending import run_send_email_task
-from scheduling import jobs
 from scheduling.api import RunContext
 from scheduling.models import Execution
 from subscriptions import payments, pricing, renewals, services
 from subscriptions.models import SubscriptionJob
 from tests.conftest import send_mail_through
+from tests.factories import create_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -32,7 +32,7 @@ WIDTH = 1400
 
 def every_kind_of_row(owner: Any, settings: Any) -> None:
     now = timezone.now()
-    job = jobs.create_job(
+    job = create_job(
         owner=owner,
         name="nightly-report-for-the-finance-department",
         task="scheduling.diagnostics.noop",

@@ -16,9 +16,9 @@ import pytest
 from django.utils import timezone
 
 from deploy.topology import commands
-from scheduling import jobs as job_service
 from scheduling.models import Attempt, AttemptOutcome, Execution, Job, Overlap, Schedule
 from tests.conftest import Processes, wait_for
+from tests.factories import create_job
 
 JOBS = 10
 SECONDS = 24
@@ -54,7 +54,7 @@ def create_load(owner: Any, *, jobs: int, seconds: int, lead: float) -> Load:
         owner=owner, interval="PT1S", starts_at=first, ends_at=last
     )
     for i in range(jobs):
-        job_service.create_job(
+        create_job(
             owner=owner,
             name=f"load-{i}",
             task="scheduling.diagnostics.noop",

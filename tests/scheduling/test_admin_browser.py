@@ -14,6 +14,7 @@ from django.utils import timezone
 from scheduling import jobs
 from scheduling.models import Schedule
 from tests.conftest import wait_for
+from tests.factories import create_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -35,7 +36,7 @@ def test_admin_refuses_a_bad_interval_naming_the_field(page: Any) -> None:
 
 
 def test_execution_history_is_read_only(page: Any, admin_user: Any) -> None:
-    job = jobs.create_job(
+    job = create_job(
         owner=admin_user, name="once", task="scheduling.diagnostics.noop", every="PT1H",
         now=timezone.now(),
     )  # fmt: skip

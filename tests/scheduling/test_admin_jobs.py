@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from scheduling import attempts, jobs, selectors
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
+from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db
 
@@ -97,7 +98,7 @@ def new_job() -> Callable[..., Job]:
         options.setdefault("task", NOOP)
         if not {"every", "cron", "at", "schedule"} & options.keys():
             options["every"] = "PT10M"
-        return jobs.create_job(owner=owner, now=timezone.now(), **options)
+        return create_job(owner=owner, now=timezone.now(), **options)
 
     return make
 

@@ -27,6 +27,7 @@ from tests.conftest import (
     wait_for,
     watch_content_security_policy,
 )
+from tests.factories import create_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -159,11 +160,11 @@ def test_an_operator_makes_pauses_resumes_and_runs_a_cron_job(
 def some_history(owner: Any) -> None:
     """A few more jobs with a past, so the job list shows every kind of row."""
     now = timezone.now()
-    hourly = jobs.create_job(owner=owner, name="nightly export", task=NOOP, cron="30 2 * * *",
+    hourly = create_job(owner=owner, name="nightly export", task=NOOP, cron="30 2 * * *",
                              tz="America/New_York", now=now)  # fmt: skip
-    failing = jobs.create_job(owner=owner, name="sync invoices", task=NOOP,
+    failing = create_job(owner=owner, name="sync invoices", task=NOOP,
                               cron="*/15 * * * *", now=now)  # fmt: skip
-    paused = jobs.create_job(owner=owner, name="cleanup", task=NOOP, every="P1D", now=now)
+    paused = create_job(owner=owner, name="cleanup", task=NOOP, every="P1D", now=now)
     jobs.pause_job(job=paused, now=now, reason="disk migration")
     for job, status, retries, ago in (
         (hourly, ExecutionStatus.COMPLETED, 0, timedelta(hours=7)),
@@ -184,8 +185,8 @@ def test_a_staff_user_cannot_reach_another_owners_job_by_any_url(
     alice.user_permissions.set(Permission.objects.filter(content_type__app_label="scheduling"))
     bob = django_user_model.objects.create_user("bob", password="bob-pw", is_staff=True)
     now = timezone.now()
-    mine = jobs.create_job(owner=alice, name="mine", task=NOOP, every="PT1H", now=now)
-    theirs = jobs.create_job(owner=bob, name="theirs", task=NOOP, every="PT1H", now=now)
+    mine = create_job(owner=alice, name="mine", task=NOOP, every="PT1H", now=now)
+    theirs = create_job(owner=bob, name="theirs", task=NOOP, every="PT1H", now=now)
     execution = jobs.run_job_now(job=theirs, now=now)
     page = logged_in(browser, live_server.url, "alice", "alice-pw")
     base = f"{live_server.url}/admin/scheduling"

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from scheduling import api, jobs
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
+from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data, form_of
 from tests.tasktable_app.models import Chore, ChoreBatch, TeamChore
 
@@ -82,7 +83,7 @@ def new_job() -> Callable[..., Job]:
         options.setdefault("name", f"job-{next(counter)}")
         options.setdefault("task", NOOP)
         options.setdefault("every", "PT10M")
-        return jobs.create_job(owner=owner, now=timezone.now(), **options)
+        return create_job(owner=owner, now=timezone.now(), **options)
 
     return make
 

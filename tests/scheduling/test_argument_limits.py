@@ -28,10 +28,11 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, arguments, claims, jobs
+from scheduling import api, arguments, claims
 from scheduling.models import Execution, ExecutionStatus, Job
 from scheduling.registry import EXECUTION_HEADER
 from tests.conftest import Processes, wait_for
+from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
 from tests.scheduling.test_worker_lifecycle import SLOW, send_message, start_worker
 from tests.tasktable_app import tasks as django_tasks
@@ -95,7 +96,7 @@ def test_the_model_and_the_api_refuse_arguments_over_the_limits(
     owner: Any, value: Any, reason: str
 ) -> None:
     with pytest.raises(ValidationError) as caught:
-        jobs.create_job(owner=owner, name="deep", task=NOOP, every="PT1H", kwargs=value,
+        create_job(owner=owner, name="deep", task=NOOP, every="PT1H", kwargs=value,
                         now=timezone.now())  # fmt: skip
     assert reason in caught.value.message_dict["kwargs"][0]
     with pytest.raises(ValidationError) as caught:
@@ -180,7 +181,7 @@ def storable() -> dict[str, tuple[str, str]]:
 def written_behind(owner: Any, name: str, kwargs_text: str) -> Job:
     """An interval job due now (the kind the locking statement plans itself) whose kwargs are
     then overwritten by raw SQL."""
-    job = jobs.create_job(owner=owner, name=name, task=NOOP, every="PT1H", now=timezone.now())
+    job = create_job(owner=owner, name=name, task=NOOP, every="PT1H", now=timezone.now())
     cast = "::jsonb" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -197,7 +198,7 @@ def test_the_claim_fails_an_occurrence_whose_row_breaks_the_limits_and_serves_th
     # interval text; SQLite plans every row in Python.
     monkeypatch.setattr(claims, "_STEPS", claims._Steps())
     claims._STEPS.learn("PT1H", timedelta(hours=1))
-    healthy = jobs.create_job(owner=owner, name="healthy", task=NOOP, every="PT1H",
+    healthy = create_job(owner=owner, name="healthy", task=NOOP, every="PT1H",
                               kwargs={"small": [1, 2]}, now=timezone.now())  # fmt: skip
     poisoned = {name: written_behind(owner, name, text) for name, (text, _) in storable().items()}
 
@@ -279,7 +280,7 @@ def queued(job: Job) -> Execution:
 def test_a_worker_refuses_such_a_message_alone_and_serves_the_next(
     owner: Any, processes: Processes, process_env: dict[str, str]
 ) -> None:
-    job = jobs.create_job(owner=owner, name="target", task=NOOP, every="PT1H",
+    job = create_job(owner=owner, name="target", task=NOOP, every="PT1H",
                           now=timezone.now() + timedelta(days=1))  # fmt: skip
     deep, unreadable, good = queued(job), queued(job), queued(job)
     levels = pickle_breaking_depth()

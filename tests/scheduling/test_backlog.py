@@ -25,9 +25,9 @@ import redis
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from scheduling import jobs
 from scheduling.models import Attempt, AttemptOutcome, Execution, ExecutionStatus, Job, Schedule
 from tests.conftest import Processes, scheduler_command, wait_for
+from tests.factories import create_job
 from tests.scheduling.test_worker_lifecycle import SLOW, start_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -52,7 +52,7 @@ def backlog(owner: Any, count: int = BACKLOG) -> list[int]:
     """
     now = timezone.now()
     schedule = Schedule.objects.create(owner=owner, name="backlog", interval="PT1H")
-    template = jobs.create_job(
+    template = create_job(
         owner=owner,
         name="backlog-0",
         task=SLEEP,

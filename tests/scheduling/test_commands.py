@@ -24,6 +24,7 @@ from django.core.management import CommandError, ManagementUtility, call_command
 from scheduling import attempts, claims, jobs, liveness
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
 from tests.conftest import ROOT, database_url
+from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
 
 NOOP = "scheduling.diagnostics.noop"
@@ -656,7 +657,7 @@ def test_non_finite_json_is_refused_by_the_model_for_the_admin_and_the_api_too(
     owner: Any, admin_client: Any
 ) -> None:
     with pytest.raises(ValidationError) as caught:
-        jobs.create_job(
+        create_job(
             owner=owner, name="api", task=NOOP, every="PT1H", kwargs={"a": float("nan")},
             now=datetime.now(UTC),
         )  # fmt: skip

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from scheduling import csp, jobs
 from scheduling.models import Job
+from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +31,7 @@ needs_django_6 = pytest.mark.skipif(django.VERSION < (6, 0), reason="Django 6's 
 
 @pytest.fixture
 def job(admin_user: Any) -> Job:
-    job = jobs.create_job(owner=admin_user, name="nightly", task=NOOP, every="PT1H",
+    job = create_job(owner=admin_user, name="nightly", task=NOOP, every="PT1H",
                           now=timezone.now())  # fmt: skip
     jobs.run_job_now(job=job, now=timezone.now())
     return job

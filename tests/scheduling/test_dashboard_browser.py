@@ -13,9 +13,9 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from scheduling import jobs
 from scheduling.models import Execution, Job, SchedulerState
 from tests.conftest import ROOT
+from tests.factories import create_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -30,7 +30,7 @@ def a_day_of_history(owner: Any) -> None:
     now = timezone.now()
     names = ("nightly-report", "sync-invoices", "send-digest")
     for index, name in enumerate(names):
-        job = jobs.create_job(
+        job = create_job(
             owner=owner, name=name, task="scheduling.diagnostics.noop", every="PT20M", now=now
         )
         Job.objects.filter(pk=job.pk).update(next_due_at=now + timedelta(minutes=5 + index * 10))

@@ -64,7 +64,7 @@ def test_completions_written_during_an_outage_are_kept_until_the_database_is_bac
     # TASKS hourly jobs due now: the scheduler claims them together.
     create = (
         "from django.contrib.auth import get_user_model; from django.utils import timezone;"
-        "from scheduling.jobs import create_job;"
+        "from tests.factories import create_job;"
         "owner = get_user_model().objects.create(username='owner');"
         f"[create_job(owner=owner, name=f'sleeper-{{i}}', task='scheduling.diagnostics.sleep',"
         f" kwargs={{'seconds': {TASK_SECONDS}}}, every='PT1H', timeout=30,"

@@ -41,7 +41,6 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
-from scheduling.jobs import create_job
 from scheduling.models import (
     Attempt,
     AttemptOutcome,
@@ -53,6 +52,7 @@ from scheduling.models import (
     Schedule,
 )
 from tests.conftest import celery_worker_command, free_port, scheduler_command, wait_for
+from tests.factories import create_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

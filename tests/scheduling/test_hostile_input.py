@@ -25,8 +25,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, attempts, conf, jobs, schedules
+from scheduling import api, attempts, conf, schedules
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
+from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
 
 pytestmark = pytest.mark.django_db
@@ -54,7 +55,7 @@ def as_alice(alice: Any) -> Client:
 
 @pytest.fixture
 def alices_job(alice: Any) -> Job:
-    return jobs.create_job(owner=alice, name="nightly", task=NOOP, every="PT1H", now=timezone.now())
+    return create_job(owner=alice, name="nightly", task=NOOP, every="PT1H", now=timezone.now())
 
 
 def refused(client: Client, url: str, data: dict[str, Any]) -> dict[str, list[str]]:
@@ -123,7 +124,7 @@ def test_an_instant_that_leaves_the_calendar_in_utc_is_refused(
 def test_a_shared_schedule_cannot_be_moved_where_a_jobs_jitter_overflows(
     as_alice: Client, alice: Any
 ) -> None:
-    job = jobs.create_job(
+    job = create_job(
         owner=alice,
         name="spread",
         task=NOOP,
@@ -217,10 +218,10 @@ def test_a_crafted_list_address_finds_nothing_instead_of_failing(
 def test_the_queue_filter_lists_only_the_users_own_queues(
     as_alice: Client, alice: Any, admin_user: Any
 ) -> None:
-    jobs.create_job(
+    create_job(
         owner=alice, name="mine", task=NOOP, every="PT1H", queue="reports", now=timezone.now()
     )
-    jobs.create_job(
+    create_job(
         owner=admin_user,
         name="theirs",
         task=NOOP,
@@ -415,9 +416,9 @@ def test_a_queue_written_behind_the_rules_fails_its_occurrence_and_writes_no_bro
 
     monkeypatch.setattr(claims, "_STEPS", claims._Steps())
     claims._STEPS.learn("PT1H", timedelta(hours=1))
-    healthy = jobs.create_job(owner=owner, name="healthy", task=NOOP, every="PT1H",
+    healthy = create_job(owner=owner, name="healthy", task=NOOP, every="PT1H",
                               now=timezone.now())  # fmt: skip
-    bad = jobs.create_job(owner=owner, name="bad", task=NOOP, every="PT1H", now=timezone.now())
+    bad = create_job(owner=owner, name="bad", task=NOOP, every="PT1H", now=timezone.now())
     with connection.cursor() as cursor:
         cursor.execute("UPDATE scheduling_job SET queue = %s WHERE id = %s", [queue, bad.pk])
 

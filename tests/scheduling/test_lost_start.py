@@ -44,7 +44,7 @@ def prepare(processes: Processes, pg: PrivatePostgres, env: dict[str, str], seco
     manage = [sys.executable, "manage.py"]
     create = (
         "from django.contrib.auth import get_user_model; from django.utils import timezone;"
-        "from scheduling.jobs import create_job;"
+        "from tests.factories import create_job;"
         "owner = get_user_model().objects.create(username='owner');"
         "create_job(owner=owner, name='sleeper', task='scheduling.diagnostics.sleep',"
         f" kwargs={{'seconds': {seconds}}}, every='PT1H', timeout=30, now=timezone.now())"

@@ -300,7 +300,7 @@ class Cluster:
         extra = "".join(f", {key}={value!r}" for key, value in options.items())
         code = (
             "from django.contrib.auth import get_user_model; from django.utils import timezone;"
-            "from scheduling.jobs import create_job;"
+            "from tests.factories import create_job;"
             "owner, _ = get_user_model().objects.get_or_create(username='owner');"
             f"create_job(owner=owner, name={name!r}, task='tests.partitions.record',"
             f" kwargs={{'path': {str(path)!r}, 'seconds': {seconds}}}, every={every!r},"

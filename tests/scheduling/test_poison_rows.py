@@ -21,7 +21,6 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import jobs
 from scheduling.models import (
     Attempt,
     AttemptOutcome,
@@ -31,6 +30,7 @@ from scheduling.models import (
     JobStatus,
 )
 from tests.conftest import Processes, scheduler_command, wait_for
+from tests.factories import create_job
 from tests.scheduling.test_exactly_once import assert_exactly_once, create_load, runs_logged
 from tests.scheduling.test_worker_lifecycle import SLOW, start_worker
 
@@ -48,7 +48,7 @@ POISON = {
 
 def poison_job(owner: Any, name: str, column: str, value: str) -> Job:
     """A job due now whose ``column`` is then overwritten with ``value`` behind the model."""
-    job = jobs.create_job(owner=owner, name=name, task=NOOP, every="PT1H", now=timezone.now())
+    job = create_job(owner=owner, name=name, task=NOOP, every="PT1H", now=timezone.now())
     cast = "jsonb" if column in ("args", "kwargs") else "timestamptz"
     with connection.cursor() as cursor:
         cursor.execute(
@@ -58,7 +58,7 @@ def poison_job(owner: Any, name: str, column: str, value: str) -> Job:
 
 
 def unparseable_schedule(owner: Any) -> Job:
-    job = jobs.create_job(
+    job = create_job(
         owner=owner, name="bad-schedule", task=NOOP, every="PT1H", now=timezone.now()
     )
     with connection.cursor() as cursor:
@@ -71,7 +71,7 @@ def unparseable_schedule(owner: Any) -> Job:
 
 def out_of_range_job(owner: Any, name: str) -> Job:
     """A job never due (its times are 'infinity'), for an execution of its to be recovered."""
-    job = jobs.create_job(owner=owner, name=name, task=NOOP, every="PT1H", now=timezone.now())
+    job = create_job(owner=owner, name=name, task=NOOP, every="PT1H", now=timezone.now())
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE scheduling_job SET next_due_at = 'infinity', next_occurrence_at = 'infinity'"

@@ -23,9 +23,10 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, attempts, claims, jobs, limits
+from scheduling import api, attempts, claims, limits
 from scheduling.models import Execution, ExecutionStatus, Job
 from tests.conftest import Processes, scheduler_command, wait_for
+from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
 from tests.scheduling.test_worker_lifecycle import SLOW, start_worker
 
@@ -201,10 +202,10 @@ def test_a_long_job_due_every_second_leaves_room_for_another_owner_and_loses_not
     process_env: dict[str, str],
     publish_under_prefix: str,
 ) -> None:
-    greedy = jobs.create_job(owner=owner, name="greedy", task="scheduling.diagnostics.sleep",
+    greedy = create_job(owner=owner, name="greedy", task="scheduling.diagnostics.sleep",
                              kwargs={"seconds": 3}, every="PT1S", overlap="allow",
                              max_running=1, now=timezone.now())  # fmt: skip
-    other = jobs.create_job(owner=django_user_model.objects.create(username="other"),
+    other = create_job(owner=django_user_model.objects.create(username="other"),
                             name="quick", task=NOOP, every="P1D",
                             now=timezone.now() + timedelta(days=1))  # fmt: skip
     env = {**process_env, "SCHEDULING_MAX_SLEEP": "0.2"}

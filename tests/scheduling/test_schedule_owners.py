@@ -25,6 +25,7 @@ from django.utils import timezone
 from scheduling import api, jobs
 from scheduling.jobs import SYSTEM_OWNER
 from scheduling.models import Job, Schedule, SchedulerState
+from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data, form_of
 
 pytestmark = pytest.mark.django_db
@@ -66,7 +67,7 @@ def as_bob(bob: Any) -> Client:
 
 def job_of(owner: Any, name: str, **options: Any) -> Job:
     options.setdefault("every", "PT1H")
-    return jobs.create_job(owner=owner, name=name, task=NOOP, now=timezone.now(), **options)
+    return create_job(owner=owner, name=name, task=NOOP, now=timezone.now(), **options)
 
 
 # --- who owns a schedule -----------------------------------------------------------------------

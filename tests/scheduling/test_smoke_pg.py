@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduling import jobs
 from scheduling.models import Execution, ExecutionStatus
 from tests.conftest import celery_worker_command, scheduler_command, wait_for
+from tests.factories import create_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_due_job_runs_once_on_a_real_worker(owner: Any, processes: Any, process_env: Any) -> None:
-    job = jobs.create_job(
+    job = create_job(
         owner=owner, name="smoke", task="scheduling.diagnostics.noop", every="PT1H",
         now=timezone.now(),
     )

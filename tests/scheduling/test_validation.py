@@ -1,6 +1,6 @@
 """The rules of a valid job: every bad input is refused before anything is saved.
 
-The same rules answer through ``jobs.create_job`` (the command line and the code) and
+The same rules answer through ``jobs.create_job`` (the command line, the API and the code) and
 through the models' ``full_clean`` (the admin's forms), each naming the field and the reason.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from scheduling import jobs
 from scheduling.models import Job, Schedule
 from tests.conftest import FIXED_NOW
+from tests.factories import create_job
 from tests.tasktable_app.models import Chore
 
 pytestmark = pytest.mark.django_db
@@ -124,7 +124,7 @@ def create(owner: Any, **overrides: Any) -> Job:
     if not {"every", "cron", "at"} & overrides.keys():
         options["every"] = "PT1M"
     options.update(overrides)
-    return jobs.create_job(**options)
+    return create_job(**options)
 
 
 def build(owner: Any, **overrides: Any) -> Job:
@@ -331,6 +331,6 @@ def test_a_schedule_in_a_zone_is_fine_for_cron_and_utc_is_fine_for_anything(owne
 
 @pytest.mark.parametrize(("count", "text"), [(0, "0 jobs"), (1, "1 job"), (2, "2 jobs")])
 def test_admin_action_counts_use_plural_forms(count: int, text: str) -> None:
-    from scheduling.admin import _say
+    from scheduling.web.admin.display import say as _say
 
     assert _say(count, "%(count)d job paused.", "%(count)d jobs paused.") == f"{text} paused."

@@ -28,12 +28,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling import jobs
 from scheduling.api import Fenced
 from scheduling.models import Attempt, Execution, ExecutionStatus, Job
 from scheduling.worker.heartbeat import HeartbeatThread
 from scheduling.worker.taskbase import schedulable_task
 from tests.conftest import celery_worker_command, scheduler_command, wait_for
+from tests.factories import create_job
 from tests.polling import logged
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -124,7 +124,7 @@ def start_worker(processes: Any, env: dict[str, str], name: str, **options: Any)
 def due_job(owner: Any, name: str, task: str, **options: Any) -> Job:
     """A job due now that runs every hour, so the test sees only its first occurrence."""
     options.setdefault("every", "PT1H")
-    return jobs.create_job(owner=owner, name=name, task=task, now=timezone.now(), **options)
+    return create_job(owner=owner, name=name, task=task, now=timezone.now(), **options)
 
 
 def execution_of(job: Job) -> Execution | None:

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scheduling import api, jobs, permissions, readable, selectors
 from scheduling.management.base import DuecourseCommand, parse_instant
-from scheduling.models import Execution, ExecutionStatus, Job, Overlap
+from scheduling.models import Execution, ExecutionStatus, Job, Overlap, Schedule
 from scheduling.schedules import Misfire
 from scheduling.validation import MAX_JITTER, parse_json_argument, parse_seconds, storable
 
@@ -193,27 +193,33 @@ class Command(DuecourseCommand):
         job = jobs.create_job(
             owner=owner,
             name=o["name"],
-            task=o["task"],
-            args=parsed["args"],
-            kwargs=parsed["kwargs"],
-            every=o["every"] or "",
-            cron=o["cron"] or "",
-            tz=o["tz"],
-            at=parsed["at"],
-            start=parsed["start"] or None,
-            end=parsed["end"] or None,
-            task_table=o["task_table"],
-            task_row_id=o["task_row_id"],
-            max_retries=o["max_retries"],
-            max_running=o["max_running"] or None,
-            timeout=o["timeout"],
-            jitter=parsed["jitter"],
-            misfire=o["misfire"],
-            overlap=o["overlap"],
-            queue=o["queue"],
-            priority=o["priority"],
-            expires=o["expires"],
-            note=o["note"],
+            schedule=Schedule(
+                interval=o["every"] or "",
+                cron=o["cron"] or "",
+                timezone=o["tz"] or "UTC",
+                run_at=parsed["at"],
+                starts_at=parsed["start"] or None,
+                ends_at=parsed["end"] or None,
+            ),
+            target=jobs.Target(
+                task=o["task"],
+                args=[] if parsed["args"] is None else parsed["args"],
+                kwargs={} if parsed["kwargs"] is None else parsed["kwargs"],
+                task_table=o["task_table"],
+                task_row_id=o["task_row_id"],
+            ),
+            policies=jobs.Policies.given(
+                max_retries=o["max_retries"],
+                max_running=o["max_running"] or None,
+                timeout=o["timeout"],
+                jitter=parsed["jitter"],
+                misfire=o["misfire"],
+                overlap=o["overlap"],
+                queue=o["queue"],
+                priority=o["priority"],
+                expires=o["expires"],
+                note=o["note"],
+            ),
             now=now,
         )
         job = selectors.find_job(job.name, owner=job.owner.get_username())

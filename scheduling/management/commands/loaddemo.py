@@ -20,7 +20,7 @@ from django.utils.module_loading import module_has_submodule
 
 from scheduling import conf, jobs
 from scheduling.management.base import DuecourseCommand
-from scheduling.models import Job
+from scheduling.models import Job, Schedule
 from scheduling.schedules import parse_duration
 
 # (user_id, job_id, is_recurring, interval, max_retry_count): three recurring jobs and a
@@ -67,18 +67,23 @@ class Command(DuecourseCommand):
             name = f"job-{job_id}"
             if Job.objects.filter(owner=owner, name=name).exists():
                 continue
-            schedule: dict[str, Any] = (
-                {"every": interval} if recurring else {"at": now + parse_duration(interval)}
+            timing = (
+                Schedule(interval=interval)
+                if recurring
+                else Schedule(run_at=now + parse_duration(interval))
             )
             jobs.create_job(
                 owner=owner,
                 name=name,
-                task="scheduling.diagnostics.noop",
-                kwargs={"job_id": job_id},
-                max_retries=retries,
-                note=f"demo: user {user_id}, {'every ' + interval if recurring else 'once'}",
+                schedule=timing,
+                target=jobs.Target(
+                    task="scheduling.diagnostics.noop", kwargs={"job_id": job_id}
+                ),
+                policies=jobs.Policies(
+                    max_retries=retries,
+                    note=f"demo: user {user_id}, {'every ' + interval if recurring else 'once'}",
+                ),
                 now=now,
-                **schedule,
             )
             created.append(name)
         demo, _ = users.get_or_create(username="demo")
@@ -86,11 +91,12 @@ class Command(DuecourseCommand):
             jobs.create_job(
                 owner=demo,
                 name="quick",
-                task="scheduling.diagnostics.sleep",
-                kwargs={"seconds": 0.5},
-                every="PT10S",
-                jitter=timedelta(0),
-                note="runs every 10 seconds so that something visibly happens",
+                schedule=Schedule(interval="PT10S"),
+                target=jobs.Target(task="scheduling.diagnostics.sleep", kwargs={"seconds": 0.5}),
+                policies=jobs.Policies(
+                    jitter=timedelta(0),
+                    note="runs every 10 seconds so that something visibly happens",
+                ),
                 now=now,
             )
             created.append("quick")

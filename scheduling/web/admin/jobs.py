@@ -1,0 +1,358 @@
+"""Jobs in the admin: their form, their list with its health, and their actions.
+
+Saves go through ``scheduling.jobs`` (``create_job``, ``edit_job``), which plan the next
+occurrence. The list answers "is it healthy?" from one query (``selectors.with_health``).
+Actions call one service per row, report counts and write the admin log; every action that
+changes state needs the change permission on jobs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from scheduling import api, jobs, permissions, readable, selectors
+from scheduling.models import Execution, Job, JobStatus
+from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
+from scheduling.web.admin.display import badge, describe_target, say
+from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
+from scheduling.web.admin.forms import JOB_POLICY_FIELDS, JobForm, PauseForm
+
+
+@admin.register(Job)
+class JobAdmin(LedgerAdmin):
+    form = JobForm
+    change_list_template = "admin/scheduling/job/change_list.html"
+    # What decides a click; failures in 24 h and the last run's retries are on the job's page.
+    list_display = (
+        "name",
+        "target",
+        "status_badge",
+        "schedule_in_words",
+        "next_due",
+        "last_run",
+    )
+    list_display_links = ("name",)
+    search_fields = ("name", "task", "note", "owner__username")
+    list_select_related = ("owner", "schedule")
+    ordering = ("name",)
+    raw_id_fields = ("owner",)  # the owner's name shows beside the field
+    actions = (
+        "run_now",
+        "pause_jobs",
+        "resume_jobs",
+        "retry_failed_executions",
+        "cancel_unfinished_executions",
+    )
+    state_fields = (
+        "status",
+        "pause_reason",
+        "schedule_in_words",
+        "failures",
+        "retries",
+        "next_due_at",
+        "next_occurrence_at",
+        "current_execution",
+        "execute_count",
+        "last_keepalive_at",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = (*state_fields, "recent_executions")
+    policy_fields = JOB_POLICY_FIELDS
+
+    # --- who sees what
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        mine = owned_jobs(request, super().get_queryset(request))
+        return selectors.with_health(mine, now=timezone.now())
+
+    def _owns(self, request: HttpRequest, obj: Job | None) -> bool:
+        return obj is None or sees_everything(request) or obj.owner_id == request.user.pk
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_view_permission(request, obj) and self._owns(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_change_permission(request, obj) and self._owns(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and self._owns(request, obj)
+
+    def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
+        found: tuple[Any, ...] = (HealthFilter, InternalFilter, QueueFilter)
+        return (*found, "owner") if sees_everything(request) else found
+
+    # --- the form
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        first = ("owner", "name", "note") if sees_everything(request) else ("name", "note")
+        sets: list[Any] = [
+            (None, {"fields": first}),
+            ("Target", {"fields": ("task", "args", "kwargs", "task_row_id")}),
+            (
+                "Schedule",
+                {
+                    "fields": (
+                        "existing_schedule",
+                        "interval",
+                        ("cron", "timezone"),
+                        "run_at",
+                        "starts_at",
+                        "ends_at",
+                    ),
+                    "description": "Give an interval, a cron expression or one instant.",
+                },
+            ),
+            ("Policies", {"fields": self.policy_fields, "classes": ("collapse",)}),
+        ]
+        if obj is not None:
+            sets.append(("State", {"fields": self.state_fields}))
+            if permissions.may_view(request.user, Execution):  # their errors, workers, attempts
+                sets.append(("Recent executions", {"fields": ("recent_executions",)}))
+        return sets
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any):
+        form = super().get_form(request, obj, change, **kw)
+        form.schedule_queryset = usable_schedules(request)
+        form.owner_for_new = None if sees_everything(request) else request.user
+        form.user = request.user
+        return form
+
+    def save_model(self, request: HttpRequest, obj: Job, form: Any, change: bool) -> None:
+        now = timezone.now()
+        if not change:
+            if not sees_everything(request):
+                obj.owner = request.user
+            # The form validated these values with the same rules; the job row saved is
+            # ``create_job``'s, and the admin goes on (log entry, redirect) with its id.
+            created = jobs.create_job(
+                owner=obj.owner,
+                name=obj.name,
+                schedule=obj.schedule,
+                target=jobs.Target(
+                    task=obj.task,
+                    args=obj.args,
+                    kwargs=obj.kwargs,
+                    task_table=obj.task_table,
+                    task_row_id=obj.task_row_id,
+                ),
+                policies=jobs.Policies(
+                    note=obj.note, **{name: getattr(obj, name) for name in JOB_POLICY_FIELDS}
+                ),
+                now=now,
+            )
+            obj.pk = created.pk
+            obj.refresh_from_db()
+            return
+        data = form.cleaned_data
+        changes = {name: data[name] for name in form.changed_data if name in jobs.EDITABLE}
+        if {"task", "task_row_id"} & set(changes):
+            changes.update(task=obj.task, task_table=obj.task_table, task_row_id=obj.task_row_id)
+        existing = data.get("existing_schedule")
+        timing = {name: data[name] for name in jobs.TIMING_FIELDS if name in form.changed_data}
+        if not data.get("cron"):
+            timing.pop("timezone", None)  # ignored without cron, as the form validated it
+        jobs.edit_job(
+            job=obj, now=now, schedule=existing, timing=None if existing else timing, **changes
+        )
+        obj.refresh_from_db()
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        """The job's page, with buttons for the actions that apply to it now."""
+        job = self.get_object(request, object_id)
+        buttons = []
+        if job is not None and self.has_change_permission(request, job):
+            buttons.append(("run_now", "Run now"))
+            if job.status == JobStatus.ACTIVE:
+                buttons.append(("pause_jobs", "Pause…"))
+            if job.status == JobStatus.PAUSED:
+                buttons.append(("resume_jobs", "Resume"))
+        context = {**(extra_context or {}), "job_actions": buttons}
+        return super().change_view(request, object_id, form_url, context)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """A job's history goes with it. Executions are never deleted one by one
+        (``ExecutionAdmin``), so their missing delete permission must not refuse the job's."""
+        to_delete, model_count, perms_needed, protected = super().get_deleted_objects(
+            objs, request
+        )
+        perms_needed.discard(Execution._meta.verbose_name)
+        return to_delete, model_count, perms_needed, protected
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        jobs.remove_job(job=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        for job in queryset.select_related("schedule"):
+            jobs.remove_job(job=job)
+
+    # --- columns
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, job: Job) -> str:
+        if job.status == JobStatus.PAUSED:
+            return badge("paused", title=job.pause_reason)
+        if job.status == JobStatus.ACTIVE and getattr(job, "last_status", None) in (
+            selectors.FAILING
+        ):
+            return badge("failing", title=f"last run {job.last_status}")
+        if job.status == JobStatus.ACTIVE and getattr(job, "is_late", False):
+            return badge("late", title="an occurrence is overdue")
+        return badge(job.status)
+
+    @admin.display(description="schedule")
+    def schedule_in_words(self, job: Job) -> str:
+        return selectors.describe_schedule(job.schedule)
+
+    @admin.display(description="next due", ordering="next_due_at")
+    def next_due(self, job: Job) -> str:
+        due = job.next_due_at
+        if due is None or job.status != JobStatus.ACTIVE:
+            return "-"
+        words = readable.ago(due, timezone.now())
+        return format_html('<span title="{}">{}</span>', readable.instant(due), words)
+
+    @admin.display(description="last run", ordering="last_scheduled_for")
+    def last_run(self, job: Job) -> str:
+        status = getattr(job, "last_status", None)
+        if status is None:
+            return "never"
+        due: datetime = job.last_scheduled_for
+        started: datetime | None = job.last_started_at
+        lag = f" · lag {readable.lag(started - due)}" if started else ""
+        return format_html(
+            '{} <span title="{}">{}</span>{}',
+            badge(status),
+            readable.instant(due),
+            readable.ago(due, timezone.now()),
+            lag,
+        )
+
+    @admin.display(description="runs")
+    def target(self, job: Job) -> str:
+        """What the job runs: its task, or its task-table row by the row's own name."""
+        return describe_target(job)
+
+    # Not sortable: sorting by it would count every job's last day of history.
+    @admin.display(description="failures 24 h")
+    def failures(self, job: Job) -> int:
+        return int(getattr(job, "failures_24h", 0) or 0)
+
+    @admin.display(description="retries (last run)")
+    def retries(self, job: Job) -> Any:
+        value = getattr(job, "last_retry_count", None)
+        return "-" if value is None else value
+
+    @admin.display(description="recent executions")
+    def recent_executions(self, job: Job) -> str:
+        if job.pk is None:
+            return "-"
+        return render_to_string(
+            "admin/scheduling/job/recent_executions.html",
+            {"executions": selectors.recent_executions(job, limit=20)},
+        )
+
+    # --- actions
+
+    def _report(self, request: HttpRequest, count: int, singular: str, plural: str) -> None:
+        level = messages.SUCCESS if count else messages.WARNING
+        self.message_user(request, say(count, singular, plural), level)
+
+    @admin.action(description="Run one occurrence of the selected jobs now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        count = 0
+        for job in queryset:
+            try:
+                execution_id = api.run_now(job.pk)
+            except ValidationError as exc:
+                self.message_user(request, f"{job.name}: {' '.join(exc.messages)}", messages.ERROR)
+                continue
+            self.log_change(request, job, f"Ran now (execution {execution_id}).")
+            count += 1
+        self._report(
+            request, count, "%(count)d job queued to run now.", "%(count)d jobs queued to run now."
+        )
+
+    @admin.action(description="Pause the selected jobs (with a reason)", permissions=["change"])
+    def pause_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
+        form = PauseForm(request.POST if "apply" in request.POST else None)
+        if form.is_bound and form.is_valid():
+            reason = form.cleaned_data["reason"]
+            now = timezone.now()
+            count = 0
+            for job in queryset:
+                if jobs.pause_job(job=job, now=now, reason=reason):
+                    self.log_change(request, job, f"Paused: {reason}")
+                    count += 1
+            self._report(request, count, "%(count)d job paused.", "%(count)d jobs paused.")
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Pause jobs",
+            "opts": self.model._meta,
+            "jobs": list(queryset.select_related("owner")),
+            "form": form,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/scheduling/job/pause.html", context)
+
+    @admin.action(description="Resume the selected jobs", permissions=["change"])
+    def resume_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        now = timezone.now()
+        count = 0
+        for job in queryset:
+            if jobs.resume_job(job=job, now=now):
+                self.log_change(request, job, "Resumed.")
+                count += 1
+        self._report(request, count, "%(count)d job resumed.", "%(count)d jobs resumed.")
+
+    @admin.action(
+        description="Retry the failed executions of the selected jobs", permissions=["change"]
+    )
+    def retry_failed_executions(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        now = timezone.now()
+        count = 0
+        for job in queryset:
+            retried = jobs.retry_failed(job=job, now=now)
+            if retried:
+                self.log_change(request, job, f"Retried {retried} failed execution(s).")
+                count += retried
+        self._report(
+            request,
+            count,
+            "%(count)d failed execution retried.",
+            "%(count)d failed executions retried.",
+        )
+
+    @admin.action(
+        description="Cancel the running and queued executions of the selected jobs",
+        permissions=["change"],
+    )
+    def cancel_unfinished_executions(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        count = 0
+        reason = f"cancelled in the admin by {request.user.get_username()}"
+        for job in queryset:
+            cancelled = api.cancel(job.pk, reason=reason)
+            if cancelled:
+                self.log_change(request, job, f"Cancelled {cancelled} execution(s).")
+                count += cancelled
+        self._report(
+            request, count, "%(count)d execution cancelled.", "%(count)d executions cancelled."
+        )

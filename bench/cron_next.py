@@ -29,9 +29,9 @@ from zoneinfo import ZoneInfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduling.cron import CronExpression  # noqa: E402
+from scheduling.timing.cron import CronExpression  # noqa: E402
 
-# The last commit whose scheduling/cron.py is the hand-written parser.
+# The last commit whose scheduling/timing/cron.py is the hand-written parser.
 BASELINE = "5fffa26"
 EXPRESSIONS = [
     "* * * * *",
@@ -51,7 +51,7 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 
 def load_baseline(rev: str) -> ModuleType:
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:scheduling/cron.py"],
+        ["git", "-C", str(ROOT), "show", f"{rev}:scheduling/timing/cron.py"],
         check=True,
         capture_output=True,
         text=True,

@@ -125,8 +125,8 @@ def load(conn: Any, *, jobs: int, executions: int, days: float, now: datetime) -
 def reads(now: datetime) -> dict[str, Callable[[], Any]]:
     from django.core.cache import cache
 
-    from scheduling import dashboard, health, overview
-    from scheduling.metrics import registry
+    from scheduling.web import dashboard, health, overview
+    from scheduling.web.metrics import registry
 
     def scrape() -> Any:
         from prometheus_client import generate_latest

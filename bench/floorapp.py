@@ -29,7 +29,7 @@ def _replace_ledger_writes(**_: Any) -> None:
     """In each pool process, swap the start and end writes for one durable counter update."""
     from django.db import connection
 
-    from scheduling import attempts
+    from scheduling.stages import attempts
 
     def touch(execution_id: int) -> None:
         with connection.cursor() as cursor:
@@ -52,6 +52,6 @@ def _replace_ledger_writes(**_: Any) -> None:
 
     for name in ("start_execution", "complete_execution"):
         if not callable(getattr(attempts, name, None)):  # a floor of nothing would measure nothing
-            raise RuntimeError(f"scheduling.attempts.{name} is gone; update the floor side")
+            raise RuntimeError(f"scheduling.stages.attempts.{name} is gone; update the floor side")
     attempts.start_execution = start  # type: ignore[assignment]
     attempts.complete_execution = complete  # type: ignore[assignment]

@@ -11,7 +11,7 @@ a worked example.
   a job can target only what was declared. Put task-table declarations in your app's ``scheduled``
   module; the engine imports it when Django starts. The declarations also say who may point a
   job at them (``permission=``, ``superuser_only=``; ``owner=``, ``internal=``): the admin and
-  calls made for an ``owner`` hold people to it (``scheduling.permissions``).
+  calls made for an ``owner`` hold people to it (``scheduling.rules.permissions``).
 - Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
   ``Once``) and a ``Policies`` value.
 - Operate it: ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``, and read it with
@@ -57,8 +57,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import capfirst
 
-from scheduling import jobs as _jobs
-from scheduling import ledger, permissions, tasktables
+from scheduling import ledger
 from scheduling.celeryapp import celery_app
 from scheduling.cli import OneLineCommand, positive_int
 from scheduling.csp import ContentSecurityPolicyAdmin
@@ -67,11 +66,13 @@ from scheduling.djangotasks.options import task_options
 from scheduling.errors import Fenced
 from scheduling.models import Job, Schedule
 from scheduling.readable import ago, describe_interval, instant, span
-from scheduling.registry import PermanentError
+from scheduling.rules import permissions, tasktables
+from scheduling.rules.registry import PermanentError
+from scheduling.rules.validation import first_error as error_line
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
-from scheduling.timing import Cron, Every, Once, Timing, parse_instant
-from scheduling.validation import first_error as error_line
+from scheduling.stages import jobs as _jobs
+from scheduling.timing.values import Cron, Every, Once, Timing, parse_instant
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
@@ -162,7 +163,7 @@ class TaskTableAdmin:
     owner's jobs with it. With this mixin first among its bases, the confirmation (the delete
     page and the ``delete_selected`` action alike, on GET and on POST) lists the jobs the user
     may see and is refused, naming "job", unless the user may delete every one of them
-    (``scheduling.permissions.may_delete_job``). Jobs of an internal table are the row's app's
+    (``scheduling.rules.permissions.may_delete_job``). Jobs of an internal table are the row's app's
     own and go with the row.
 
         @admin.register(Report)

@@ -4,7 +4,8 @@ from django.apps import AppConfig
 from django.db.backends.signals import connection_created
 from django.utils.module_loading import autodiscover_modules
 
-from scheduling import ledger, pgtimes
+from scheduling import ledger
+from scheduling.ledger import pgtimes
 
 
 def _read_out_of_range_times(sender: Any, connection: Any, **_: Any) -> None:
@@ -28,4 +29,6 @@ class SchedulingConfig(AppConfig):
         from scheduling.worker import receivers  # noqa: F401  (receivers connect at ready)
 
         autodiscover_modules("scheduled")
-        connection_created.connect(_read_out_of_range_times, dispatch_uid="scheduling.pgtimes")
+        connection_created.connect(
+            _read_out_of_range_times, dispatch_uid="scheduling.ledger.pgtimes"
+        )

@@ -1,7 +1,7 @@
 """Moving over from django-celery-beat: its PeriodicTask rows become equivalent jobs.
 
 Each row maps to one job of the same name (owned by the importing user), made and changed
-through ``scheduling.jobs`` so the usual rules apply. The mapping:
+through ``scheduling.stages.jobs`` so the usual rules apply. The mapping:
 
 - IntervalSchedule ``every`` + ``period`` → an ISO-8601 interval. The row's last run is the
   interval's anchor, so the cadence goes on where beat left it instead of firing at import.
@@ -31,10 +31,10 @@ from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
-from scheduling import jobs
 from scheduling.models import Job, JobStatus, Schedule
-from scheduling.schedules import Misfire, ScheduleError, timing_from
-from scheduling.validation import first_error
+from scheduling.rules.validation import first_error
+from scheduling.stages import jobs
+from scheduling.timing.schedules import Misfire, ScheduleError, timing_from
 
 if TYPE_CHECKING:
     from django_celery_beat.models import PeriodicTask

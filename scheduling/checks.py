@@ -32,10 +32,12 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
-from scheduling import conf, ledger, overview, tasktables
+from scheduling import conf, ledger
 from scheduling.celeryapp import celery_app, is_fallback
 from scheduling.models import Job, SchedulerState
-from scheduling.validation import queue_error, visibility_timeout
+from scheduling.rules import tasktables
+from scheduling.rules.validation import queue_error, visibility_timeout
+from scheduling.web import overview
 
 INSTALL_DOC = "see docs/install.md"
 #: How recently a scheduler must have ticked to count as running, for W004.

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduling.validation import first_error
+from scheduling.rules.validation import first_error
 
 
 class OneLineParser(CommandParser):

@@ -6,7 +6,7 @@ import logging
 import time
 from typing import Any
 
-from scheduling.registry import PermanentError
+from scheduling.rules.registry import PermanentError
 from scheduling.worker.taskbase import schedulable_task
 
 logger = logging.getLogger("scheduling")

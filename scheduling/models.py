@@ -19,9 +19,11 @@ from django.db import models
 from django.db.models import Max, Q
 from django.utils.timezone import now as current_time
 
-from scheduling import readable, schedules, validation
-from scheduling.arguments import ArgumentsField
-from scheduling.schedules import FiringRule, Misfire, ScheduleError
+from scheduling import readable
+from scheduling.rules import validation
+from scheduling.rules.arguments import ArgumentsField
+from scheduling.timing import schedules
+from scheduling.timing.schedules import FiringRule, Misfire, ScheduleError
 
 
 def _timing_error(exc: ScheduleError) -> ValidationError:
@@ -487,7 +489,7 @@ class SchedulerState(models.Model):
     """What each scheduler process last said about itself, for ``/health/`` and ``/metrics``.
 
     The scheduler is a process of its own; the web process learns that it is alive only from
-    this row, written by ``scheduling.ticks.record_tick`` at most once every few seconds so
+    this row, written by ``scheduling.stages.ticks.record_tick`` at most once every few seconds so
     that an idle tick stays one query. Counters are totals since that process started.
     """
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from scheduling.schedules import ScheduleError, parse_duration
+from scheduling.timing.schedules import ScheduleError, parse_duration
 
 _CALENDAR = re.compile(r"^P(\d+)([YM])$")
 _CALENDAR_UNITS = {"Y": "year", "M": "month"}

@@ -7,15 +7,12 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from scheduling import (
-    diagnostics,  # noqa: F401  (registers the diagnostic tasks)
-    retention,
-    selectors,
-    tasktables,
-)
-from scheduling.registry import PermanentError
-from scheduling.tasktables import TASK_ROW_TASK
-from scheduling.validation import first_error as error_line
+from scheduling import diagnostics  # noqa: F401  (registers the diagnostic tasks)
+from scheduling.rules import tasktables
+from scheduling.rules.registry import PermanentError
+from scheduling.rules.tasktables import TASK_ROW_TASK
+from scheduling.rules.validation import first_error as error_line
+from scheduling.stages import retention, selectors
 from scheduling.worker.taskbase import schedulable_task
 
 

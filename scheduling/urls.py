@@ -11,8 +11,8 @@ none (``scheduling.csp``).
 
 from django.urls import path
 
-from scheduling import dashboard, health, metrics
 from scheduling.csp import DATA_POLICY, with_csp
+from scheduling.web import dashboard, health, metrics
 
 app_name = "scheduling"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from scheduling import jobs
 from scheduling.models import Job, Schedule
+from scheduling.stages import jobs
 
 
 def create_job(

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from scheduling import arguments, conf
+from scheduling import conf
 from scheduling.celeryapp import celery_app
 from scheduling.djangotasks import runs
 from scheduling.djangotasks.framework import (
@@ -38,6 +38,7 @@ from scheduling.djangotasks.options import DEFAULTS, options_problem
 from scheduling.djangotasks.outbox import outbox
 from scheduling.djangotasks.runner import register_runner
 from scheduling.models import ExecutionStatus
+from scheduling.rules import arguments
 
 STATUS = {
     ExecutionStatus.PENDING: TaskResultStatus.READY,
@@ -187,7 +188,7 @@ _FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 
 
 def _json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
-    """The arguments as JSON gives them back, within ``scheduling.arguments``' limits of depth
+    """The arguments as JSON gives them back, within ``scheduling.rules.arguments``' limits of depth
     and size; anything else is refused before it is stored."""
     call_args, call_kwargs = list(args), dict(kwargs)
     for name, value in (("args", call_args), ("kwargs", call_kwargs)):

@@ -31,8 +31,8 @@ from django.utils import timezone
 
 from scheduling.celeryapp import celery_app
 from scheduling.doorbell import Doorbell
-from scheduling.publishing import hand_to_scheduler
 from scheduling.scheduler.publisher import Publisher
+from scheduling.stages.publishing import hand_to_scheduler
 
 logger = logging.getLogger("scheduling")
 

@@ -29,7 +29,7 @@ from scheduling.djangotasks.framework import (
     task_finished,
     task_started,
 )
-from scheduling.registry import PermanentError
+from scheduling.rules.registry import PermanentError
 from scheduling.worker.taskbase import ScheduledTask
 
 #: Celery's own control flow, which is not an error of the task.

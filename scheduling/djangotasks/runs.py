@@ -20,7 +20,7 @@ from django.utils import timezone
 from scheduling.doorbell import Doorbell
 from scheduling.ledger import runs as runs_ledger
 from scheduling.models import Attempt, Execution, ExecutionStatus
-from scheduling.publishing import doorbell_of_call
+from scheduling.stages.publishing import doorbell_of_call
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ LOCK_DUE = ledger.Statement(
                    j.task = ANY(%(tasks)s::text[]) AND j.task_table = ''
                    AND j.task_row_id IS NULL
                    AND jsonb_typeof(j.args) = 'array' AND jsonb_typeof(j.kwargs) = 'object'
-                   -- Arguments well inside their limits (scheduling.arguments); Python
+                   -- Arguments well inside their limits (scheduling.rules.arguments); Python
                    -- measures the rest. A text shorter than twice the depth limit cannot nest
                    -- deeper than it, so the path search runs only on longer ones.
                    AND octet_length(a.args_text) <= %(planned_bytes)s

@@ -29,7 +29,7 @@ class Probe:
 
     ``due``: a job to claim; ``republish``: a message to publish (again); ``stale``: a run
     whose heartbeat stopped; ``next_due_at``: when the next job is due; ``waiting``:
-    executions waiting for a running slot (``scheduling.limits``).
+    executions waiting for a running slot (``scheduling.stages.limits``).
     """
 
     due: bool

@@ -14,8 +14,8 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from scheduling.cli import OneLineCommand, positive_int, positive_seconds
-from scheduling.schedules import ScheduleError
-from scheduling.timing import parse_instant as parse_instant  # the commands' one parser
+from scheduling.timing.schedules import ScheduleError
+from scheduling.timing.values import parse_instant as parse_instant  # the commands' one parser
 
 __all__ = [
     "DuecourseCommand",

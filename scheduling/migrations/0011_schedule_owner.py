@@ -11,7 +11,7 @@ from django.contrib.auth.hashers import make_password
 from django.db import migrations, models
 from django.db.models import Count, Min, OuterRef, Subquery
 
-SYSTEM_OWNER = "duecourse-system"  # scheduling.jobs.SYSTEM_OWNER, as it was written here
+SYSTEM_OWNER = "duecourse-system"  # scheduling.stages.jobs.SYSTEM_OWNER, as it was written here
 
 
 def give_owners(apps, schema_editor):

@@ -20,10 +20,11 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 from django.utils import timezone
 
-from scheduling import claims, conf, ledger, limits, liveness, publishing, selectors, ticks
+from scheduling import conf, ledger
 from scheduling.doorbell import Doorbell
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.publisher import Publisher
+from scheduling.stages import claims, limits, liveness, publishing, selectors, ticks
 
 logger = logging.getLogger("scheduling")
 

@@ -8,10 +8,11 @@ from typing import Any
 
 from django.utils import timezone
 
-from scheduling import conf, publishing
+from scheduling import conf
 from scheduling.doorbell import Doorbell
-from scheduling.registry import EXECUTION_HEADER
+from scheduling.rules.registry import EXECUTION_HEADER
 from scheduling.scheduler.redis_fast import RedisFastPath
+from scheduling.stages import publishing
 
 logger = logging.getLogger("scheduling")
 

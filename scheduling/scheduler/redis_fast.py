@@ -23,7 +23,7 @@ from kombu.utils.json import dumps
 
 from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid4_text
-from scheduling.registry import EXECUTION_HEADER
+from scheduling.rules.registry import EXECUTION_HEADER
 
 LPUSH_CHUNK = 1000
 #: What ``send_task`` writes in ``ignore_result`` when not asked: the task's own setting

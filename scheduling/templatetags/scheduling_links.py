@@ -7,8 +7,8 @@ from typing import Any
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from scheduling import permissions
 from scheduling.models import Execution, Job
+from scheduling.rules import permissions
 
 register = template.Library()
 

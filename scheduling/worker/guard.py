@@ -5,7 +5,7 @@ pool process. Arguments nested a few hundred levels deep decode fine but make th
 raise ``RecursionError`` in the main process itself: it dies, Redis restores the message, and
 the next worker to take it dies too, so one message stops every worker. (Text nested past
 what Python's JSON reader follows already fails to decode, which Celery drops as
-undecodable.) The engine never publishes such a message (``scheduling.arguments``' limits are
+undecodable.) The engine never publishes such a message (``scheduling.rules.arguments``' limits are
 checked at every door and at the claim), but a message can come from anywhere that reaches
 the broker.
 
@@ -27,9 +27,10 @@ from celery.worker.strategy import default as default_strategy
 from django.utils import timezone
 from kombu.exceptions import DecodeError
 
-from scheduling import arguments, attempts
 from scheduling.models import EXECUTION_STARTABLE, AttemptOutcome
-from scheduling.registry import EXECUTION_HEADER
+from scheduling.rules import arguments
+from scheduling.rules.registry import EXECUTION_HEADER
+from scheduling.stages import attempts
 
 logger = logging.getLogger("scheduling")
 

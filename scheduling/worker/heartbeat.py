@@ -32,8 +32,9 @@ import time
 
 from django.db import close_old_connections, connection
 
-from scheduling import attempts, conf, liveness
+from scheduling import conf
 from scheduling.ledger import liveness as liveness_ledger
+from scheduling.stages import attempts, liveness
 from scheduling.worker.fence import Fence, Lease, fence_limits
 
 logger = logging.getLogger("scheduling")

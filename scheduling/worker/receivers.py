@@ -5,7 +5,7 @@ Where each signal fires matters (see docs/architecture.md): exceptions, soft tim
 a lost pool process (WorkerLostError), a hard time limit, a revoke, an unknown task and a
 rejected message are reported in the worker's main process, where only the task id is known.
 Receivers therefore find the execution by the request when they can and by the task id when
-they must, and every transition they make is a compare-and-set in ``scheduling.attempts``, so
+they must, and every transition they make is a compare-and-set in ``scheduling.stages.attempts``, so
 a signal that fires twice (Celery 5.7 sends two ``task_failure`` for a hard time limit) or late
 changes nothing the second time.
 """
@@ -22,9 +22,9 @@ from celery.exceptions import Retry
 from django.db import close_old_connections
 from django.utils import timezone
 
-from scheduling import attempts
 from scheduling.errors import Fenced, format_error
 from scheduling.models import EXECUTION_STARTABLE, AttemptOutcome, Execution, ExecutionStatus
+from scheduling.stages import attempts
 from scheduling.worker import runtime
 from scheduling.worker.heartbeat import heartbeat_thread
 

@@ -18,10 +18,11 @@ from celery.exceptions import Reject
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
 
-from scheduling import attempts, conf, liveness
+from scheduling import conf
 from scheduling.errors import Fenced, StartHeld
-from scheduling.registry import EXECUTION_HEADER
+from scheduling.rules.registry import EXECUTION_HEADER
 from scheduling.runs import RunContext
+from scheduling.stages import attempts, liveness
 from scheduling.worker import fence
 from scheduling.worker.heartbeat import heartbeat_thread
 

@@ -15,7 +15,7 @@ from typing import Any
 from celery import Task, shared_task
 from celery.exceptions import Ignore, Retry
 
-from scheduling.registry import PermanentError
+from scheduling.rules.registry import PermanentError
 from scheduling.runs import RunContext
 from scheduling.worker import runtime
 
@@ -109,7 +109,7 @@ def schedulable_task(*args: Any, **options: Any) -> Any:
 
     Besides Celery's options, ``superuser_only=True`` keeps the task for superusers and
     ``permission="app_label.codename"`` names the permission a user needs to make a job that
-    calls it (``scheduling.permissions``); without either, anyone who may make jobs may.
+    calls it (``scheduling.rules.permissions``); without either, anyone who may make jobs may.
     """
     needed = options.get("permission")
     if needed is not None and (not isinstance(needed, str) or needed.count(".") != 1):

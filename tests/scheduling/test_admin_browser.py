@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduling import jobs
 from scheduling.models import Schedule
+from scheduling.stages import jobs
 from tests.conftest import wait_for
 from tests.factories import create_job
 

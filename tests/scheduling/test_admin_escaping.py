@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
-from scheduling import jobs
 from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.stages import jobs
 from tests.scheduling.test_admin_jobs import form_data
 
 pytestmark = pytest.mark.django_db

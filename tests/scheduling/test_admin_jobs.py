@@ -20,8 +20,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduling import attempts, jobs, selectors
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
+from scheduling.stages import attempts, jobs, selectors
 from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db

@@ -17,8 +17,8 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from scheduling import jobs
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduling.stages import jobs
 from tests.conftest import (
     CHROMIUM,
     ROOT,

@@ -24,8 +24,9 @@ from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, jobs
+from scheduling import api
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduling.stages import jobs
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data, form_of
 from tests.tasktable_app.models import Chore, ChoreBatch, TeamChore

@@ -15,8 +15,10 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
 from config.celery import app as celery_app
-from scheduling import api, attempts, claims, tasktables
+from scheduling import api
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduling.rules import tasktables
+from scheduling.stages import attempts, claims
 from tests.conftest import with_key_prefix
 from tests.tasktable_app.models import Chore
 from tests.tasktable_app.scheduled import run_chore

@@ -28,9 +28,11 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, arguments, claims
+from scheduling import api
 from scheduling.models import Execution, ExecutionStatus, Job
-from scheduling.registry import EXECUTION_HEADER
+from scheduling.rules import arguments
+from scheduling.rules.registry import EXECUTION_HEADER
+from scheduling.stages import claims
 from tests.conftest import Processes, wait_for
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduling import attempts, claims, liveness, publishing
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus
+from scheduling.stages import attempts, claims, liveness, publishing
 
 pytestmark = pytest.mark.django_db
 

@@ -15,9 +15,9 @@ import redis
 from django.utils import timezone
 
 from config.celery import app
-from scheduling import publishing
 from scheduling.models import Execution, ExecutionStatus
 from scheduling.scheduler.loop import Dispatcher
+from scheduling.stages import publishing
 from tests.conftest import Processes, celery_settings, free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

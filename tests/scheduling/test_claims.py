@@ -15,7 +15,6 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection, transaction
 
-from scheduling import attempts, claims, jobs, liveness, publishing, schedules, selectors
 from scheduling.doorbell import Doorbell
 from scheduling.models import (
     EXECUTION_UNFINISHED,
@@ -27,6 +26,8 @@ from scheduling.models import (
     Overlap,
     Schedule,
 )
+from scheduling.stages import attempts, claims, jobs, liveness, publishing, selectors
+from scheduling.timing import schedules
 from tests.tasktable_app.models import Chore
 
 pytestmark = pytest.mark.django_db

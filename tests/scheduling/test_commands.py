@@ -21,8 +21,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, ManagementUtility, call_command, get_commands
 
-from scheduling import attempts, claims, jobs, liveness
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
+from scheduling.stages import attempts, claims, jobs, liveness
 from tests.conftest import ROOT, database_url
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data

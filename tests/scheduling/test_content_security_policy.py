@@ -17,8 +17,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import csp, jobs
+from scheduling import csp
 from scheduling.models import Job
+from scheduling.stages import jobs
 from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db

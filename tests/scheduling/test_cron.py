@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from scheduling.cron import CronError, CronExpression
+from scheduling.timing.cron import CronError, CronExpression
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")

@@ -11,8 +11,8 @@ from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduling import overview
 from scheduling.models import Execution, Job
+from scheduling.web import overview
 
 db = pytest.mark.django_db
 MINUTE = timedelta(minutes=1)

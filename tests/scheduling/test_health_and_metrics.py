@@ -12,9 +12,9 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.celery import app
-from scheduling import ticks
 from scheduling.models import Execution, Job, SchedulerState
 from scheduling.scheduler.loop import Dispatcher
+from scheduling.stages import ticks
 from tests.conftest import celery_settings, free_port
 
 db = pytest.mark.django_db

@@ -4,8 +4,8 @@ Each test is a request somebody sent: a staff user posting the admin's forms by 
 running ``manage.py jobs`` and ``prune_history``, a domain app calling ``scheduling.api``. Every
 out-of-range number, date, size or encoding gets an error naming the field and the reason (a
 form error, one command line, a ``ValidationError``), never an HTTP 500 or a traceback, and
-nothing is saved. The rules live once, in ``scheduling.validation``, ``scheduling.schedules``
-and the models, so the three doors refuse in the same words.
+nothing is saved. The rules live once, in ``scheduling.rules.validation``,
+``scheduling.timing.schedules`` and the models, so the three doors refuse in the same words.
 
 The cast: Alice is staff with every ``scheduling`` permission; the superuser is ``admin``.
 """
@@ -25,8 +25,10 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, attempts, conf, schedules
+from scheduling import api, conf
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
+from scheduling.stages import attempts
+from scheduling.timing import schedules
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
 
@@ -412,7 +414,7 @@ def test_a_queue_written_behind_the_rules_fails_its_occurrence_and_writes_no_bro
     its interval text, and leaves one with such a queue to Python, which fails it."""
     from django.db import connection
 
-    from scheduling import claims
+    from scheduling.stages import claims
 
     monkeypatch.setattr(claims, "_STEPS", claims._Steps())
     claims._STEPS.learn("PT1H", timedelta(hours=1))

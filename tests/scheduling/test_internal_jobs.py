@@ -15,8 +15,9 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import api, overview
+from scheduling import api
 from scheduling.models import Attempt, Execution, Job, Schedule
+from scheduling.web import overview
 from tests.tasktable_app.models import ChoreBatch
 
 pytestmark = [pytest.mark.django_db]

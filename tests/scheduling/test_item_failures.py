@@ -14,9 +14,9 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from scheduling import overview
 from scheduling.models import Execution
 from scheduling.runs import RunContext
+from scheduling.web import overview
 from scheduling.worker import runtime
 
 pytestmark = [pytest.mark.django_db]

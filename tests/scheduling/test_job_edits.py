@@ -1,5 +1,5 @@
 """Changing a job in place and retrying a failed execution: the services the admin and the
-command line share (``scheduling.jobs``)."""
+command line share (``scheduling.stages.jobs``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
-from scheduling import attempts, jobs, publishing
 from scheduling.models import Execution, ExecutionStatus, Job, Schedule
-from scheduling.tasktables import TASK_ROW_TASK
+from scheduling.rules.tasktables import TASK_ROW_TASK
+from scheduling.stages import attempts, jobs, publishing
 from tests.tasktable_app.models import Chore
 
 pytestmark = pytest.mark.django_db

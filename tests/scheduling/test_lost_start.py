@@ -148,7 +148,7 @@ def test_the_end_restores_a_start_the_crash_undid_and_a_second_message_waits(
     second = start_worker(processes, env, "second", concurrency=1)
     (execution_id,) = pg.query(DB, "SELECT id FROM scheduling_execution")[0]
     send = (
-        "from scheduling.celeryapp import celery_app; from scheduling.registry import "
+        "from scheduling.celeryapp import celery_app; from scheduling.rules.registry import "
         "EXECUTION_HEADER; celery_app().send_task('scheduling.diagnostics.sleep', "
         f"kwargs={{'seconds': 6}}, headers={{EXECUTION_HEADER: '{execution_id}'}})"
     )

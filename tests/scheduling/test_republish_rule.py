@@ -20,10 +20,11 @@ from django.conf import settings as django_settings
 from django.db import DatabaseError, connection
 
 from config.celery import app
-from scheduling import attempts, claims, pgtimes, publishing
+from scheduling.ledger import pgtimes
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
 from scheduling.scheduler import loop
 from scheduling.scheduler.loop import Dispatcher
+from scheduling.stages import attempts, claims, publishing
 
 pytestmark = pytest.mark.django_db
 

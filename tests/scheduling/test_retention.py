@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling.models import Attempt, Execution, Job
-from scheduling.registry import get_schedulable
+from scheduling.rules.registry import get_schedulable
 
 db = pytest.mark.django_db
 DAY = timedelta(days=1)

@@ -23,8 +23,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, attempts, claims, limits
+from scheduling import api
 from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.stages import attempts, claims, limits
 from tests.conftest import Processes, scheduler_command, wait_for
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data

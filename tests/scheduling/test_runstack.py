@@ -17,8 +17,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from scheduling.console import JobNames
 from scheduling.management.commands.runstack import DEMO_ADMIN, demo_login
+from scheduling.management.console import JobNames
 from scheduling.models import Execution, Job
 from tests.conftest import Processes, free_port, wait_for
 
@@ -159,7 +159,7 @@ def test_runstack_serves_a_styled_admin_and_names_jobs(
 
 
 def test_runstack_prints_each_execution_once_without_celerys_echoes() -> None:
-    from scheduling.console import Quieter
+    from scheduling.management.console import Quieter
 
     quiet = Quieter()
     lines = [

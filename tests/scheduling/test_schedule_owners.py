@@ -22,9 +22,10 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, jobs
-from scheduling.jobs import SYSTEM_OWNER
+from scheduling import api
 from scheduling.models import Job, Schedule, SchedulerState
+from scheduling.stages import jobs
+from scheduling.stages.jobs import SYSTEM_OWNER
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data, form_of
 

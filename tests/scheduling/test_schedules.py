@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.cron import CronExpression
-from scheduling.schedules import (
+from scheduling.timing.cron import CronExpression
+from scheduling.timing.schedules import (
     ClaimPlan,
     FiringRule,
     Misfire,

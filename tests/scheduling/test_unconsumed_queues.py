@@ -23,8 +23,10 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, attempts, checks, claims, overview, publishing
+from scheduling import api, checks
 from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.stages import attempts, claims, publishing
+from scheduling.web import overview
 from tests.conftest import Processes, celery_worker_command, wait_for
 
 pytestmark = pytest.mark.django_db
@@ -145,7 +147,7 @@ def test_health_says_warn_with_http_200_and_names_the_queue_to_who_may_see(
 
 
 def test_health_status_is_warn_when_only_a_queue_is_unconsumed(stalled: int) -> None:
-    from scheduling import health
+    from scheduling.web import health
 
     checks = {
         "database": {"ok": True},

@@ -247,7 +247,7 @@ def test_same_name_for_another_owner_is_allowed(owner: Any, django_user_model: A
 
 
 def test_errors_read_as_one_line_naming_the_field() -> None:
-    from scheduling.validation import first_error
+    from scheduling.rules.validation import first_error
 
     text = first_error(ValidationError({"interval": ["'PT0S' is shorter than one second"]}))
     assert text == "interval: 'PT0S' is shorter than one second"
@@ -255,7 +255,7 @@ def test_errors_read_as_one_line_naming_the_field() -> None:
 
 
 def test_json_arguments_from_the_command_line_must_have_the_right_shape() -> None:
-    from scheduling.validation import parse_json_argument
+    from scheduling.rules.validation import parse_json_argument
 
     assert parse_json_argument('[1, "a"]', field="args", expect=list) == [1, "a"]
     assert parse_json_argument('{"k": 1}', field="kwargs", expect=dict) == {"k": 1}
@@ -283,7 +283,7 @@ def test_a_task_table_job_must_run_the_row_runner(owner: Any) -> None:
 
 
 def test_a_field_failing_djangos_validator_and_our_rule_reads_as_one_reason(owner: Any) -> None:
-    from scheduling.validation import first_error
+    from scheduling.rules.validation import first_error
 
     with pytest.raises(ValidationError) as caught:
         create(owner, timeout=0)
@@ -291,7 +291,7 @@ def test_a_field_failing_djangos_validator_and_our_rule_reads_as_one_reason(owne
 
 
 def test_distinct_reasons_for_one_field_are_separated() -> None:
-    from scheduling.validation import first_error
+    from scheduling.rules.validation import first_error
 
     text = first_error(ValidationError({"task": ["is required", "is not registered"]}))
     assert text == "task: is required; is not registered"
@@ -309,7 +309,7 @@ def test_distinct_reasons_for_one_field_are_separated() -> None:
     ],
 )
 def test_seconds_from_the_command_line_are_finite_and_bounded(raw: str, reason: str) -> None:
-    from scheduling.validation import MAX_JITTER, parse_seconds
+    from scheduling.rules.validation import MAX_JITTER, parse_seconds
 
     with pytest.raises(ValidationError) as caught:
         parse_seconds(raw, field="jitter", maximum=MAX_JITTER)
@@ -317,7 +317,7 @@ def test_seconds_from_the_command_line_are_finite_and_bounded(raw: str, reason: 
 
 
 def test_seconds_from_the_command_line_may_be_fractional() -> None:
-    from scheduling.validation import MAX_JITTER, parse_seconds
+    from scheduling.rules.validation import MAX_JITTER, parse_seconds
 
     assert parse_seconds("2.5", field="jitter", maximum=MAX_JITTER) == timedelta(seconds=2.5)
     assert parse_seconds("86400", field="jitter", maximum=MAX_JITTER) == MAX_JITTER

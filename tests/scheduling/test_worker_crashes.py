@@ -27,7 +27,7 @@ import psycopg
 import pytest
 
 from scheduling.models import Execution, ExecutionStatus
-from scheduling.registry import EXECUTION_HEADER
+from scheduling.rules.registry import EXECUTION_HEADER
 from tests.conftest import free_port, scheduler_command, wait_for
 from tests.polling import logged
 from tests.scheduling.test_worker_lifecycle import (

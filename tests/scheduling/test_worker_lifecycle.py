@@ -261,7 +261,7 @@ def assert_retried_then_failed(
     execution: Execution, *, outcome: str, error: str, log: str, backoff: tuple[float, float]
 ) -> None:
     """Three retries with capped exponential backoff, then failed; every attempt's error kept."""
-    from scheduling.schedules import retry_delay
+    from scheduling.timing.schedules import retry_delay
 
     assert execution.status == ExecutionStatus.FAILED
     assert execution.retry_count == 3 and execution.retry_at is None

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from scheduling.api import jobs_for_row
 from scheduling.models import Execution, ExecutionStatus
-from scheduling.registry import EXECUTION_HEADER
+from scheduling.rules.registry import EXECUTION_HEADER
 from subscriptions import payments, pricing, services
 from subscriptions.models import (
     DueBatch,

@@ -7,8 +7,9 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from scheduling import readable, selectors
+from scheduling import readable
 from scheduling.management.base import DuecourseCommand
+from scheduling.stages import selectors
 
 
 class Command(DuecourseCommand):

@@ -8,8 +8,9 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import beat_import, jobs
+from scheduling import beat_import
 from scheduling.management.base import DuecourseCommand
+from scheduling.stages import jobs
 
 
 class Command(DuecourseCommand):

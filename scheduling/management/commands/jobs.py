@@ -9,11 +9,13 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import api, jobs, permissions, readable, selectors
+from scheduling import api, readable
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap, Schedule
-from scheduling.schedules import Misfire
-from scheduling.validation import MAX_JITTER, parse_json_argument, parse_seconds, storable
+from scheduling.rules import permissions
+from scheduling.rules.validation import MAX_JITTER, parse_json_argument, parse_seconds, storable
+from scheduling.stages import jobs, selectors
+from scheduling.timing.schedules import Misfire
 
 
 class Command(DuecourseCommand):

@@ -18,10 +18,11 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 from django.utils.module_loading import module_has_submodule
 
-from scheduling import conf, jobs
+from scheduling import conf
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job, Schedule
-from scheduling.schedules import parse_duration
+from scheduling.stages import jobs
+from scheduling.timing.schedules import parse_duration
 
 # (user_id, job_id, is_recurring, interval, max_retry_count): three recurring jobs and a
 # one-off that runs twelve hours after loading, for three users.

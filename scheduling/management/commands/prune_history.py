@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import retention
 from scheduling.management.base import DuecourseCommand, positive_int, positive_seconds
+from scheduling.stages import retention
 
 
 class Command(DuecourseCommand):

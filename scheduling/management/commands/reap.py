@@ -7,8 +7,9 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import conf, liveness
+from scheduling import conf
 from scheduling.management.base import DuecourseCommand, positive_seconds
+from scheduling.stages import liveness
 
 
 class Command(DuecourseCommand):

@@ -3,8 +3,8 @@
 Starts a Celery worker for the project's own app (``SCHEDULING_CELERY_APP``, or the module
 that holds Celery's current app), ``manage.py runscheduler`` and a web server for the admin as
 child processes with the same settings, passes their output through with each job named
-(``scheduling.console``), prints where the admin is and how to log in, and stops everything
-cleanly on Ctrl-C or SIGTERM.
+(``scheduling.management.console``), prints where the admin is and how to log in, and stops
+everything cleanly on Ctrl-C or SIGTERM.
 
 Where the demo is allowed (``SCHEDULING_DEMO``: this repository turns it on for its embedded
 default database only), the login is a local demo superuser, ``demo-admin``, whose password is
@@ -30,8 +30,8 @@ from django.urls import NoReverseMatch, reverse
 
 from scheduling import conf
 from scheduling.celeryapp import app_path
-from scheduling.console import JobNames, Quieter
 from scheduling.management.base import DuecourseCommand, positive_int
+from scheduling.management.console import JobNames, Quieter
 
 STOP_TIMEOUT = 20.0
 WEB_START_TIMEOUT = 15.0

@@ -6,7 +6,7 @@ the base class and owner scoping (``base``), the forms (``forms``), the list fil
 model admins; Django's autodiscovery reaches it through ``scheduling.admin``.
 
 Permissions: the targets a job's form offers, and accepts when saved, are the ones the user may
-target (``scheduling.permissions``); every action that changes state needs the change
+target (``scheduling.rules.permissions``); every action that changes state needs the change
 permission on jobs (executions' cancel and retry too) and is written to the admin log.
 """
 

@@ -19,9 +19,9 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from scheduling import validation
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import Job, Schedule
+from scheduling.rules import validation
 
 
 def sees_everything(request: HttpRequest) -> bool:

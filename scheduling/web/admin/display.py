@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.utils.html import format_html
 from django.utils.translation import ngettext
 
-from scheduling import tasktables
 from scheduling.models import Job
+from scheduling.rules import tasktables
 
 #: Badges with a colour of their own in ``scheduling/duecourse.css``; any other is grey.
 BADGE_KINDS = frozenset({"active", "failing", "late", "completed", "failed", "retry", "running"})

@@ -12,8 +12,10 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling import attempts, jobs, permissions, readable
+from scheduling import readable
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
+from scheduling.rules import permissions
+from scheduling.stages import attempts, jobs
 from scheduling.web.admin.base import LedgerAdmin, sees_everything
 from scheduling.web.admin.display import badge, say
 

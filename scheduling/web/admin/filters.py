@@ -8,8 +8,9 @@ from django.contrib import admin
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest
 
-from scheduling import selectors, tasktables
 from scheduling.models import Job, JobStatus
+from scheduling.rules import tasktables
+from scheduling.stages import selectors
 from scheduling.web.admin.base import owned_jobs
 
 

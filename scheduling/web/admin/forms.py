@@ -4,7 +4,7 @@ A job's form holds its whole definition: the target is picked from what is decla
 (schedulable tasks and task tables), and the timing is typed on the job itself, or an existing
 schedule is chosen to share it. Forms validate through the models' ``clean`` (the same rules and
 messages as the command line). The targets the form offers, and accepts when saved, are the
-ones the user may target (``scheduling.permissions``).
+ones the user may target (``scheduling.rules.permissions``).
 """
 
 from __future__ import annotations
@@ -21,17 +21,19 @@ from django.forms.fields import InvalidJSONInput
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling import jobs, permissions, selectors, validation
-from scheduling.arguments import ArgumentsFormField
 from scheduling.models import Job, Schedule
-from scheduling.tasktables import TASK_ROW_TASK
+from scheduling.rules import permissions, validation
+from scheduling.rules.arguments import ArgumentsFormField
+from scheduling.rules.tasktables import TASK_ROW_TASK
+from scheduling.stages import jobs, selectors
 
 TABLE_PREFIX = "table:"
 
 
 def target_choices(current: Job | None, user: Any) -> list[Any]:
     """Grouped choices: the schedulable tasks, then the task tables, that ``user`` may target
-    (``scheduling.permissions``); an existing job's own target is kept so its page shows it."""
+    (``scheduling.rules.permissions``); an existing job's own target is kept so its page shows
+    it."""
     tasks = permissions.allowed_task_names(user)
     tables = permissions.allowed_table_labels(user)
     if current is not None and current.task_table and current.task_table not in tables:

@@ -1,6 +1,6 @@
 """Jobs in the admin: their form, their list with its health, and their actions.
 
-Saves go through ``scheduling.jobs`` (``create_job``, ``edit_job``), which plan the next
+Saves go through ``scheduling.stages.jobs`` (``create_job``, ``edit_job``), which plan the next
 occurrence. The list answers "is it healthy?" from one query (``selectors.with_health``).
 Actions call one service per row, report counts and write the admin log; every action that
 changes state needs the change permission on jobs.
@@ -21,8 +21,10 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling import api, jobs, permissions, readable, selectors
+from scheduling import api, readable
 from scheduling.models import Execution, Job, JobStatus
+from scheduling.rules import permissions
+from scheduling.stages import jobs, selectors
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
 from scheduling.web.admin.display import badge, describe_target, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter

@@ -9,8 +9,8 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from scheduling import jobs, selectors
 from scheduling.models import Schedule
+from scheduling.stages import jobs, selectors
 from scheduling.web.admin.base import LedgerAdmin, sees_everything, usable_schedules
 from scheduling.web.admin.filters import InternalScheduleFilter
 

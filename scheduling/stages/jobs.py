@@ -21,8 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count
 
-from scheduling import conf, permissions, schedules, selectors
-from scheduling.attempts import cancel_execution
+from scheduling import conf
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Execution,
@@ -32,9 +31,13 @@ from scheduling.models import (
     Overlap,
     Schedule,
 )
-from scheduling.schedules import FiringRule, Misfire
-from scheduling.tasktables import TASK_ROW_TASK
-from scheduling.validation import check_reason, check_target, storable
+from scheduling.rules import permissions
+from scheduling.rules.tasktables import TASK_ROW_TASK
+from scheduling.rules.validation import check_reason, check_target, storable
+from scheduling.stages import selectors
+from scheduling.stages.attempts import cancel_execution
+from scheduling.timing import schedules
+from scheduling.timing.schedules import FiringRule, Misfire
 
 logger = logging.getLogger("scheduling")
 
@@ -73,7 +76,7 @@ class Policies:
     priority: int | None = None
     expires: int | None = None
     note: str = ""
-    #: Most of this job's executions running at once (None: no limit; ``scheduling.limits``).
+    #: Most of this job's executions running at once (None: no limit; ``scheduling.stages.limits``).
     max_running: int | None = None
 
     @classmethod
@@ -171,7 +174,7 @@ def create_job(
 
     The one way a job is made: the API, the admin's add form, ``jobs add``, ``import_beat`` and
     ``loaddemo`` each turn their input into these values and call this, so every job passes
-    the same rules (``Job.clean``, ``scheduling.validation``) and gets its first occurrence
+    the same rules (``Job.clean``, ``scheduling.rules.validation``) and gets its first occurrence
     planned the same way. ``schedule`` is a new, unsaved one (saved here, its owner the job's)
     or an existing one to share. Every reason is collected before anything is saved, each
     field named once.

@@ -1,17 +1,15 @@
 """The claim: take due jobs, create their executions, advance them, in one short transaction.
 
-This is the scheduler's hot path, so it works on plain rows instead of model instances: the
-ledger's lock (``scheduling.ledger.claim.lock_due``: ``FOR NO KEY UPDATE SKIP LOCKED``, the
-row locks that keep two schedulers apart), the timing decisions of
-``scheduling.schedules.plan_claim``, then one write (``write_claim``). This module decides; the
-ledger runs the statements. On PostgreSQL the locking statement also plans and writes the
-common case itself (an interval job due once, moved one interval on: ``sql_planning`` lists
-the conditions, and the specification tests check it against ``plan_claim`` case by case);
-every other row is planned here. On SQLite every row is planned here.
-The claim commits on its own (``atomic(durable=True)``): inside a caller's transaction its row
-locks would be held, and its rows invisible to workers, for as long as the caller runs.
-Nothing is published here: the scheduler loop (``scheduling.scheduler.loop``) does that after
-the commit.
+This is the scheduler's hot path, so it works on plain rows instead of model instances: the ledger's
+lock (``scheduling.ledger.claim.lock_due``: ``FOR NO KEY UPDATE SKIP LOCKED``, the row locks that
+keep two schedulers apart), the timing decisions of ``scheduling.timing.schedules.plan_claim``, then
+one write (``write_claim``). This module decides; the ledger runs the statements. On PostgreSQL the
+locking statement also plans and writes the common case itself (an interval job due once, moved one
+interval on: ``sql_planning`` lists the conditions, and the specification tests check it against
+``plan_claim`` case by case); every other row is planned here. On SQLite every row is planned here.
+The claim commits on its own (``atomic(durable=True)``): inside a caller's transaction its row locks
+would be held, and its rows invisible to workers, for as long as the caller runs. Nothing is
+published here: the scheduler loop (``scheduling.scheduler.loop``) does that after the commit.
 """
 
 from __future__ import annotations
@@ -26,16 +24,16 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduling import arguments, conf, schedules
-from scheduling.arguments import Unreadable, decode
+from scheduling import conf
 from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid4_text
 from scheduling.ledger import claim as claim_ledger
 from scheduling.models import ExecutionStatus, JobStatus, Overlap
-from scheduling.registry import schedulable_names
-from scheduling.schedules import FiringRule, Misfire, ScheduleError
-from scheduling.tasktables import TASK_ROW_TASK
-from scheduling.validation import (
+from scheduling.rules import arguments
+from scheduling.rules.arguments import Unreadable, decode
+from scheduling.rules.registry import schedulable_names
+from scheduling.rules.tasktables import TASK_ROW_TASK
+from scheduling.rules.validation import (
     MAX_QUEUE,
     RESERVED_QUEUE_PREFIXES,
     RESERVED_QUEUE_SUFFIXES,
@@ -44,6 +42,8 @@ from scheduling.validation import (
     queue_line,
     target_error,
 )
+from scheduling.timing import schedules
+from scheduling.timing.schedules import FiringRule, Misfire, ScheduleError
 
 logger = logging.getLogger("scheduling")
 
@@ -320,7 +320,7 @@ def _target_error(row: dict[str, Any], cache: dict[tuple[Any, ...], str]) -> str
 
 def _argument_error(row: dict[str, Any]) -> str:
     """Why the job's ``args`` or ``kwargs`` cannot be sent, or "" (rows written by raw SQL):
-    their type, their depth or size (``scheduling.arguments``), or text nested deeper than
+    their type, their depth or size (``scheduling.rules.arguments``), or text nested deeper than
     Python can read."""
     values = {}
     for name in ("args", "kwargs"):

@@ -21,12 +21,13 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from scheduling import pgtimes, readable
+from scheduling import readable
+from scheduling.ledger import pgtimes
 from scheduling.ledger.probe import Probe as Probe  # the idle tick's answers, read here
 from scheduling.ledger.probe import scheduler_probe as scheduler_probe
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
 from scheduling.readable import describe_interval
-from scheduling.validation import storable
+from scheduling.rules.validation import storable
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -25,9 +25,10 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from scheduling import conf, tasktables
+from scheduling import conf
 from scheduling.ledger import reads
 from scheduling.models import Attempt, Execution, ExecutionStatus, Job, JobStatus
+from scheduling.rules import tasktables
 
 DAY = timedelta(hours=24)
 HOUR = timedelta(hours=1)
@@ -101,7 +102,7 @@ def running(*, now: datetime, limit: int = 10, owner_id: int | None = None) -> P
 
 
 def waiting(*, now: datetime, limit: int = 10, owner_id: int | None = None) -> Panel:
-    """Executions held back by a running limit (``scheduling.limits``), oldest first."""
+    """Executions held back by a running limit (``scheduling.stages.limits``), oldest first."""
     rows = (
         _executions(owner_id)
         .filter(status=ExecutionStatus.WAITING)
@@ -257,7 +258,7 @@ def lag_percentiles(
 
 def unfinished_by_status() -> dict[str, int]:
     """Pending, queued, retry, waiting and running executions now (each a small partial
-    index); ``waiting`` are those held back by a running limit (``scheduling.limits``)."""
+    index); ``waiting`` are those held back by a running limit (``scheduling.stages.limits``)."""
     counts = dict.fromkeys(
         [
             ExecutionStatus.PENDING,

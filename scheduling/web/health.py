@@ -1,7 +1,7 @@
 """``/health/``: one JSON answer for a load balancer or an orchestrator's probe.
 
 Four checks, each cheap: the database answers, the broker accepts a connection, some scheduler
-recorded a tick within ``SCHEDULING_HEALTH_TICK_AGE`` seconds (``scheduling.ticks``), and no
+recorded a tick within ``SCHEDULING_HEALTH_TICK_AGE`` seconds (``scheduling.stages.ticks``), and no
 running execution has gone without a heartbeat so long that the reaper should already have
 taken it (twice ``SCHEDULING_STALE_AFTER``). Any failed check makes the answer HTTP 503. A
 fifth, ``queues``, only warns (status ``warn``, HTTP 200): executions of a queue that no worker
@@ -24,10 +24,13 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from scheduling import conf, overview, permissions, ticks
+from scheduling import conf
 from scheduling.celeryapp import celery_app
 from scheduling.ledger import reads
 from scheduling.models import Execution, Job
+from scheduling.rules import permissions
+from scheduling.stages import ticks
+from scheduling.web import overview
 
 BROKER_TIMEOUT = 2.0
 

@@ -27,7 +27,7 @@ class TaskTable:
     ``internal`` tables (subscriptions' due batches) are run only by jobs their app's code
     makes, never by a job made by hand; ``owner`` names the field (a lookup path such as
     ``project__owner`` is allowed) holding the user a row belongs to, so that only its owner
-    may point a job at it (``scheduling.permissions``).
+    may point a job at it (``scheduling.rules.permissions``).
     """
 
     label: str

@@ -1,6 +1,6 @@
 """The admin dashboard: one page that answers "is it healthy?" (staff only).
 
-Each panel is one read of ``scheduling.overview``, bounded in time and served by an index, so
+Each panel is one read of ``scheduling.web.overview``, bounded in time and served by an index, so
 the page stays fast however long the history grows. The chart is inline SVG drawn here: no
 script, no CDN. A staff user who is not a superuser sees only the jobs they own, and only with
 the view (or change) permission on jobs and on executions, which every panel shows.
@@ -18,9 +18,12 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from scheduling import conf, overview, permissions, readable, ticks
+from scheduling import conf, readable
 from scheduling.csp import with_csp
 from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.rules import permissions
+from scheduling.stages import ticks
+from scheduling.web import overview
 
 CHART_HEIGHT = 120
 BAR_WIDTH = 22

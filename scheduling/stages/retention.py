@@ -27,7 +27,6 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
-from scheduling import tasktables
 from scheduling.models import (
     EXECUTION_FINISHED,
     Attempt,
@@ -36,7 +35,8 @@ from scheduling.models import (
     JobStatus,
     Schedule,
 )
-from scheduling.schedules import MAX_DURATION_TEXT, ScheduleError, parse_duration
+from scheduling.rules import tasktables
+from scheduling.timing.schedules import MAX_DURATION_TEXT, ScheduleError, parse_duration
 
 logger = logging.getLogger("scheduling")
 

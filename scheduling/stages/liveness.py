@@ -22,9 +22,9 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
-from scheduling.attempts import fail_attempt
 from scheduling.ledger import liveness as liveness_ledger
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job
+from scheduling.stages.attempts import fail_attempt
 
 logger = logging.getLogger("scheduling")
 

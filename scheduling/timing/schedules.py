@@ -9,10 +9,10 @@ Rules worth knowing:
   job's creation), so daylight-saving changes never make them run twice or skip a run.
   ``P1D`` is 24 hours, not "the same wall time tomorrow"; use cron for wall-clock times.
   Months and years have no fixed length and are refused.
-- Cron schedules follow the wall clock of their zone; see ``scheduling.cron`` for what they do
-  when the clocks change. The zone belongs to cron alone: an interval counts elapsed time and
-  an instant carries its own offset, so a schedule saved with either and another zone is
-  refused rather than silently read in UTC.
+- Cron schedules follow the wall clock of their zone; see ``scheduling.timing.cron`` for what
+  they do when the clocks change. The zone belongs to cron alone: an interval counts elapsed
+  time and an instant carries its own offset, so a schedule saved with either and another
+  zone is refused rather than silently read in UTC.
 - A window ``[start, end]`` bounds every kind: nothing before start, nothing after end.
 - Occurrences stay within the calendar (up to the year 9999). A schedule whose next occurrence
   would fall beyond it is refused when saved (``check_savable``); asked anyway,
@@ -30,7 +30,7 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from scheduling.conf import RETRY_DELAY_LIMIT
-from scheduling.cron import CronError, CronExpression
+from scheduling.timing.cron import CronError, CronExpression
 
 _EPSILON = timedelta(microseconds=1)
 #: Longer text is not a duration anyone means (``P1DT12H30M15.5S`` is 15 characters).

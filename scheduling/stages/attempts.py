@@ -23,7 +23,7 @@ from django.db.models import F, Q
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
-from scheduling import conf, limits, schedules
+from scheduling import conf
 from scheduling.errors import MAX_ERROR, StartHeld
 from scheduling.ledger import attempt as attempt_ledger
 from scheduling.ledger.attempt import Started
@@ -38,6 +38,8 @@ from scheduling.models import (
     Execution,
     ExecutionStatus,
 )
+from scheduling.stages import limits
+from scheduling.timing import schedules
 
 logger = logging.getLogger("scheduling")
 
@@ -81,8 +83,9 @@ def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) 
 def _start_within_limits(
     slot: limits.Slot, *, worker: str, pid: int, now: datetime
 ) -> Started | None:
-    """The start of an execution whose job or owner has a running limit (``scheduling.limits``):
-    locked and counted in one transaction, then started, or moved to WAITING with the reason."""
+    """The start of an execution whose job or owner has a running limit
+    (``scheduling.stages.limits``): locked and counted in one transaction, then started, or
+    moved to WAITING with the reason."""
     with transaction.atomic(durable=True):
         limits.lock(slot)
         reason = limits.over_limit(slot)

@@ -19,7 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scheduling import overview, ticks
+from scheduling.stages import ticks
+from scheduling.web import overview
 
 #: Schedulers silent for longer than this drop out of the per-scheduler series.
 SCHEDULER_WINDOW = timedelta(hours=1)

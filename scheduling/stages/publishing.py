@@ -18,7 +18,6 @@ from django.db.models import F, Max, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from scheduling import conf
-from scheduling.attempts import fail_attempt
 from scheduling.doorbell import Doorbell
 from scheduling.ledger import publish as publish_ledger
 from scheduling.models import (
@@ -29,7 +28,8 @@ from scheduling.models import (
     ExecutionStatus,
     Job,
 )
-from scheduling.validation import arguments_error, enqueued_error, queue_line, target_error
+from scheduling.rules.validation import arguments_error, enqueued_error, queue_line, target_error
+from scheduling.stages.attempts import fail_attempt
 
 logger = logging.getLogger("scheduling")
 

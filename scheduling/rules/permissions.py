@@ -25,8 +25,8 @@ from django.contrib.auth import get_permission_codename
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
-from scheduling import registry, tasktables
-from scheduling.tasktables import TASK_ROW_TASK
+from scheduling.rules import registry, tasktables
+from scheduling.rules.tasktables import TASK_ROW_TASK
 
 
 def is_superuser(user: Any) -> bool:

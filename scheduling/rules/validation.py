@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 
-from scheduling import arguments, conf, tasktables
+from scheduling import conf
 from scheduling.celeryapp import celery_app
-from scheduling.registry import UnknownTask, get_ledger_task, get_schedulable
-from scheduling.tasktables import TASK_ROW_TASK
+from scheduling.rules import arguments, tasktables
+from scheduling.rules.registry import UnknownTask, get_ledger_task, get_schedulable
+from scheduling.rules.tasktables import TASK_ROW_TASK
 
 if TYPE_CHECKING:
     from scheduling.models import Job
@@ -152,7 +153,7 @@ def _real(value: Any) -> bool:
 
 def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:
     """Parse command-line JSON for ``args`` (a list) or ``kwargs`` (an object), within the
-    limits of ``scheduling.arguments``."""
+    limits of ``scheduling.rules.arguments``."""
     try:
         value = arguments.decode(raw)
     except arguments.Unreadable as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from scheduling.schedules import format_duration
+from scheduling.timing.schedules import format_duration
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""When jobs fire: the timing values of the API, the schedules' rules, and cron."""

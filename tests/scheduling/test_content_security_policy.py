@@ -80,9 +80,14 @@ def test_each_engine_page_sends_the_policy_through_djangos_middleware_with_its_n
         policy = directives(response[CSP])
         assert policy["default-src"] == ["'self'"] and policy["object-src"] == ["'none'"], url
         assert policy["frame-ancestors"] == ["'self'"] and policy["base-uri"] == ["'none'"], url
-        nonce = next(v for v in policy["script-src"] if v.startswith("'nonce-"))
-        # The admin's own tags carry the same nonce (Django 6's templates and csp context).
-        assert f'nonce="{nonce[7:-1]}"' in response.content.decode(), url
+        nonces = [v for v in policy["script-src"] if v.startswith("'nonce-")]
+        # The middleware names a nonce once a template asked for it: Django 6.1's admin
+        # templates do, 6.0's do not (the pages need none: they hold no inline script).
+        if django.VERSION >= (6, 1):
+            assert nonces, url
+        for nonce in nonces:
+            # The page's own tags carry the same nonce (Django's templates and csp context).
+            assert f'nonce="{nonce[7:-1]}"' in response.content.decode(), url
 
 
 def test_without_the_middleware_the_view_sets_the_policy_itself(

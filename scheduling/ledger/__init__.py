@@ -65,25 +65,56 @@ class Statement:
 
     postgresql: str
     sqlite: str | None = None
+    #: The names of its result's columns, in order, for the statements a tick or a task sends
+    #: every time: their rows are decoded by these names without asking the driver for its
+    #: description, which costs more than the rest of an idle tick's Python. The names are
+    #: checked against the description the first time the statement runs in a process.
+    columns: tuple[str, ...] = ()
 
     @classmethod
-    def portable(cls, text: str) -> Statement:
+    def portable(cls, text: str, columns: tuple[str, ...] = ()) -> Statement:
         """A statement whose one text runs as it is on every database the ledger supports."""
-        return cls(postgresql=text, sqlite=text)
+        return cls(postgresql=text, sqlite=text, columns=columns)
 
-    def text(self, using: str = DEFAULT_DB_ALIAS) -> str:
-        form = self.sqlite if dialect(using) == SQLITE else self.postgresql
-        if form is None or dialect(using) not in DIALECTS:
-            raise NoForm(f"this statement has no form for {dialect(using)}")
+    def text(self, using: str | Any = DEFAULT_DB_ALIAS) -> str:
+        """This statement's text for the connection ``using`` (an alias or a connection)."""
+        found = dialect(using)
+        form = self.postgresql if found == POSTGRESQL else self.sqlite if found == SQLITE else None
+        if form is None:
+            raise NoForm(f"this statement has no form for {found}")
         return form
 
 
-def _decoded(
-    description: Any, found: list[tuple[Any, ...]], into: Callable[..., T] | None
-) -> list[Any]:
-    names = [column[0] for column in description]
-    made = into or dict
-    return [made(**dict(zip(names, values, strict=True))) for values in found]
+_CHECKED: set[int] = set()
+
+
+class ColumnsDiffer(AssertionError):
+    """A statement's declared ``columns`` are not the columns its text returns."""
+
+
+def names_of(statement: Statement, cursor: Any) -> tuple[str, ...]:
+    """The column names of ``statement``'s result on ``cursor``: declared (checked against the
+    driver's description once per process), or described."""
+    if statement.columns and id(statement) in _CHECKED:
+        return statement.columns
+    described = tuple(column[0] for column in cursor.description)
+    if statement.columns:
+        if described != statement.columns:
+            raise ColumnsDiffer(f"declared {statement.columns}, returned {described}")
+        _CHECKED.add(id(statement))
+    return described
+
+
+def _run(statement: Statement, params: Params | None, using: str) -> Any:
+    """A cursor of the connection ``using`` that has run ``statement`` (close it after)."""
+    wrapper = connections[using]
+    cursor = wrapper.cursor()
+    try:
+        cursor.execute(statement.text(wrapper), params if params is not None else {})
+    except BaseException:
+        cursor.close()
+        raise
+    return cursor
 
 
 def rows(
@@ -94,11 +125,12 @@ def rows(
     using: str = DEFAULT_DB_ALIAS,
 ) -> list[Any]:
     """Every row of ``statement``, each decoded by column name (a dict, or ``into(**row)``)."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(statement.text(using), dict(params or {}))
-        if cursor.description is None:
+    with _run(statement, params, using) as cursor:
+        if not statement.columns and cursor.description is None:
             return []
-        return _decoded(cursor.description, cursor.fetchall(), into)
+        names = names_of(statement, cursor)
+        made = into or dict
+        return [made(**dict(zip(names, values, strict=True))) for values in cursor.fetchall()]
 
 
 def row(
@@ -109,20 +141,21 @@ def row(
     using: str = DEFAULT_DB_ALIAS,
 ) -> Any:
     """The first row of ``statement`` decoded by column name, or None."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(statement.text(using), dict(params or {}))
-        if cursor.description is None:
+    with _run(statement, params, using) as cursor:
+        if not statement.columns and cursor.description is None:
             return None
         first = cursor.fetchone()
-        return None if first is None else _decoded(cursor.description, [first], into)[0]
+        if first is None:
+            return None
+        found = dict(zip(names_of(statement, cursor), first, strict=True))
+        return found if into is None else into(**found)
 
 
 def value(
     statement: Statement, params: Params | None = None, *, using: str = DEFAULT_DB_ALIAS
 ) -> Any:
     """The first column of the first row of ``statement``, or None."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(statement.text(using), dict(params or {}))
+    with _run(statement, params, using) as cursor:
         first = cursor.fetchone() if cursor.description is not None else None
         return None if first is None else first[0]
 
@@ -131,6 +164,5 @@ def execute(
     statement: Statement, params: Params | None = None, *, using: str = DEFAULT_DB_ALIAS
 ) -> int:
     """Run ``statement`` for its effect; the number of rows it changed."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(statement.text(using), dict(params or {}))
+    with _run(statement, params, using) as cursor:
         return int(cursor.rowcount)

@@ -106,7 +106,8 @@ START = ledger.Statement(
            (SELECT number FROM attempt) AS attempt, s.scheduled_for AS scheduled_for,
            set_config('synchronous_commit', 'off', true) AS commit_mode
       FROM started s
-    """
+    """,
+    columns=("job_id", "checkpoint", "attempt", "scheduled_for", "commit_mode"),
 )
 
 
@@ -262,7 +263,8 @@ COMPLETE = ledger.Statement(
           FROM done d WHERE j.id = d.job_id
     )
     SELECT job_id FROM done
-    """
+    """,
+    columns=("job_id",),
 )
 
 

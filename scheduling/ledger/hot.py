@@ -20,15 +20,16 @@ from psycopg.types.json import Jsonb
 from psycopg.types.numeric import Int8
 
 from scheduling import conf
-from scheduling.ledger import Params, Statement
+from scheduling.ledger import Params, Statement, names_of
 
 HOT_PREPARE_THRESHOLD = 5
 
 
-def _named(description: Any, found: tuple[Any, ...] | None) -> dict[str, Any] | None:
+def _named(statement: Statement, cursor: Any) -> dict[str, Any] | None:
+    found = cursor.fetchone()
     if found is None:
         return None
-    return {column[0]: value for column, value in zip(description, found, strict=True)}
+    return dict(zip(names_of(statement, cursor), found, strict=True))
 
 
 def run_hot(statement: Statement, params: Params) -> dict[str, Any] | None:
@@ -39,7 +40,7 @@ def run_hot(statement: Statement, params: Params) -> dict[str, Any] | None:
     if not conf.get("PREPARE_STATEMENTS"):
         with django_connection.cursor() as cursor:
             cursor.execute(text, {k: Jsonb(v) if type(v) is dict else v for k, v in params.items()})
-            return _named(cursor.description, cursor.fetchone())
+            return _named(statement, cursor)
     django_connection.ensure_connection()
     raw = django_connection.connection
     if (
@@ -58,4 +59,4 @@ def run_hot(statement: Statement, params: Params) -> dict[str, Any] | None:
     }
     with django_connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
         cursor.execute(text, values, prepare=True)
-        return _named(cursor.description, cursor.fetchone())
+        return _named(statement, cursor)

@@ -59,7 +59,8 @@ SCHEDULER_PROBE = ledger.Statement.portable(
                AND current_execution_id IS NULL
                AND next_due_at > '-infinity' AND next_due_at < 'infinity') AS next_due_at,
       EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = '{WAITING}') AS waiting
-    """
+    """,
+    columns=("due", "republish", "stale", "next_due_at", "waiting"),
 )
 
 

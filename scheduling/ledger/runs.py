@@ -27,7 +27,8 @@ INSERT_RUN = ledger.Statement(
             %(queued_at)s::timestamptz, %(retry_at)s::timestamptz, '', 0, %(call)s::jsonb,
             %(now)s)
     RETURNING id
-    """
+    """,
+    columns=("id",),
 )
 
 

@@ -181,7 +181,34 @@ LOCK_DUE = ledger.Statement(
                    task_table, task_row_id, interval, cron, timezone, run_at, starts_at,
                    ends_at) ON true
      ORDER BY d.next_due_at, d.id
-    """
+    """,
+    columns=(
+        "planned",
+        "execution_id",
+        "task_id",
+        "occurrence",
+        "pk",
+        "next_occurrence_at",
+        "next_due_at",
+        "created_at",
+        "misfire",
+        "overlap",
+        "jitter",
+        "task",
+        "args",
+        "kwargs",
+        "queue",
+        "priority",
+        "timeout",
+        "task_table",
+        "task_row_id",
+        "schedule__interval",
+        "schedule__cron",
+        "schedule__timezone",
+        "schedule__run_at",
+        "schedule__starts_at",
+        "schedule__ends_at",
+    ),
 )
 
 
@@ -290,7 +317,8 @@ WRITE_CLAIM = ledger.Statement(
          WHERE j.id = v.id
     )
     SELECT task_id::text AS task_id, id FROM inserted
-    """
+    """,
+    columns=("task_id", "id"),
 )
 
 

@@ -578,8 +578,7 @@ def section(summary: dict[str, Any], rows: list[list[Any]], markdown_table: str)
         [
             f"## {SECTION}",
             "",
-            f"Commit `{s['before']}` (before the engine was split into claims, publishing,"
-            f" attempts and liveness modules with named SQL) against `{s['after']}`, measured"
+            f"Commit `{s['before']}` (before the restructure) against `{s['after']}`, measured"
             f" in one run by `bench/compare_commits.py`: {rounds}, the side that"
             " goes first alternating each round, each side running its own version of each"
             " benchmark script, Duecourse alone (no peers, no RabbitMQ) at moderate sizes:"

@@ -182,33 +182,8 @@ LOCK_DUE = ledger.Statement(
                    ends_at) ON true
      ORDER BY d.next_due_at, d.id
     """,
-    columns=(
-        "planned",
-        "execution_id",
-        "task_id",
-        "occurrence",
-        "pk",
-        "next_occurrence_at",
-        "next_due_at",
-        "created_at",
-        "misfire",
-        "overlap",
-        "jitter",
-        "task",
-        "args",
-        "kwargs",
-        "queue",
-        "priority",
-        "timeout",
-        "task_table",
-        "task_row_id",
-        "schedule__interval",
-        "schedule__cron",
-        "schedule__timezone",
-        "schedule__run_at",
-        "schedule__starts_at",
-        "schedule__ends_at",
-    ),
+    # The planned row's execution, then every due field, as the SELECT list names them.
+    columns=("planned", "execution_id", "task_id", "occurrence", *DUE_FIELDS),
 )
 
 

@@ -148,18 +148,7 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
                 _log_execution(
                     row["pk"], row["execution_id"], occurrence, ExecutionStatus.PENDING
                 )
-            bells.append(
-                Doorbell(
-                    execution_id=row["execution_id"],
-                    task_id=row["task_id"],
-                    task=row["task"],
-                    args=_json(row["args"]),
-                    kwargs=_json(row["kwargs"]),
-                    queue=row["queue"],
-                    priority=row["priority"],
-                    timeout=row["timeout"],
-                )
-            )
+            bells.append(_bell(row, execution_id=row["execution_id"], task_id=row["task_id"]))
         if rest:
             _write(rest, now=now)
     _log_claimed(len(rows), len(bells) + sum(len(item.executions) for item in rest))
@@ -256,14 +245,17 @@ def _bells(due: Sequence[_Due]) -> list[Doorbell]:
                     item.row["pk"], execution["id"], execution["scheduled_for"], execution["status"]
                 )
             if execution["status"] == ExecutionStatus.PENDING:
-                bells.append(_bell(item.row, execution))
+                bells.append(
+                    _bell(item.row, execution_id=execution["id"], task_id=execution["task_id"])
+                )
     return bells
 
 
-def _bell(row: dict[str, Any], execution: dict[str, Any]) -> Doorbell:
+def _bell(row: dict[str, Any], *, execution_id: int, task_id: str) -> Doorbell:
+    """The message of one PENDING execution of the locked job ``row``."""
     return Doorbell(
-        execution_id=execution["id"],
-        task_id=execution["task_id"],
+        execution_id=execution_id,
+        task_id=task_id,
         task=row["task"],
         args=_json(row["args"]),
         kwargs=_json(row["kwargs"]),

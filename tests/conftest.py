@@ -341,7 +341,8 @@ def celery_settings(app: Any, **values: Any) -> Iterator[None]:
 
     Celery before 5.7 reads a namespaced app's setting (``CELERY_BROKER_URL`` for
     ``broker_url``) under its namespaced key first, so a plain assignment is not seen there:
-    both keys are written, and both put back.
+    both keys are written, and both put back. The app's pools are dropped each time, since a
+    pool made earlier in the process (by another test) keeps the settings it was made with.
     """
     saved = {name: app.conf[name] for name in values}
 
@@ -350,6 +351,11 @@ def celery_settings(app: Any, **values: Any) -> Iterator[None]:
             app.conf[name] = value
             if app.namespace:
                 app.conf[f"{app.namespace}_{name.upper()}"] = value
+        # The app keeps its connection and producer pools once made (Celery 5.5 publishes
+        # through them): let the next publish make them from the settings as they are now.
+        app._pool = None
+        if "amqp" in app.__dict__:
+            app.amqp._producer_pool = None
 
     put(values)
     try:

@@ -28,7 +28,9 @@ a worked example.
   job's retry policy. A run that completes although some of its items failed (a declined
   renewal, an undelivered message) says so with ``run.report_failures(count, detail)``; the
   dashboard, ``/metrics`` and ``manage.py executions`` count them.
-- Pages of your own: ``ContentSecurityPolicyAdmin`` (mixed into a ``ModelAdmin``) and
+- Pages of your own: ``IdSelectionAdmin`` (a list action refuses a hand-made selection that
+  holds something other than ids, instead of answering 500), ``ContentSecurityPolicyAdmin``
+  (mixed into a ``ModelAdmin``) and
   ``with_content_security_policy`` (around a view) give them the apps' Content-Security-Policy
   where the host sends none, never replacing the host's (``scheduling.csp``).
 - Show times as the engine does: ``ago`` ("12 s ago", "in 3 min"), ``instant`` (to the
@@ -71,6 +73,7 @@ from scheduling.rules.registry import PermanentError
 from scheduling.rules.validation import first_error as error_line
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
+from scheduling.selections import IdSelectionAdmin
 from scheduling.stages import jobs as _jobs
 from scheduling.timing.values import Cron, Every, Once, Timing, parse_instant
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task
@@ -82,6 +85,7 @@ __all__ = [
     "Every",
     "ExecutionInfo",
     "Fenced",
+    "IdSelectionAdmin",
     "JobInfo",
     "Once",
     "OneLineCommand",

@@ -21,7 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+framework: ModuleType | None
+try:  # scheduling.api imports this module also where no Tasks framework is installed
+    from scheduling.djangotasks import framework
+except ImportError:
+    framework = None
 
 #: What each option means, for the error that names it.
 _RULES = {
@@ -68,9 +77,12 @@ def task_options(
     }
 
     def apply(task: Any) -> Any:
-        # Imported here, so that scheduling.api imports where the framework is not installed.
-        from scheduling.djangotasks.framework import InvalidTask, Task
-
+        if framework is None:
+            raise ImproperlyConfigured(
+                "@task_options needs Django's Tasks framework: Django 6, or on Django 5.2 the "
+                "django-tasks backport (pip install 'duecourse[tasks]')"
+            )
+        Task, InvalidTask = framework.Task, framework.InvalidTask
         if not isinstance(task, Task):
             raise TypeError(
                 f"@task_options goes above @task: it received {task!r}, not a Django task"

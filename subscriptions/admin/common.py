@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
-from django.contrib.admin import helpers
-from django.core.exceptions import ValidationError
+from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling.api import ContentSecurityPolicyAdmin, ago, instant
+from scheduling.api import ContentSecurityPolicyAdmin, IdSelectionAdmin, ago, instant
 from subscriptions.models import JobStep, SubscriptionJob, SubscriptionJobStatus
 
 #: How many of a subscription's orders and jobs its page shows; the rest are a link away.
@@ -64,26 +62,12 @@ class LatestInline(admin.TabularInline):
         return rows.filter(pk__in=latest)
 
 
-class ModelAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class ModelAdmin(IdSelectionAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """Every page of this app: a list action posted with a selection that holds something
     other than ids (a hand-made POST) is refused with a message and changes nothing, where
     Django would filter by it as it came and answer 500."""
 
-    def response_action(
-        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
-    ) -> Any:
-        pk = self.model._meta.pk
-        try:
-            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
-                pk.to_python(value)
-        except ValidationError:
-            self.message_user(
-                request,
-                "The selection holds values that are not ids; nothing was done.",
-                level=messages.WARNING,
-            )
-            return None  # Django redirects back to the list
-        return super().response_action(request, queryset, *args, **kwargs)
+    refused_selection = "The selection holds values that are not ids; nothing was done."
 
 
 class ReadOnlyAdmin(ModelAdmin):

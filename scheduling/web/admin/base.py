@@ -12,16 +12,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.contrib import admin, messages
-from django.contrib.admin import helpers
+from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import Job, Schedule
 from scheduling.rules import validation
+from scheduling.selections import IdSelectionAdmin
 
 
 def sees_everything(request: HttpRequest) -> bool:
@@ -43,7 +42,7 @@ def usable_schedules(request: HttpRequest) -> QuerySet[Schedule]:
 LAST_LISTED_YEAR = 9998
 
 
-class LedgerAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class LedgerAdmin(IdSelectionAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """The engine's admin pages: whatever a list's URL or an action's POST holds, the answer
     is the admin's own (a list with its error flag, a message), never a database error; and
     every page carries the apps' Content-Security-Policy where the host sends none
@@ -76,20 +75,3 @@ class LedgerAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
         if not validation.storable(search_term):
             return queryset.none(), False
         return super().get_search_results(request, queryset, search_term)
-
-    def response_action(
-        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
-    ) -> Any:
-        """Run the chosen action, unless a selected id is not an id at all (a crafted POST)."""
-        pk = self.model._meta.pk
-        try:
-            for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
-                pk.to_python(value)
-        except ValidationError:
-            self.message_user(
-                request,
-                "The selection holds something that is not an id; nothing was done.",
-                messages.WARNING,
-            )
-            return None
-        return super().response_action(request, queryset, *args, **kwargs)

@@ -313,6 +313,35 @@ def test_two_backfills_of_the_same_range_at_once_make_each_occurrence_once(owner
     assert Execution.objects.filter(job=job).count() == 5
 
 
+@pytest.mark.django_db(transaction=True)
+def test_backfills_racing_from_several_threads_make_each_occurrence_once(owner: Any) -> None:
+    if connection.vendor != "postgresql":
+        # SQLite's test database is in memory with a shared cache, whose table locks fail at
+        # once instead of waiting; the embedded default's file waits (BEGIN IMMEDIATE).
+        pytest.skip("concurrent writers: PostgreSQL")
+    job = hourly(owner)
+    first = job.schedule.starts_at
+    now = timezone.now()
+    gate = threading.Barrier(4)
+    made: list[int] = []
+
+    def race() -> None:
+        try:
+            gate.wait(timeout=30)
+            result = api.backfill(job.pk, start=first, end=first + 8 * HOUR, now=now)
+            made.append(result.count)
+        finally:
+            connections.close_all()
+
+    racers = [threading.Thread(target=race) for _ in range(4)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(timeout=60)
+    assert sorted(made)[-1] <= 8 and sum(made) == 8 and len(made) == 4
+    assert Execution.objects.filter(job=job).count() == 8
+
+
 @db
 def test_a_forbid_job_s_backfill_is_released_one_at_a_time_oldest_first(owner: Any) -> None:
     job = hourly(owner, overlap="forbid")

@@ -4,7 +4,8 @@ The verb is ``scheduling.api.backfill``; this module reads its options and says 
 The instants are read by the commands' one parser (``parse_instant``, as ``--at`` is): an
 ISO-8601 instant with an offset, naive input refused naming the option. Every refusal is one
 line naming the option: ``--from``, ``--to``, or ``--from/--to`` for a range over
-``SCHEDULING_BACKFILL_MAX``.
+``SCHEDULING_BACKFILL_MAX``. A job of an internal task table is refused, as making one by
+hand is (``jobs add``): only its app's code makes that table's occurrences.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.utils import timezone
 from scheduling import api, readable
 from scheduling.management.base import parse_instant
 from scheduling.models import Job
+from scheduling.rules import permissions
 
 BackfillResult = api.BackfillResult
 
@@ -59,6 +61,9 @@ def refusal(exc: ValidationError) -> CommandError:
 
 def run(job: Job, options: dict[str, Any]) -> tuple[BackfillResult, str]:
     """Backfill ``job`` as the options say; the result and its text."""
+    internal = permissions.internal_refusal(job.task_table) if job.task_table else None
+    if internal is not None:
+        raise CommandError(f"name: {internal}")
     try:
         start = parse_instant(options["start"], field="start")
         end = parse_instant(options["end"], field="end")

@@ -35,6 +35,7 @@ from scheduling.timing.schedules import FiringRule
 from tests.conftest import wait_for
 from tests.factories import create_job
 from tests.scheduling.test_admin_permissions import logged_in, staff
+from tests.tasktable_app.models import ChoreBatch
 
 HOUR = timedelta(hours=1)
 JOBS = "/admin/scheduling/job/"
@@ -493,9 +494,9 @@ def test_the_command_names_the_count_the_cap_and_the_setting(owner: Any, setting
 # --- the admin ------------------------------------------------------------------------------
 
 
-def action(client: Client, job: Job, **fields: str) -> Any:
+def action(client: Client, job: Job, *, listed: str = JOBS, **fields: str) -> Any:
     return client.post(
-        JOBS, {"action": "backfill_jobs", "_selected_action": [job.pk], **fields}, follow=True
+        listed, {"action": "backfill_jobs", "_selected_action": [job.pk], **fields}, follow=True
     )
 
 
@@ -558,3 +559,24 @@ def test_the_admin_page_escapes_names_and_typed_values(admin_client: Client, own
                   end="2020-01-01T00:00Z").content.decode()  # fmt: skip
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)" in page
     assert "<script>x()" not in page and "&quot;&gt;&lt;script&gt;x()" in page
+
+
+@db
+def test_no_one_backfills_a_job_of_an_internal_table_by_hand(admin_client: Client) -> None:
+    now = timezone.now()
+    start = now.replace(minute=0, second=0, microsecond=0) - 10 * HOUR
+    info = api.schedule_row(
+        ChoreBatch.objects.create(name="monday"), timing=api.Every("PT1H", start=start)
+    )
+    job = Job.objects.get(pk=info.id)
+    span = {"start": start.isoformat(), "end": (start + 3 * HOUR).isoformat()}
+    listed = f"{JOBS}?made_by=internal"  # the list leaves internal jobs out unless asked
+    page = action(admin_client, job, listed=listed, apply="Backfill", **span).content.decode()
+    assert "never by a job made by hand" in page
+    with pytest.raises(CommandError) as caught:
+        backfill(job.name, "--from", span["start"], "--to", span["end"])
+    assert str(caught.value) == (
+        "name: tasktable_app.ChoreBatch rows are run by their app's own jobs, never by a job made "
+        "by hand"
+    )
+    assert not Execution.objects.filter(job=job).exists()

@@ -363,3 +363,26 @@ def test_a_retention_may_be_given_as_a_timedelta(settings: Any) -> None:
     settings.SCHEDULING_AUDIT_RETENTION = timedelta(days=90)
     assert checks.check_settings() == []
     assert conf.get("AUDIT_RETENTION") == timedelta(days=90)
+
+
+# --- in a real browser ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_reads_the_trail_on_the_jobs_page(page: Any, admin_user: Any) -> None:
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=timezone.now())
+    api.edit(job.pk, note="<b>not bold</b>", max_retries=5, by=admin_user)
+    page.goto(f"{page.base}{JOBS}{job.pk}/change/")
+    page.get_by_text("Changes", exact=True).click()
+    table = page.locator("table.duecourse-changes")
+    table.wait_for()
+    rows = table.locator("tbody tr")
+    assert rows.count() == 2
+    first = rows.nth(0).inner_text()
+    assert "changed" in first and admin_user.username in first and "api" in first
+    assert 'max_retries: 3 → 5' in first
+    assert 'note: "" → "<b>not bold</b>"' in first  # shown as text, never as markup
+    assert table.locator("b").count() == 0
+    assert "created" in rows.nth(1).inner_text()
+    assert page.csp_violations == []

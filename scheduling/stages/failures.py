@@ -5,12 +5,12 @@ What counts as a failed occurrence: an execution of the job that reaches FAILED 
 ``attempts.fail_attempt``, its retries spent or its error permanent. That one door covers an
 error the task raised, a timeout, an attempt lost with its worker and found by the reaper
 (``liveness.reap_execution``), and a message the publisher refused to send
-(``publishing.reclaim_for_publish``). An attempt that is retried is not a failure yet; an
-occurrence SKIPPED (misfire, ``expires``) or CANCELLED by a person counts neither way; a
-COMPLETED one sets the count back to zero (``ledger.attempt.complete``, in the statement that
-completes it), and so does resuming the job (``jobs.resume_job``). Occurrences the claim
-fails before they are ever published (a target or arguments the claim refuses) are not
-counted: the claim pauses a job whose schedule is broken by itself, and reports the rest.
+(``publishing.reclaim_for_publish``); and the other door, an occurrence the claim writes
+FAILED because it refuses its target or arguments (``claims._write``, in the claim's
+transaction). An attempt that is retried is not a failure yet; an occurrence SKIPPED
+(misfire, ``expires``) or CANCELLED by a person counts neither way; a COMPLETED one sets the
+count back to zero (``ledger.attempt.complete``, in the statement that completes it), and so
+does resuming the job (``jobs.resume_job``).
 
 The count is kept in the ledger, in the transaction that fails the execution: one
 ``UPDATE … SET consecutive_failures = consecutive_failures + 1`` takes the job's row lock, so

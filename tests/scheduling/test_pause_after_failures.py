@@ -33,7 +33,7 @@ from scheduling.models import (
     PauseKind,
     Schedule,
 )
-from scheduling.stages import attempts, jobs, liveness
+from scheduling.stages import attempts, claims, jobs, liveness
 from scheduling.stages.audit import Actor
 from scheduling.worker.taskbase import schedulable_task
 from tests.conftest import celery_worker_command, wait_for
@@ -382,3 +382,23 @@ def test_a_success_in_between_and_a_resume_each_start_the_count_again(
     )
     job.refresh_from_db()
     assert job.status == JobStatus.ACTIVE
+
+
+@pytest.mark.parametrize("broken", ["target", "arguments"])
+def test_occurrences_the_claim_fails_are_failed_occurrences(
+    broken: str, make_job: Any, now: datetime
+) -> None:
+    job = make_job(task=NOOP, every="PT1M", max_retries=0, pause_after_failures=2)
+    # Written behind the model, as another program might: the claim refuses each occurrence.
+    if broken == "target":
+        Job.objects.filter(pk=job.pk).update(task="tests.nothing.by_this_name")
+    else:
+        Job.objects.filter(pk=job.pk).update(args={"not": "a list"})
+    claims.claim_due_jobs(now=now, limit=10)
+    job.refresh_from_db()
+    assert (job.status, job.consecutive_failures) == (JobStatus.ACTIVE, 1)
+    claims.claim_due_jobs(now=now + 61 * SECOND, limit=10)
+    job.refresh_from_db()
+    assert statuses(job) == [ExecutionStatus.FAILED, ExecutionStatus.FAILED]
+    assert job.status == JobStatus.PAUSED and job.pause_kind == PauseKind.FAILURES
+    assert job.pause_reason.startswith("paused after 2 failed occurrences in a row; last error: ")

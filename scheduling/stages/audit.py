@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -209,10 +210,16 @@ def fields_in_words(change: JobChange) -> list[tuple[str, str, str]]:
 
 
 def prune_trail(
-    *, now: datetime, older_than: timedelta, batch_size: int = PRUNE_BATCH, dry_run: bool = False
+    *,
+    now: datetime,
+    older_than: timedelta,
+    batch_size: int = PRUNE_BATCH,
+    dry_run: bool = False,
+    max_seconds: float | None = None,
 ) -> int:
     """Delete the trail's rows older than ``older_than``, a bounded batch per transaction;
-    returns how many went (or, dry, would go)."""
+    returns how many went (or, dry, would go). No batch starts once ``max_seconds`` have
+    passed; the next run goes on from the oldest row left."""
     try:
         cutoff = now - older_than
     except OverflowError:
@@ -221,7 +228,8 @@ def prune_trail(
     if dry_run:
         return old.count()
     removed = 0
-    while True:
+    started = time.monotonic()
+    while max_seconds is None or time.monotonic() - started <= max_seconds:
         ids = list(old.order_by("at").values_list("pk", flat=True)[:batch_size])
         if not ids:
             return removed
@@ -229,3 +237,4 @@ def prune_trail(
             removed += JobChange.objects.filter(pk__in=ids).delete()[0]
         if len(ids) < batch_size:
             return removed
+    return removed

@@ -192,13 +192,13 @@ def prune_history(
         ) from None
     report = PruneReport(cutoff=cutoff, keep_last=keep_last)
     report.audit_retention = conf.get("AUDIT_RETENTION")
-    if report.audit_retention is not None:
-        report.audit_changes = audit.prune_trail(
-            now=now, older_than=report.audit_retention, batch_size=batch_size, dry_run=dry_run
-        )
     rows = prunable(cutoff=report.cutoff, keep_last=keep_last)
     one_offs = finished_one_offs(cutoff=cutoff)
     if dry_run:
+        if report.audit_retention is not None:
+            report.audit_changes = audit.prune_trail(
+                now=now, older_than=report.audit_retention, dry_run=True
+            )
         report.one_offs = one_offs.count()
         for job_id, count in Counter(rows.values_list("job_id", flat=True).iterator()).items():
             report.by_job[job_id] = count
@@ -239,6 +239,15 @@ def prune_history(
         report.attempts += attempts
         report.one_offs += len(ids)
         report.batches += 1
+    if report.audit_retention is not None:
+        # The trail last, within what is left of the same time budget.
+        left = None if max_seconds is None else max_seconds - (time.monotonic() - started)
+        report.audit_changes = audit.prune_trail(
+            now=now,
+            older_than=report.audit_retention,
+            batch_size=batch_size,
+            max_seconds=left,
+        )
     logger.info(
         "history.pruned executions=%s attempts=%s one_offs=%s audit_changes=%s batches=%s "
         "cutoff=%s keep_last=%s",

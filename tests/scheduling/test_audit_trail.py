@@ -331,6 +331,15 @@ def test_prune_history_prunes_the_trail_by_its_own_setting_only(
     assert JobChange.objects.filter(pk=recent.pk).exists()
 
 
+def test_a_dry_run_counts_old_changes_and_deletes_none(admin_user: Any, settings: Any) -> None:
+    settings.SCHEDULING_AUDIT_RETENTION = 30
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=timezone.now())
+    old = aged(job, 40)
+    out = json.loads(run("prune_history", "--older-than", "1d", "--dry-run", "--json"))
+    assert out["audit_changes"] == 1
+    assert JobChange.objects.filter(pk=old.pk).exists()
+
+
 def test_a_trail_without_retention_is_kept_forever(admin_user: Any, settings: Any) -> None:
     settings.SCHEDULING_AUDIT_RETENTION = None
     job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=timezone.now())

@@ -111,6 +111,7 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
         "late": overview.late(now=now, owner_id=owner_id, internal=internal),
         "failures": failures,
         "item_failures": items,
+        "paused_after_failures": overview.paused_after_failures(owner_id=owner_id),
         "failed_total": failed,
         "failures_judged": judge(
             failed,

@@ -107,6 +107,7 @@ def test_jobs_add_with_cron_in_a_time_zone(owner: Any) -> None:
         "kind": "cron",
         "interval": None,
         "cron": "0 9 * * 1-5",
+        "rrule": None,
         "timezone": "Europe/Berlin",
         "at": None,
         "start": None,

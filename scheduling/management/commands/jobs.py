@@ -1,4 +1,4 @@
-"""``manage.py jobs add|edit|list|show|pause|resume|run|remove``."""
+"""``manage.py jobs add|edit|list|show|next|pause|resume|run|remove``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from django.utils import timezone
 
 from scheduling import api, readable
 from scheduling.management.base import DuecourseCommand, parse_instant
-from scheduling.models import Execution, ExecutionStatus, Job, Overlap, Schedule
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap, Schedule
 from scheduling.rules import permissions
 from scheduling.rules.validation import MAX_JITTER, parse_json_argument, parse_seconds, storable
-from scheduling.stages import jobs, selectors
+from scheduling.stages import jobs, previews, selectors
+from scheduling.timing.previews import DEFAULT_COUNT, MAX_COUNT
 from scheduling.timing.schedules import Misfire
 
 
@@ -30,6 +31,8 @@ class Command(DuecourseCommand):
         "max_running": "--max-running",
         "task_table": "--task-table",
         "task_row_id": "--task-row-id",
+        "rrule": "--rrule",
+        "count": "--count",
     }
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -52,6 +55,20 @@ class Command(DuecourseCommand):
         listing = sub.add_parser("list", help="List jobs with their owners.")
         super().add_arguments(listing)
         listing.add_argument("--owner", help="Only this user's jobs.")
+        upcoming = sub.add_parser(
+            "next",
+            help="List the job's next occurrences, in UTC and in its zone (a paused job's "
+            "too, as if it were resumed now).",
+        )
+        super().add_arguments(upcoming)
+        upcoming.add_argument("name")
+        upcoming.add_argument("--owner", help="Owner's username, when names collide.")
+        upcoming.add_argument(
+            "--count",
+            type=int,
+            default=DEFAULT_COUNT,
+            help=f"How many ({DEFAULT_COUNT}; at most {MAX_COUNT}).",
+        )
         for action, text in (
             ("show", "Show one job and its recent executions."),
             ("pause", "Stop a job from firing."),
@@ -86,10 +103,16 @@ class Command(DuecourseCommand):
         when.add_argument("--every", help="ISO-8601 interval, such as PT10S or PT3H.")
         when.add_argument("--cron", help='Five-field cron expression, such as "0 9 * * 1-5".')
         when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
+        when.add_argument(
+            "--rrule",
+            help="A calendar: RFC 5545 RRULE, RDATE and EXDATE lines (newline-separated), "
+            'such as "FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=9", read in --tz.',
+        )
         parser.add_argument(
             "--tz",
             default=default("UTC"),
-            help="IANA time zone of --cron (default UTC); refused with --every and --at.",
+            help="IANA time zone of --cron and --rrule (default UTC); refused with --every "
+            "and --at.",
         )
         clear = ' ("" clears it)' if editing else ""
         parser.add_argument("--start", help=f"No occurrence before this instant{clear}.")
@@ -198,6 +221,7 @@ class Command(DuecourseCommand):
             schedule=Schedule(
                 interval=o["every"] or "",
                 cron=o["cron"] or "",
+                rrule=o["rrule"] or "",
                 timezone=o["tz"] or "UTC",
                 run_at=parsed["at"],
                 starts_at=parsed["start"] or None,
@@ -257,7 +281,12 @@ class Command(DuecourseCommand):
         if parsed["jitter"] is not None:
             changes["jitter"] = parsed["jitter"]
         timing: dict[str, Any] = {}
-        for option, field in (("every", "interval"), ("cron", "cron"), ("tz", "timezone")):
+        for option, field in (
+            ("every", "interval"),
+            ("cron", "cron"),
+            ("rrule", "rrule"),
+            ("tz", "timezone"),
+        ):
             if o[option] is not None:
                 timing[field] = o[option]
         for option, field in (("at", "run_at"), ("start", "starts_at"), ("end", "ends_at")):
@@ -321,6 +350,43 @@ class Command(DuecourseCommand):
             for e in data["recent_executions"]
         )
         self.emit(data, text, as_json=o["json"])
+
+    def do_next(self, o: dict[str, Any]) -> None:
+        count = o["count"]
+        if not 1 <= count <= MAX_COUNT:
+            raise ValidationError(
+                {"count": f"must be from 1 to {MAX_COUNT}, got {count}; ask for fewer"}
+            )
+        job = self._job(o)
+        found = previews.job_preview(job, count=count, now=timezone.now())
+        moments = [moment.isoformat() for moment in found.occurrences]
+        notes = []
+        if job.status != JobStatus.ACTIVE:
+            notes.append(
+                f"{job.name!r} is {job.status}: these are its timing's occurrences; it runs "
+                "them only if it is resumed"
+            )
+        if found.ended:
+            notes.append(f"the schedule ends: only {len(moments)} of {count} occurrences remain")
+        if found.error is not None:
+            notes.append(f"the list stops early: {found.error}")
+        if o["json"]:
+            self.emit(moments, "", as_json=True)
+            for note in notes:
+                self.stderr.write(note)
+            return
+        zone = str(found.zone)
+        lines = [
+            f"next occurrences of {job.name!r}: {selectors.describe_schedule(job.schedule)}",
+            f"  {'UTC':24} {zone}",
+        ]
+        for moment in found.occurrences:
+            local = f"{moment:%Y-%m-%d %H:%M:%S %z} {moment.tzname() or ''}".rstrip()
+            lines.append(f"  {readable.instant(moment):24} {local}")
+        if job.jitter:
+            lines.append(f"each runs up to {job.jitter.total_seconds():g} s later (jitter)")
+        lines.extend(notes)
+        self.emit(moments, "\n".join(lines), as_json=False)
 
     def do_pause(self, o: dict[str, Any]) -> None:
         job = self._job(o)

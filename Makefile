@@ -21,7 +21,8 @@ SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.p
 	tests/scheduling/test_dashboard.py tests/scheduling/test_retention.py \
 	tests/emailer/test_runs.py tests/subscriptions/test_renewals.py \
 	tests/scheduling/test_checks.py tests/scheduling/test_argument_limits.py \
-	tests/scheduling/test_running_limits.py tests/scheduling/test_ledger.py
+	tests/scheduling/test_running_limits.py tests/scheduling/test_ledger.py \
+	tests/scheduling/test_calendars.py tests/scheduling/test_previews.py
 
 .PHONY: run test lint bench install print-sqlite-tests
 

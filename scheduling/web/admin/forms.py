@@ -146,7 +146,7 @@ class JobForm(forms.ModelForm):
         required=False,
         widget=AdminSplitDateTime,
         label="Once at",
-        help_text="A single instant, instead of an interval or a cron expression.",
+        help_text="A single instant, instead of an interval, a cron expression or a calendar.",
     )
     starts_at = forms.SplitDateTimeField(
         required=False, widget=AdminSplitDateTime, label="Start", help_text="No occurrence before."

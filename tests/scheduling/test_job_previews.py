@@ -225,6 +225,18 @@ def test_the_job_page_lists_the_next_ten_occurrences(admin_client: Client, owner
     assert "the last day of every month at 09:00 (Europe/Berlin)" in page
 
 
+def test_a_paused_job_s_page_says_it_runs_them_only_if_resumed(
+    admin_client: Client, owner: Any
+) -> None:
+    job = calendar_job(owner)
+    jobs.pause_job(job=job, now=timezone.now(), reason="audit")
+    page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    assert "The job is paused: it runs these only if it is resumed." in page
+    assert page.count('<time datetime="') == 10
+    answer = preview_of(admin_client, f"{JOBS}{job.pk}/preview/", cron="0 9 * * *").json()
+    assert answer["notes"] == ["The job is paused: it runs these only if it is resumed."]
+
+
 def test_the_preview_answers_for_an_unsaved_timing_and_saves_nothing(
     admin_client: Client, owner: Any
 ) -> None:

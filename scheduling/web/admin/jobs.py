@@ -313,7 +313,7 @@ class JobAdmin(LedgerAdmin):
             found = stage_previews.job_preview(job, count=DEFAULT_COUNT, now=timezone.now())
         except ScheduleError as exc:  # a row saved around the rules
             return format_html("{}", str(exc))
-        return previews.render_list(found, url=url, paused=job.status == JobStatus.PAUSED)
+        return previews.render_list(found, url=url, status=job.status)
 
     @admin.display(description="recent executions")
     def recent_executions(self, job: Job) -> str:

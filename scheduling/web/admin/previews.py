@@ -64,11 +64,11 @@ def occurrence_rows(preview: Preview) -> list[dict[str, str]]:
     ]
 
 
-def notes(preview: Preview, *, paused: bool = False) -> list[str]:
-    """What the list leaves out: its end, an error, a paused job."""
+def notes(preview: Preview, *, status: str = JobStatus.ACTIVE) -> list[str]:
+    """What the list leaves out: a job that is not active, the schedule's end, an error."""
     found = []
-    if paused:
-        found.append("The job is paused: it runs these only once resumed.")
+    if status != JobStatus.ACTIVE:
+        found.append(f"The job is {status}: it runs these only if it is resumed.")
     if preview.ended:
         found.append(f"The schedule ends after {len(preview.occurrences)} more.")
     if preview.error is not None:
@@ -76,14 +76,14 @@ def notes(preview: Preview, *, paused: bool = False) -> list[str]:
     return found
 
 
-def render_list(preview: Preview | None, *, url: str, paused: bool = False) -> str:
+def render_list(preview: Preview | None, *, url: str, status: str = JobStatus.ACTIVE) -> str:
     """The list as the job page shows it, inside the element the script refreshes."""
     return render_to_string(
         "admin/scheduling/job/timing_preview.html",
         {
             "url": url,
             "rows": occurrence_rows(preview) if preview is not None else [],
-            "notes": notes(preview, paused=paused) if preview is not None else [],
+            "notes": notes(preview, status=status) if preview is not None else [],
             "zone": str(preview.zone) if preview is not None else "",
         },
     )
@@ -103,11 +103,11 @@ def preview_response(request: HttpRequest, *, job: Job | None, now: datetime) ->
         now=now,
         anchor=job.created_at if job is not None else None,
     )
-    paused = job is not None and job.status == JobStatus.PAUSED
+    status = job.status if job is not None else JobStatus.ACTIVE
     return JsonResponse(
         {
             "zone": str(preview.zone),
             "occurrences": occurrence_rows(preview),
-            "notes": notes(preview, paused=paused),
+            "notes": notes(preview, status=status),
         }
     )

@@ -15,7 +15,8 @@ a worked example.
 - Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
   ``Calendar``, ``Once``) and a ``Policies`` value; ``next_occurrences`` lists when a job will
   run next.
-- Operate it: ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``, and read it with
+- Operate it: ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``, ``backfill``
+  (the past occurrences of a range that the ledger does not hold), and read it with
   ``jobs_for_row`` and ``executions``.
 - Command lines of your own: ``OneLineCommand`` (a management command whose every refusal,
   from argparse or a ``ValidationError``, is one line naming the option), ``parse_instant``
@@ -75,6 +76,7 @@ from scheduling.rules.validation import first_error as error_line
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
 from scheduling.selections import IdSelectionAdmin
+from scheduling.stages import backfill as _backfill
 from scheduling.stages import jobs as _jobs
 from scheduling.stages import previews as _previews
 from scheduling.timing.previews import DEFAULT_COUNT
@@ -84,6 +86,7 @@ from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
     "SYSTEM_OWNER",
+    "BackfillResult",
     "Calendar",
     "ContentSecurityPolicyAdmin",
     "Cron",
@@ -101,6 +104,7 @@ __all__ = [
     "TaskTableAdmin",
     "Timing",
     "ago",
+    "backfill",
     "cancel",
     "describe_interval",
     "error_line",
@@ -128,6 +132,7 @@ __all__ = [
 
 SYSTEM_OWNER = _jobs.SYSTEM_OWNER
 Policies = _jobs.Policies
+BackfillResult = _backfill.BackfillResult
 JobInfo = _jobs.JobInfo
 ExecutionInfo = _jobs.ExecutionInfo
 
@@ -350,6 +355,21 @@ def run_now(job: JobRef) -> int:
     execution_id = int(_jobs.run_job_now(job=_get(job), now=timezone.now()).pk)
     publish_now(celery_app(), execution_ids=[execution_id])
     return execution_id
+
+
+def backfill(
+    job: JobRef, *, start: datetime, end: datetime, now: datetime, dry_run: bool = False
+) -> _backfill.BackfillResult:
+    """Make the job's occurrences in ``[start, end)`` that the ledger does not hold yet.
+
+    Each is one execution under the one-per-occurrence key, made WAITING: the scheduler
+    releases them oldest first under the job's overlap policy and running limits, and
+    publishes them as any other. ``end`` may not be later than ``now``; a range holding more
+    than ``SCHEDULING_BACKFILL_MAX`` occurrences is refused (``ValidationError`` naming
+    ``start``, ``end`` or ``range``). With ``dry_run`` nothing is written; the result says
+    what would be.
+    """
+    return _backfill.backfill_job(job=_get(job), start=start, end=end, now=now, dry_run=dry_run)
 
 
 def cancel(job: JobRef, *, reason: str = "cancelled") -> int:

@@ -32,6 +32,7 @@ from scheduling.stages import previews as stage_previews
 from scheduling.timing.previews import DEFAULT_COUNT
 from scheduling.timing.schedules import ScheduleError
 from scheduling.web.admin import previews
+from scheduling.web.admin.backfill import backfill_jobs
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
 from scheduling.web.admin.display import badge, describe_target, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
@@ -62,6 +63,7 @@ class JobAdmin(LedgerAdmin):
         "resume_jobs",
         "retry_failed_executions",
         "cancel_unfinished_executions",
+        backfill_jobs,
     )
     state_fields = (
         "status",

@@ -13,7 +13,8 @@ a worked example.
   job at them (``permission=``, ``superuser_only=``; ``owner=``, ``internal=``): the admin and
   calls made for an ``owner`` hold people to it (``scheduling.rules.permissions``).
 - Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
-  ``Once``) and a ``Policies`` value.
+  ``Calendar``, ``Once``) and a ``Policies`` value; ``next_occurrences`` lists when a job will
+  run next.
 - Operate it: ``edit``, ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``,
   ``backfill`` (the past occurrences of a range that the ledger does not hold), and read it
   with ``jobs_for_row``, ``executions`` and ``history``. Every change is written to
@@ -79,12 +80,16 @@ from scheduling.selections import IdSelectionAdmin
 from scheduling.stages import audit as _audit
 from scheduling.stages import backfill as _backfill
 from scheduling.stages import jobs as _jobs
-from scheduling.timing.values import Cron, Every, Once, Timing, parse_instant
+from scheduling.stages import previews as _previews
+from scheduling.timing.previews import DEFAULT_COUNT
+from scheduling.timing.schedules import ScheduleError
+from scheduling.timing.values import Calendar, Cron, Every, Once, Timing, parse_instant
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
     "SYSTEM_OWNER",
     "BackfillResult",
+    "Calendar",
     "ContentSecurityPolicyAdmin",
     "Cron",
     "Every",
@@ -112,6 +117,7 @@ __all__ = [
     "job",
     "jobs_for_row",
     "ledger",
+    "next_occurrences",
     "parse_instant",
     "pause",
     "positive_int",
@@ -321,6 +327,27 @@ def _get(job: JobRef) -> Job:
 def job(job: JobRef) -> _jobs.JobInfo:
     """The job as it is now (raises ``ValidationError`` on ``job`` when it does not exist)."""
     return _jobs.JobInfo.of(_get(job))
+
+
+def next_occurrences(
+    job: JobRef, *, count: int = DEFAULT_COUNT, now: datetime | None = None
+) -> list[datetime]:
+    """The job's next ``count`` occurrences at or after ``now``, in order.
+
+    Aware datetimes in the job's zone (its schedule's; UTC for intervals and one-offs), each
+    with the offset in force at that instant. Fewer come back when the schedule ends first. A
+    paused or completed job's timing is listed all the same, as if it ran from ``now``: look
+    at ``job(...).status``. ``count`` is 1 to ``scheduling.timing.previews.MAX_COUNT``
+    (``ValidationError`` on ``count`` otherwise); ``now`` must be aware.
+    """
+    moment = now or timezone.now()
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValidationError({"now": "must include a time zone offset"})
+    try:
+        found = _previews.job_preview(_get(job), count=count, now=moment)
+    except ScheduleError as exc:
+        raise ValidationError({exc.field: exc.reason}) from None
+    return list(found.occurrences)
 
 
 def jobs_for_row(row: Any, *, visible_to: Any = None) -> list[_jobs.JobInfo]:

@@ -22,7 +22,8 @@ from django.utils.timezone import now as current_time
 from scheduling import readable
 from scheduling.rules import validation
 from scheduling.rules.arguments import ArgumentsField
-from scheduling.timing import schedules
+from scheduling.timing import calendars, schedules
+from scheduling.timing.calendars import MAX_TEXT as CALENDAR_MAX_TEXT
 from scheduling.timing.schedules import FiringRule, Misfire, ScheduleError
 
 
@@ -31,7 +32,8 @@ def _timing_error(exc: ScheduleError) -> ValidationError:
 
 
 class Schedule(models.Model):
-    """*When*: an interval, a cron expression in a zone, or one instant; shared by many jobs.
+    """*When*: an interval, a cron expression or a calendar in a zone, or one instant; shared by
+    many jobs.
 
     A schedule has an owner, as a job has: the user whose job made it (the system owner for
     jobs made from code). Staff users who are not superusers see, share, retime and delete
@@ -49,7 +51,15 @@ class Schedule(models.Model):
     cron = models.CharField(
         max_length=200, blank=True, help_text="Five-field cron expression, in the zone below."
     )
-    timezone = models.CharField(max_length=64, default="UTC", help_text="IANA zone for cron.")
+    rrule = models.TextField(
+        blank=True,
+        validators=[MaxLengthValidator(CALENDAR_MAX_TEXT)],
+        help_text="RFC 5545 RRULE, RDATE and EXDATE lines, in the zone below "
+        "(scheduling.timing.calendars).",
+    )
+    timezone = models.CharField(
+        max_length=64, default="UTC", help_text="IANA zone for cron and calendars."
+    )
     run_at = models.DateTimeField(null=True, blank=True, help_text="A single instant (one-off).")
     starts_at = models.DateTimeField(null=True, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True)
@@ -60,9 +70,10 @@ class Schedule(models.Model):
             models.CheckConstraint(
                 name="schedule_exactly_one_kind",
                 condition=(
-                    Q(~Q(interval=""), cron="", run_at__isnull=True)
-                    | Q(~Q(cron=""), interval="", run_at__isnull=True)
-                    | Q(interval="", cron="", run_at__isnull=False)
+                    Q(~Q(interval=""), cron="", rrule="", run_at__isnull=True)
+                    | Q(~Q(cron=""), interval="", rrule="", run_at__isnull=True)
+                    | Q(~Q(rrule=""), interval="", cron="", run_at__isnull=True)
+                    | Q(interval="", cron="", rrule="", run_at__isnull=False)
                 ),
             ),
             models.CheckConstraint(
@@ -81,18 +92,28 @@ class Schedule(models.Model):
             text = readable.describe_interval(self.interval)
         elif self.cron:
             text = f"cron {self.cron!r} ({self.timezone})"
+        elif self.rrule:
+            text = f"calendar {' '.join(self.rrule.split())!r} ({self.timezone})"
         else:
             text = f"once at {readable.instant(self.run_at)}" if self.run_at else "once"
         return text
 
     @property
     def kind(self) -> str:
+        if self.rrule:
+            return "calendar"
         return "interval" if self.interval else "cron" if self.cron else "once"
 
     def timing(self) -> FiringRule:
         """The pure view of this schedule; raises ScheduleError naming the bad field."""
         return schedules.timing_from(
-            self.interval, self.cron, self.timezone, self.run_at, self.starts_at, self.ends_at
+            self.interval,
+            self.cron,
+            self.timezone,
+            self.run_at,
+            self.starts_at,
+            self.ends_at,
+            rrule=self.rrule,
         )
 
     def clean(self) -> None:
@@ -115,6 +136,7 @@ class Schedule(models.Model):
         with ``jitter`` (``schedules.check_savable``)."""
         self.interval = (self.interval or "").strip()
         self.cron = " ".join((self.cron or "").split())
+        self.rrule = calendars.normalise(self.rrule or "")
         try:
             schedules.check_savable(
                 self.interval,
@@ -125,6 +147,7 @@ class Schedule(models.Model):
                 self.ends_at,
                 now=current_time(),
                 jitter=jitter,
+                rrule=self.rrule,
             )
         except ScheduleError as exc:
             raise _timing_error(exc) from None

@@ -23,6 +23,7 @@ def create_job(
     kwargs: dict[str, Any] | None = None,
     every: str = "",
     cron: str = "",
+    rrule: str = "",
     tz: str = "UTC",
     at: datetime | None = None,
     start: datetime | None = None,
@@ -38,6 +39,7 @@ def create_job(
         schedule = Schedule(
             interval=every or "",
             cron=cron or "",
+            rrule=rrule or "",
             timezone=tz or "UTC",
             run_at=at,
             starts_at=start,

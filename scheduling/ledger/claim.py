@@ -52,6 +52,7 @@ DUE_FIELDS = (
     "schedule__run_at",
     "schedule__starts_at",
     "schedule__ends_at",
+    "schedule__rrule",
 )
 #: The due fields but the arguments, which the ORM form reads as text.
 _ROW_FIELDS = tuple(name for name in DUE_FIELDS if name not in ("args", "kwargs"))
@@ -78,7 +79,8 @@ LOCK_DUE = ledger.Statement(
         SELECT j.id, j.next_occurrence_at, j.next_due_at, j.created_at, j.misfire,
                j.overlap, j.jitter, j.task, j.args, j.kwargs, j.queue, j.priority, j.timeout,
                j.task_table, j.task_row_id, s.interval, s.cron, s.timezone, s.run_at,
-               s.starts_at, s.ends_at, c.occurrence, c.following, a.args_text, a.kwargs_text,
+               s.starts_at, s.ends_at, s.rrule, c.occurrence, c.following, a.args_text,
+               a.kwargs_text,
                j.overlap = %(forbid)s AS forbid,
                COALESCE(
                    j.task = ANY(%(tasks)s::text[]) AND j.task_table = ''
@@ -97,6 +99,7 @@ LOCK_DUE = ledger.Statement(
                    AND j.queue ~ %(queue_pattern)s
                    AND NOT lower(j.queue) LIKE ANY(%(reserved_queues)s::text[])
                    AND s.cron = '' AND s.run_at IS NULL AND s.timezone IN ('', 'UTC')
+                   AND s.rrule = ''
                    AND j.jitter = interval '0'
                    AND j.misfire = ANY(%(misfires)s::text[])
                    AND j.overlap = ANY(%(overlaps)s::text[])
@@ -169,17 +172,19 @@ LOCK_DUE = ledger.Statement(
            d.timeout AS timeout, h.task_table, h.task_row_id,
            h.interval AS schedule__interval, h.cron AS schedule__cron,
            h.timezone AS schedule__timezone, h.run_at AS schedule__run_at,
-           h.starts_at AS schedule__starts_at, h.ends_at AS schedule__ends_at
+           h.starts_at AS schedule__starts_at, h.ends_at AS schedule__ends_at,
+           h.rrule AS schedule__rrule
       FROM due AS d
      CROSS JOIN made AS m
       LEFT JOIN LATERAL (
            SELECT d.next_occurrence_at::text, d.next_due_at::text, d.created_at::text,
                   d.misfire, d.overlap, d.jitter, d.task_table, d.task_row_id, d.interval,
-                  d.cron, d.timezone, d.run_at::text, d.starts_at::text, d.ends_at::text
+                  d.cron, d.timezone, d.run_at::text, d.starts_at::text, d.ends_at::text,
+                  d.rrule
             WHERE NOT d.planned
            ) AS h (next_occurrence_at, next_due_at, created_at, misfire, overlap, jitter,
                    task_table, task_row_id, interval, cron, timezone, run_at, starts_at,
-                   ends_at) ON true
+                   ends_at, rrule) ON true
      ORDER BY d.next_due_at, d.id
     """,
     # The planned row's execution, then every due field, as the SELECT list names them.

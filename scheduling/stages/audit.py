@@ -35,7 +35,7 @@ MAX_VALUE_CHARS = 1000
 #: Who the engine is in the trail.
 SYSTEM = "system"
 #: The timing fields, read from the job's schedule.
-TIMING = ("interval", "cron", "timezone", "run_at", "starts_at", "ends_at")
+TIMING = ("interval", "cron", "rrule", "timezone", "run_at", "starts_at", "ends_at")
 #: The job's own fields the trail follows (its target, its policies, its name and owner).
 FIELDS = (
     "name",

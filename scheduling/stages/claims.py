@@ -290,10 +290,11 @@ def _timing(row: dict[str, Any], cache: dict[tuple[Any, ...], FiringRule | Sched
         row["schedule__run_at"],
         row["schedule__starts_at"],
         row["schedule__ends_at"],
+        row["schedule__rrule"],
     )
     if key not in cache:
         try:
-            timing = cache[key] = schedules.timing_from(*key)
+            timing = cache[key] = schedules.timing_from(*key[:6], rrule=key[6])
         except ScheduleError as exc:
             cache[key] = exc
         else:

@@ -287,10 +287,10 @@ EDITABLE = frozenset(
         "pause_after_failures",
     }
 )
-#: Schedule fields ``edit_job`` takes in ``timing``; giving one kind clears the other two.
-TIMING_FIELDS = ("interval", "cron", "timezone", "run_at", "starts_at", "ends_at")
-_KINDS = ("interval", "cron", "run_at")
-_TEXT_TIMING = ("interval", "cron", "timezone")
+#: Schedule fields ``edit_job`` takes in ``timing``; giving one kind clears the others.
+TIMING_FIELDS = ("interval", "cron", "rrule", "timezone", "run_at", "starts_at", "ends_at")
+_KINDS = ("interval", "cron", "rrule", "run_at")
+_TEXT_TIMING = ("interval", "cron", "rrule", "timezone")
 #: Changes after which the next occurrence is planned again.
 _REPLAN = frozenset({"jitter"})
 
@@ -341,9 +341,9 @@ def edit_job(
     elif timing:
         values = {name: getattr(old_schedule, name) for name in TIMING_FIELDS}
         if any(timing.get(kind) for kind in _KINDS):
-            values.update(interval="", cron="", run_at=None)
-            if not timing.get("cron") and "timezone" not in timing:
-                values["timezone"] = "UTC"  # the zone belongs to cron alone
+            values.update(interval="", cron="", rrule="", run_at=None)
+            if not (timing.get("cron") or timing.get("rrule")) and "timezone" not in timing:
+                values["timezone"] = "UTC"  # the zone belongs to cron and calendars alone
         values.update(
             {k: "" if v is None and k in _TEXT_TIMING else v for k, v in timing.items()}
         )

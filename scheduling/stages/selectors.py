@@ -28,6 +28,7 @@ from scheduling.ledger.probe import scheduler_probe as scheduler_probe
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
 from scheduling.readable import describe_interval
 from scheduling.rules.validation import storable
+from scheduling.timing.calendar_words import describe_calendar
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -67,6 +68,7 @@ def job_summary(job: Job) -> dict[str, Any]:
             "kind": schedule.kind,
             "interval": schedule.interval or None,
             "cron": schedule.cron or None,
+            "rrule": schedule.rrule or None,
             "timezone": schedule.timezone,
             "at": _iso(schedule.run_at),
             "start": _iso(schedule.starts_at),
@@ -214,6 +216,8 @@ def describe_schedule(schedule: Schedule) -> str:
         text = describe_interval(schedule.interval)
     elif schedule.cron:
         text = f"{describe_cron(schedule.cron)} ({schedule.timezone})"
+    elif schedule.rrule:
+        text = describe_calendar(schedule.rrule, schedule.timezone)
     elif schedule.run_at:
         text = f"once at {readable.instant(schedule.run_at)}"
     else:

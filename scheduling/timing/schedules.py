@@ -10,9 +10,11 @@ Rules worth knowing:
   ``P1D`` is 24 hours, not "the same wall time tomorrow"; use cron for wall-clock times.
   Months and years have no fixed length and are refused.
 - Cron schedules follow the wall clock of their zone; see ``scheduling.timing.cron`` for what
-  they do when the clocks change. The zone belongs to cron alone: an interval counts elapsed
-  time and an instant carries its own offset, so a schedule saved with either and another
-  zone is refused rather than silently read in UTC.
+  they do when the clocks change. Calendar schedules (RFC 5545 ``RRULE``/``RDATE``/``EXDATE``,
+  ``scheduling.timing.calendars``) are read in their zone the same way. The zone belongs to
+  cron and calendars alone: an interval counts elapsed time and an instant carries its own
+  offset, so a schedule saved with either and another zone is refused rather than silently
+  read in UTC.
 - A window ``[start, end]`` bounds every kind: nothing before start, nothing after end.
 - Occurrences stay within the calendar (up to the year 9999). A schedule whose next occurrence
   would fall beyond it is refused when saved (``check_savable``); asked anyway,
@@ -30,6 +32,7 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from scheduling.conf import RETRY_DELAY_LIMIT
+from scheduling.timing.calendars import CalendarError, CalendarRule
 from scheduling.timing.cron import CronError, CronExpression
 
 _EPSILON = timedelta(microseconds=1)
@@ -51,6 +54,9 @@ class ScheduleError(ValueError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+ONE_KIND = "give exactly one of an interval, a cron expression, a calendar (rrule) or one instant"
 
 
 class Misfire(StrEnum):
@@ -133,6 +139,13 @@ def parse_cron(text: str, *, field: str = "cron") -> CronExpression:
         raise ScheduleError(field, str(exc)) from None
 
 
+def parse_rrule(text: str, *, field: str = "rrule") -> CalendarRule:
+    try:
+        return CalendarRule.parse(text)
+    except CalendarError as exc:
+        raise ScheduleError(field, str(exc)) from None
+
+
 def require_aware(value: datetime, *, field: str) -> datetime:
     """Reject naive datetimes at the boundary and normalise to UTC.
 
@@ -157,8 +170,9 @@ def require_aware(value: datetime, *, field: str) -> datetime:
 class FiringRule:
     """Everything that decides when a schedule fires, in plain values.
 
-    Exactly one of ``interval``, ``cron`` and ``at`` is set. ``anchor`` is where interval
-    counting starts when the schedule has no start of its own (the job's creation time).
+    Exactly one of ``interval``, ``cron``, ``calendar`` and ``at`` is set. ``anchor`` is where
+    interval counting starts when the schedule has no start of its own (the job's creation
+    time); a calendar counts its ``INTERVAL`` and ``COUNT`` from there too.
     """
 
     interval: timedelta | None = None
@@ -167,13 +181,12 @@ class FiringRule:
     at: datetime | None = None
     start: datetime | None = None
     end: datetime | None = None
+    calendar: CalendarRule | None = None
 
     def __post_init__(self) -> None:
-        kinds = sum(x is not None for x in (self.interval, self.cron, self.at))
+        kinds = sum(x is not None for x in (self.interval, self.cron, self.calendar, self.at))
         if kinds != 1:
-            raise ScheduleError(
-                "schedule", "give exactly one of an interval, a cron expression or one instant"
-            )
+            raise ScheduleError("schedule", ONE_KIND)
         for name in ("at", "start", "end"):
             value = getattr(self, name)
             if value is not None:
@@ -220,6 +233,12 @@ class FiringRule:
                 candidate = self.cron.next_after(after, self.zone)
             except CronError as exc:
                 raise ScheduleError("cron", str(exc)) from None
+        elif self.calendar is not None:
+            base = self.start if self.start is not None else anchor
+            try:
+                candidate = self.calendar.next_after(after, self.zone, anchor=base)
+            except CalendarError as exc:
+                raise ScheduleError("rrule", str(exc)) from None
         else:
             assert self.at is not None
             candidate = self.at if self.at > after else None
@@ -242,12 +261,12 @@ def timing_from(
     at: datetime | None,
     start: datetime | None,
     end: datetime | None,
+    *,
+    rrule: str = "",
 ) -> FiringRule:
     """Build a FiringRule from a schedule's stored values; errors name the schedule's fields."""
-    if sum(bool(x) for x in (interval, cron, at)) != 1:
-        raise ScheduleError(
-            "interval", "give exactly one of an interval, a cron expression or one instant"
-        )
+    if sum(bool(x) for x in (interval, cron, rrule, at)) != 1:
+        raise ScheduleError("interval", ONE_KIND)
     for name, value in (("run_at", at), ("starts_at", start), ("ends_at", end)):
         if value is not None:
             require_aware(value, field=name)
@@ -257,6 +276,7 @@ def timing_from(
         return FiringRule(
             interval=parse_duration(interval) if interval else None,
             cron=parse_cron(cron) if cron else None,
+            calendar=parse_rrule(rrule) if rrule else None,
             zone=parse_zone(zone or "UTC"),
             at=at,
             start=start,
@@ -277,6 +297,7 @@ def check_savable(
     *,
     now: datetime,
     jitter: timedelta = timedelta(0),
+    rrule: str = "",
 ) -> FiringRule:
     """``timing_from`` plus the rules for saving a schedule; errors name the stored field.
 
@@ -285,11 +306,12 @@ def check_savable(
     largest jitter of the jobs that use the schedule: their first two due times (occurrence
     plus jitter) must stay within the calendar too, or saving the job would overflow.
     """
-    timing = timing_from(interval, cron, zone, at, start, end)
-    if not cron and (zone or "UTC") != "UTC":
+    timing = timing_from(interval, cron, zone, at, start, end, rrule=rrule)
+    if not cron and not rrule and (zone or "UTC") != "UTC":
         kind = "an interval counts elapsed time" if interval else "an instant carries its offset"
         raise ScheduleError(
-            "timezone", f"{zone!r} applies to a cron expression only; {kind}, so leave it UTC"
+            "timezone",
+            f"{zone!r} applies to a cron expression or a calendar only; {kind}, so leave it UTC",
         )
     # The first occurrence from now and the one after it: a schedule whose next occurrence
     # cannot be computed would otherwise fail on every claim.
@@ -297,15 +319,28 @@ def check_savable(
     second = None
     if first is not None and timing.at is None:
         second = timing.next_after(first, anchor=now)
+    if first is None and timing.calendar is not None:
+        raise ScheduleError(
+            "rrule", "has no occurrence from now on (its COUNT, UNTIL or the end has passed)"
+        )
     for occurrence in (first, second):
         if occurrence is not None and jitter and not fits_after(occurrence, jitter):
-            field = "run_at" if timing.at is not None else "cron" if timing.cron else "interval"
+            field = "run_at" if timing.at is not None else kind_field(timing)
             raise ScheduleError(
                 field,
                 f"the occurrence at {occurrence.isoformat()} plus {jitter.total_seconds():g} s "
                 "of jitter falls beyond the year 9999",
             )
     return timing
+
+
+def kind_field(timing: FiringRule) -> str:
+    """The stored field that holds the timing's kind (``interval``, ``cron``, ``rrule``)."""
+    if timing.cron is not None:
+        return "cron"
+    if timing.calendar is not None:
+        return "rrule"
+    return "run_at" if timing.at is not None else "interval"
 
 
 def fits_after(moment: datetime, span: timedelta) -> bool:

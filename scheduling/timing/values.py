@@ -1,4 +1,4 @@
-"""Timing values: when a job made from code runs (``Every``, ``Cron`` or ``Once``).
+"""Timing values: when a job made from code runs (``Every``, ``Cron``, ``Calendar`` or ``Once``).
 
 These are what ``scheduling.api`` takes instead of command-line-shaped keywords; each maps to
 one ``Schedule`` row. They are plain values: validation happens when the job is saved, with the
@@ -49,6 +49,25 @@ class Cron:
 
 
 @dataclass(frozen=True)
+class Calendar:
+    """RFC 5545 lines (RRULE, RDATE, EXDATE) read in an IANA time zone, such as
+    ``"FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=9"`` (``scheduling.timing.calendars``)."""
+
+    rrule: str
+    tz: str = "UTC"
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def schedule_fields(self) -> dict[str, Any]:
+        return {
+            "rrule": self.rrule,
+            "timezone": self.tz or "UTC",
+            "starts_at": self.start,
+            "ends_at": self.end,
+        }
+
+
+@dataclass(frozen=True)
 class Once:
     """A single instant (a time in the past runs at once, when the job is saved)."""
 
@@ -58,7 +77,7 @@ class Once:
         return {"run_at": self.at}
 
 
-Timing = Every | Cron | Once
+Timing = Every | Cron | Calendar | Once
 
 
 def parse_instant(raw: str | None, *, field: str) -> datetime | None:

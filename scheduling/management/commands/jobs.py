@@ -1,4 +1,4 @@
-"""``manage.py jobs add|edit|list|show|history|pause|resume|run|remove|backfill``.
+"""``manage.py jobs add|edit|list|show|next|history|pause|resume|run|remove|backfill``.
 
 Every change is made as the operating system's user who runs the command (commands have no
 user option): that name, with ``command`` as the source, is what the audit trail records.
@@ -16,10 +16,11 @@ from django.utils import timezone
 from scheduling import api, readable
 from scheduling.management import backfill
 from scheduling.management.base import DuecourseCommand, parse_instant, positive_int
-from scheduling.models import Execution, ExecutionStatus, Job, Overlap, Schedule
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap, Schedule
 from scheduling.rules import permissions
 from scheduling.rules.validation import MAX_JITTER, parse_json_argument, parse_seconds, storable
-from scheduling.stages import audit, jobs, selectors
+from scheduling.stages import audit, jobs, previews, selectors
+from scheduling.timing.previews import DEFAULT_COUNT, MAX_COUNT
 from scheduling.timing.schedules import Misfire
 
 
@@ -36,6 +37,8 @@ class Command(DuecourseCommand):
         "pause_after_failures": "--pause-after-failures",
         "task_table": "--task-table",
         "task_row_id": "--task-row-id",
+        "rrule": "--rrule",
+        "count": "--count",
     }
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -68,6 +71,20 @@ class Command(DuecourseCommand):
         history.add_argument("--owner", help="Owner's username, when names collide.")
         history.add_argument(
             "--limit", type=positive_int, default=100, help="Most changes shown (100)."
+        )
+        upcoming = sub.add_parser(
+            "next",
+            help="List the job's next occurrences, in UTC and in its zone (a paused job's "
+            "too, as if it were resumed now).",
+        )
+        super().add_arguments(upcoming)
+        upcoming.add_argument("name")
+        upcoming.add_argument("--owner", help="Owner's username, when names collide.")
+        upcoming.add_argument(
+            "--count",
+            type=int,
+            default=DEFAULT_COUNT,
+            help=f"How many ({DEFAULT_COUNT}; at most {MAX_COUNT}).",
         )
         for action, text in (
             ("show", "Show one job and its recent executions."),
@@ -110,10 +127,16 @@ class Command(DuecourseCommand):
         when.add_argument("--every", help="ISO-8601 interval, such as PT10S or PT3H.")
         when.add_argument("--cron", help='Five-field cron expression, such as "0 9 * * 1-5".')
         when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
+        when.add_argument(
+            "--rrule",
+            help="A calendar: RFC 5545 RRULE, RDATE and EXDATE lines (newline-separated), "
+            'such as "FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=9", read in --tz.',
+        )
         parser.add_argument(
             "--tz",
             default=default("UTC"),
-            help="IANA time zone of --cron (default UTC); refused with --every and --at.",
+            help="IANA time zone of --cron and --rrule (default UTC); refused with --every "
+            "and --at.",
         )
         clear = ' ("" clears it)' if editing else ""
         parser.add_argument("--start", help=f"No occurrence before this instant{clear}.")
@@ -232,6 +255,7 @@ class Command(DuecourseCommand):
             schedule=Schedule(
                 interval=o["every"] or "",
                 cron=o["cron"] or "",
+                rrule=o["rrule"] or "",
                 timezone=o["tz"] or "UTC",
                 run_at=parsed["at"],
                 starts_at=parsed["start"] or None,
@@ -293,7 +317,12 @@ class Command(DuecourseCommand):
         if parsed["jitter"] is not None:
             changes["jitter"] = parsed["jitter"]
         timing: dict[str, Any] = {}
-        for option, field in (("every", "interval"), ("cron", "cron"), ("tz", "timezone")):
+        for option, field in (
+            ("every", "interval"),
+            ("cron", "cron"),
+            ("rrule", "rrule"),
+            ("tz", "timezone"),
+        ):
             if o[option] is not None:
                 timing[field] = o[option]
         for option, field in (("at", "run_at"), ("start", "starts_at"), ("end", "ends_at")):
@@ -380,6 +409,43 @@ class Command(DuecourseCommand):
                 raise ValidationError({"name": f"no job named {name!r}, now or removed"})
         text = "\n".join(audit.lines(changes)) or f"no changes recorded for {name!r}"
         self.emit([audit.as_dict(c) for c in changes], text, as_json=o["json"])
+
+    def do_next(self, o: dict[str, Any]) -> None:
+        count = o["count"]
+        if not 1 <= count <= MAX_COUNT:
+            raise ValidationError(
+                {"count": f"must be from 1 to {MAX_COUNT}, got {count}; ask for fewer"}
+            )
+        job = self._job(o)
+        found = previews.job_preview(job, count=count, now=timezone.now())
+        moments = [moment.isoformat() for moment in found.occurrences]
+        notes = []
+        if job.status != JobStatus.ACTIVE:
+            notes.append(
+                f"{job.name!r} is {job.status}: these are its timing's occurrences; it runs "
+                "them only if it is resumed"
+            )
+        if found.ended:
+            notes.append(f"the schedule ends: only {len(moments)} of {count} occurrences remain")
+        if found.error is not None:
+            notes.append(f"the list stops early: {found.error}")
+        if o["json"]:
+            self.emit(moments, "", as_json=True)
+            for note in notes:
+                self.stderr.write(note)
+            return
+        zone = str(found.zone)
+        lines = [
+            f"next occurrences of {job.name!r}: {selectors.describe_schedule(job.schedule)}",
+            f"  {'UTC':24} {zone}",
+        ]
+        for moment in found.occurrences:
+            local = f"{moment:%Y-%m-%d %H:%M:%S %z} {moment.tzname() or ''}".rstrip()
+            lines.append(f"  {readable.instant(moment):24} {local}")
+        if job.jitter:
+            lines.append(f"each runs up to {job.jitter.total_seconds():g} s later (jitter)")
+        lines.extend(notes)
+        self.emit(moments, "\n".join(lines), as_json=False)
 
     def do_pause(self, o: dict[str, Any]) -> None:
         job = self._job(o)

@@ -26,6 +26,9 @@ from scheduling.rules import permissions, validation
 from scheduling.rules.arguments import ArgumentsFormField
 from scheduling.rules.tasktables import TASK_ROW_TASK
 from scheduling.stages import jobs, selectors
+from scheduling.timing.calendar_words import describe_calendar
+from scheduling.timing.calendars import MAX_TEXT as CALENDAR_MAX_TEXT
+from scheduling.timing.calendars import normalise as normalise_calendar
 
 TABLE_PREFIX = "table:"
 
@@ -76,6 +79,11 @@ def _schedule_label(schedule: Schedule) -> str:
 
 
 CRON_HELP = 'Five fields, minute hour day month weekday, such as "0 9 * * 1-5".'
+RRULE_HELP = (
+    "RFC 5545 lines in the zone beside cron: an RRULE such as "
+    '"FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=9", RDATE lines to add dates and EXDATE lines to '
+    'drop them ("EXDATE:20261225" drops that day).'
+)
 #: Where an error about a field the form does not show is displayed.
 ERROR_HOME = {"task_table": "task", "schedule": "existing_schedule"}
 
@@ -123,14 +131,23 @@ class JobForm(forms.ModelForm):
     cron = forms.CharField(
         required=False, max_length=Schedule._meta.get_field("cron").max_length, help_text=CRON_HELP
     )
+    rrule = forms.CharField(
+        required=False,
+        max_length=CALENDAR_MAX_TEXT,
+        label="Calendar",
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=RRULE_HELP,
+    )
     timezone = forms.ChoiceField(
-        choices=_zone_choices, initial="UTC", help_text="The zone the cron expression is read in."
+        choices=_zone_choices,
+        initial="UTC",
+        help_text="The zone the cron expression or the calendar is read in.",
     )
     run_at = forms.SplitDateTimeField(
         required=False,
         widget=AdminSplitDateTime,
         label="Once at",
-        help_text="A single instant, instead of an interval or a cron expression.",
+        help_text="A single instant, instead of an interval, a cron expression or a calendar.",
     )
     starts_at = forms.SplitDateTimeField(
         required=False, widget=AdminSplitDateTime, label="Start", help_text="No occurrence before."
@@ -179,6 +196,9 @@ class JobForm(forms.ModelForm):
                 words = selectors.describe_cron(schedule.cron)
                 # The admin shows help text unescaped; the words may be the expression itself.
                 self.fields["cron"].help_text = format_html("{} Reads: {}.", CRON_HELP, words)
+            if schedule.rrule:
+                words = describe_calendar(schedule.rrule, schedule.timezone)
+                self.fields["rrule"].help_text = format_html("{} Reads: {}.", RRULE_HELP, words)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -199,20 +219,15 @@ class JobForm(forms.ModelForm):
         elif existing is not None:
             self.instance.schedule = existing
         else:
-            cron = " ".join((data.get("cron") or "").split())
+            self.instance.schedule = timing_schedule(data)
+            cron, rrule = self.instance.schedule.cron, self.instance.schedule.rrule
             if cron:
                 # The bound field copied its help text when fields were cleaned.
                 words = selectors.describe_cron(cron)
                 self["cron"].help_text = format_html("{} Reads: {}.", CRON_HELP, words)
-            self.instance.schedule = Schedule(
-                interval=(data.get("interval") or "").strip(),
-                cron=cron,
-                # The zone belongs to cron alone; the select always holds one.
-                timezone=(data.get("timezone") or "UTC") if cron else "UTC",
-                run_at=data.get("run_at"),
-                starts_at=data.get("starts_at"),
-                ends_at=data.get("ends_at"),
-            )
+            if rrule:
+                words = describe_calendar(rrule, self.instance.schedule.timezone)
+                self["rrule"].help_text = format_html("{} Reads: {}.", RRULE_HELP, words)
         name = data.get("name")
         owner_id = self.instance.owner_id
         if "owner" not in self.fields and name and owner_id is not None:
@@ -255,6 +270,22 @@ class JobForm(forms.ModelForm):
                 placed.setdefault(home, []).extend(found)
             errors = ValidationError(placed)
         super()._update_errors(errors)
+
+
+def timing_schedule(data: dict[str, Any]) -> Schedule:
+    """An unsaved schedule from a form's cleaned timing fields (the job's form, the preview)."""
+    cron = " ".join((data.get("cron") or "").split())
+    rrule = normalise_calendar(data.get("rrule") or "")
+    return Schedule(
+        interval=(data.get("interval") or "").strip(),
+        cron=cron,
+        rrule=rrule,
+        # The zone belongs to cron and calendars alone; the select always holds one.
+        timezone=(data.get("timezone") or "UTC") if cron or rrule else "UTC",
+        run_at=data.get("run_at"),
+        starts_at=data.get("starts_at"),
+        ends_at=data.get("ends_at"),
+    )
 
 
 class PauseForm(forms.Form):

@@ -13,18 +13,25 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import ValidationError
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
 from scheduling import api, readable
+from scheduling.csp import DATA_POLICY, with_csp
 from scheduling.models import Execution, Job, JobStatus
 from scheduling.rules import permissions
 from scheduling.stages import audit, jobs, selectors
+from scheduling.stages import previews as stage_previews
+from scheduling.timing.previews import DEFAULT_COUNT
+from scheduling.timing.schedules import ScheduleError
+from scheduling.web.admin import previews
 from scheduling.web.admin.backfill import backfill_jobs
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
 from scheduling.web.admin.display import badge, describe_target, say
@@ -77,8 +84,11 @@ class JobAdmin(LedgerAdmin):
         "created_at",
         "updated_at",
     )
-    readonly_fields = (*state_fields, "recent_executions", "change_trail")
+    readonly_fields = (*state_fields, "recent_executions", "upcoming", "change_trail")
     policy_fields = JOB_POLICY_FIELDS
+
+    class Media:
+        js = ("scheduling/timing_preview.js",)
 
     # --- who sees what
 
@@ -116,11 +126,14 @@ class JobAdmin(LedgerAdmin):
                         "existing_schedule",
                         "interval",
                         ("cron", "timezone"),
+                        "rrule",
                         "run_at",
                         "starts_at",
                         "ends_at",
+                        "upcoming",
                     ),
-                    "description": "Give an interval, a cron expression or one instant.",
+                    "description": "Give an interval, a cron expression, a calendar or one "
+                    "instant.",
                 },
             ),
             ("Policies", {"fields": self.policy_fields, "classes": ("collapse",)}),
@@ -174,7 +187,7 @@ class JobAdmin(LedgerAdmin):
             changes.update(task=obj.task, task_table=obj.task_table, task_row_id=obj.task_row_id)
         existing = data.get("existing_schedule")
         timing = {name: data[name] for name in jobs.TIMING_FIELDS if name in form.changed_data}
-        if not data.get("cron"):
+        if not (data.get("cron") or data.get("rrule")):
             timing.pop("timezone", None)  # ignored without cron, as the form validated it
         jobs.edit_job(
             job=obj,
@@ -276,6 +289,46 @@ class JobAdmin(LedgerAdmin):
     def retries(self, job: Job) -> Any:
         value = getattr(job, "last_retry_count", None)
         return "-" if value is None else value
+
+    # --- the preview of upcoming occurrences (``scheduling.web.admin.previews``)
+
+    def get_urls(self) -> list[Any]:
+        info = self.opts.app_label, self.opts.model_name
+        own = [
+            path(
+                "preview/",
+                self.admin_site.admin_view(with_csp(self.preview_view, policy=DATA_POLICY)),
+                name=f"{info[0]}_{info[1]}_preview",
+            ),
+            path(
+                "<path:object_id>/preview/",
+                self.admin_site.admin_view(with_csp(self.preview_view, policy=DATA_POLICY)),
+                name=f"{info[0]}_{info[1]}_preview_job",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def preview_view(self, request: HttpRequest, object_id: str | None = None) -> HttpResponse:
+        """The next occurrences of the timing in the query string, as JSON (never saves)."""
+        job = None
+        if object_id is not None:
+            job = self.get_object(request, unquote(object_id))
+            if job is None:
+                return JsonResponse({"errors": {"job": ["no such job"]}}, status=404)
+        if not self.has_view_permission(request, job):
+            raise PermissionDenied
+        return previews.preview_response(request, job=job, now=timezone.now())
+
+    @admin.display(description="next occurrences")
+    def upcoming(self, job: Job) -> str:
+        if job.pk is None:
+            return previews.render_list(None, url=reverse("admin:scheduling_job_preview"))
+        url = reverse("admin:scheduling_job_preview_job", args=[quote(job.pk)])
+        try:
+            found = stage_previews.job_preview(job, count=DEFAULT_COUNT, now=timezone.now())
+        except ScheduleError as exc:  # a row saved around the rules
+            return format_html("{}", str(exc))
+        return previews.render_list(found, url=url, status=job.status)
 
     @admin.display(description="recent executions")
     def recent_executions(self, job: Job) -> str:

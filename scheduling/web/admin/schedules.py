@@ -21,7 +21,7 @@ class ScheduleAdmin(LedgerAdmin):
     only their own, by any URL, and makes schedules that are theirs."""
 
     list_display = ("__str__", "in_words", "timezone", "job_count")
-    search_fields = ("name", "cron", "interval")
+    search_fields = ("name", "cron", "interval", "rrule")
     raw_id_fields = ("owner",)  # the owner's name shows beside the field
 
     def get_list_display(self, request: HttpRequest) -> Any:

@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import Truncator
 
 from scheduling import readable
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
@@ -34,6 +35,12 @@ class AttemptInline(admin.TabularInline):
         return False
 
 
+#: The states whose reason the list shows beside them (the others' is on the page).
+WHY_SHOWN = frozenset(
+    {ExecutionStatus.SKIPPED, ExecutionStatus.SUPERSEDED, ExecutionStatus.CANCELLED}
+)
+
+
 @admin.register(Execution)
 class ExecutionAdmin(LedgerAdmin):
     # What decides a click; the worker, the exact times and the heartbeat are on its page.
@@ -41,6 +48,7 @@ class ExecutionAdmin(LedgerAdmin):
         "job",
         "due",
         "status_badge",
+        "why",
         "retries",
         "took",
         "failed_items",
@@ -82,6 +90,14 @@ class ExecutionAdmin(LedgerAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, execution: Execution) -> str:
         return badge(execution.status, title=(execution.last_error or "")[:200])
+
+    @admin.display(description="why")
+    def why(self, execution: Execution) -> str:
+        """Why an occurrence did not run to its end, for the states a policy decides: skipped
+        (misfire), superseded by a later occurrence or cancelled (overlap), or by a person."""
+        if execution.status not in WHY_SHOWN:
+            return "-"
+        return Truncator(execution.last_error).chars(120) or "-"
 
     @admin.display(description="due", ordering="scheduled_for")
     def due(self, execution: Execution) -> str:

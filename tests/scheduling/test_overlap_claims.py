@@ -15,8 +15,16 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection
 
+from scheduling.ledger import claim as claim_ledger
 from scheduling.ledger import probe
-from scheduling.models import Attempt, AttemptOutcome, Execution, ExecutionStatus, Job
+from scheduling.models import (
+    Attempt,
+    AttemptOutcome,
+    Execution,
+    ExecutionStatus,
+    Job,
+    job_due_index,
+)
 from scheduling.stages import attempts, claims, overlaps
 
 pytestmark = pytest.mark.django_db
@@ -267,3 +275,44 @@ def test_cancel_other_leaves_a_run_whose_row_is_busy_to_after_the_commit(
 def fresh_current(job: Job) -> int | None:
     job.refresh_from_db()
     return job.current_execution_id
+
+
+# --- the due index ----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'")
+def test_the_claim_and_the_idle_probe_read_the_due_index_never_the_whole_table(
+    make_job: MakeJob, now: datetime
+) -> None:
+    """buffer_* jobs with a run in flight are out of ``job_due_idx``; cancel_other ones are in
+    it (their next occurrence is due work), and the claim's predicate is the index's."""
+    for overlap in ("forbid", "buffer_one", "buffer_all", "cancel_other", "allow"):
+        make_job(every="PT1M", overlap=overlap)
+    claim(now)
+    held = Job.objects.filter(current_execution__isnull=False)
+    assert sorted(held.values_list("overlap", flat=True)) == [
+        "buffer_all", "buffer_one", "cancel_other", "forbid"
+    ]  # fmt: skip
+    in_index = Job.objects.filter(job_due_index()).values_list("overlap", flat=True)
+    assert sorted(in_index) == ["allow", "cancel_other"]
+    planning = {
+        **claims.sql_planning(now, timedelta(seconds=60)),
+        "now": now,
+        "limit": 10,
+        "active": "active",
+        "pending": "pending",
+    }
+    statements = [
+        (claim_ledger.LOCK_DUE.postgresql, planning),
+        (
+            probe.SCHEDULER_PROBE.postgresql,
+            {"now": now, "pending_before": now, "queued_before": now, "stale_before": now},
+        ),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        for sql, params in statements:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "job_due_idx" in plan, plan
+            assert "Seq Scan on scheduling_job" not in plan, plan

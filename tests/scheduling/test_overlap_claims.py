@@ -13,8 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError
+from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test import Client
 
+from scheduling import api
 from scheduling.ledger import claim as claim_ledger
 from scheduling.ledger import probe
 from scheduling.models import (
@@ -26,9 +30,11 @@ from scheduling.models import (
     job_due_index,
 )
 from scheduling.stages import attempts, claims, overlaps
+from tests.scheduling.test_admin_jobs import form_data
 
 pytestmark = pytest.mark.django_db
 
+NOOP = "scheduling.diagnostics.noop"
 SECOND = timedelta(seconds=1)
 MINUTE = timedelta(minutes=1)
 MakeJob = Callable[..., Job]
@@ -316,3 +322,67 @@ def test_the_claim_and_the_idle_probe_read_the_due_index_never_the_whole_table(
             plan = "\n".join(row[0] for row in cursor.fetchall())
             assert "job_due_idx" in plan, plan
             assert "Seq Scan on scheduling_job" not in plan, plan
+
+
+# --- the doors: command line, admin, API ------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlap", ["buffer_one", "buffer_all", "cancel_other"])
+def test_the_command_line_sets_and_changes_each_policy(owner: Any, overlap: str) -> None:
+    call_command("jobs", "add", "policy", "--task", NOOP, "--every", "PT1M",
+                 "--overlap", overlap, "--owner", owner.username)  # fmt: skip
+    assert Job.objects.get(name="policy").overlap == overlap
+    call_command("jobs", "edit", "policy", "--overlap", "forbid", "--owner", owner.username)
+    assert Job.objects.get(name="policy").overlap == "forbid"
+
+
+def test_an_unknown_policy_is_refused_naming_the_field(owner: Any) -> None:
+    with pytest.raises(CommandError, match=r"--overlap.*invalid choice: 'buffer'"):
+        call_command("jobs", "add", "policy", "--task", NOOP, "--every", "PT1M",
+                     "--overlap", "buffer", "--owner", owner.username)  # fmt: skip
+    with pytest.raises(ValidationError) as caught:
+        api.schedule_task(NOOP, timing=api.Every("PT1M"), name="policy",
+                          policies=api.Policies(overlap="buffer"))  # fmt: skip
+    assert "overlap" in caught.value.message_dict
+    assert not Job.objects.filter(name="policy").exists()
+
+
+def test_the_admin_offers_the_policies_and_refuses_others(
+    admin_client: Client, admin_user: Any
+) -> None:
+    mine = {"owner": admin_user.pk}
+    response = admin_client.post(
+        "/admin/scheduling/job/add/", form_data(overlap="sometimes", **mine)
+    )
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["overlap"]
+    response = admin_client.post(
+        "/admin/scheduling/job/add/", form_data(overlap="cancel_other", **mine)
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Job.objects.get(name="report").overlap == "cancel_other"
+
+
+def test_superseded_and_cancelled_runs_show_why_in_the_admin_and_count_in_metrics(
+    admin_client: Client, make_job: MakeJob, now: datetime
+) -> None:
+    one = make_job(every="PT1M", overlap="buffer_one")
+    other = make_job(every="PT1M", overlap="cancel_other")
+    first = {Execution.objects.get(pk=b.execution_id).job_id: b for b in claim(now).bells}
+    start(first[one.pk].execution_id, now)
+    start(first[other.pk].execution_id, now)
+    claim(now + MINUTE)  # cancels the cancel_other job's run
+    done = now + 3 * MINUTE
+    assert attempts.complete_execution(execution_id=first[one.pk].execution_id, now=done)
+    # Supersedes two occurrences of the buffer_one job; the cancel_other job's 09:02 is
+    # superseded by its 09:03, which cancels its 09:01.
+    claim(now + 3 * MINUTE)
+    page = admin_client.get("/admin/scheduling/execution/").content.decode()
+    assert page.count("duecourse-badge-superseded") == 3
+    assert page.count("duecourse-badge-cancelled") == 2
+    assert f"superseded by the occurrence of {(now + 3 * MINUTE).isoformat()}" in page
+    assert f"cancelled by the occurrence of {(now + MINUTE).isoformat()}" in page
+    job_page = admin_client.get(f"/admin/scheduling/job/{one.pk}/change/").content.decode()
+    assert "superseded by the occurrence of" in job_page
+    metrics = admin_client.get("/metrics").content.decode()
+    assert 'duecourse_executions_last_hour{status="superseded"}' in metrics

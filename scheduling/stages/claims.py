@@ -177,13 +177,14 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
 
 
 def _winners(due: Sequence[_Due]) -> dict[int, datetime]:
-    """The ``cancel_other`` jobs of the batch that get a new run: the occurrence of each."""
+    """The ``cancel_other`` jobs of the batch that get a new run to start: the occurrence of
+    each. A job that gets none (its target is gone: a FAILED row) keeps the run in flight."""
     winners = {}
     for item in due:
         if item.row["overlap"] != Overlap.CANCEL_OTHER:
             continue
         made = [
-            e["scheduled_for"] for e in item.executions if e["status"] != ExecutionStatus.SUPERSEDED
+            e["scheduled_for"] for e in item.executions if e["status"] == ExecutionStatus.PENDING
         ]
         if made:
             winners[item.row["pk"]] = max(made)

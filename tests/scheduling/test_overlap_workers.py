@@ -24,7 +24,7 @@ from scheduling.stages import overlaps
 from tests.conftest import Processes, scheduler_command, wait_for
 from tests.factories import create_job
 from tests.scheduling.test_worker_lifecycle import SLOW, start_worker
-from tests.tasktable_app.tasks import sleep_noting
+from tests.tasktable_app.tasks import sleep_ignoring_stop, sleep_noting
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -179,3 +179,40 @@ def test_cancel_other_stops_the_running_one_when_the_next_occurrence_comes_due(
 def assert_started_once(runs: list[Execution]) -> None:
     for run in runs:
         assert run.attempts.count() <= 1, f"{run.scheduled_for} started twice"
+
+
+def test_a_cancelled_body_that_swallows_the_signal_is_fenced_and_never_recorded_as_done(
+    owner: Any, processes: Processes, env: dict[str, str], tmp_path: Path
+) -> None:
+    """A body that catches the soft time limit's exception and goes on: its heartbeat finds
+    the run taken, the lease fence stops it, and the run stays cancelled."""
+    job = create_job(owner=owner, name="stubborn", task=sleep_ignoring_stop.name,
+                     kwargs={"seconds": 8}, every="PT3S", overlap="cancel_other",
+                     misfire="skip", timeout=30, now=timezone.now())  # fmt: skip
+    bodies = body_log(tmp_path)
+    runs = run_then_pause(
+        job,
+        until=lambda: Execution.objects.filter(
+            job=job, status=ExecutionStatus.CANCELLED, attempts__isnull=False
+        ).count() >= 2,
+        message="two running bodies that ignore the stop are cancelled by the next occurrence",
+        processes=processes,
+        env=env,
+    )
+    assert_every_occurrence_once(runs, timedelta(seconds=3))
+    started = [
+        run for run in runs if run.status == ExecutionStatus.CANCELLED and run.attempts.exists()
+    ]
+    assert len(started) >= 2
+    assert all(run.status != ExecutionStatus.COMPLETED for run in runs[:-1])
+    wait_for(
+        lambda: {f"fenced {run.task_id}" for run in started} <= set(bodies()),
+        timeout=SLOW,
+        message="every body that ignored the stop is fenced",
+    )
+    for run in started:
+        assert f"ignored {run.task_id}" in bodies()
+        assert f"end {run.task_id}" not in bodies()
+        assert [a.outcome for a in run.attempts.all()] == [AttemptOutcome.CANCELLED]
+        assert Execution.objects.get(pk=run.pk).status == ExecutionStatus.CANCELLED
+    assert_started_once(runs)

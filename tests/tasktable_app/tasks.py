@@ -17,7 +17,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 from django.dispatch import receiver
 
-from scheduling.api import schedulable_task, task_options
+from scheduling.api import Fenced, schedulable_task, task_options
 from scheduling.djangotasks.framework import TaskContext, task_finished, task_started
 
 try:
@@ -118,5 +118,24 @@ def sleep_noting(self: Any, seconds: float) -> float:
     except SoftTimeLimitExceeded:
         _note(f"cleanup {run}")
         raise
+    _note(f"end {run}")
+    return seconds
+
+
+@schedulable_task(name="tests.overlap.sleep_ignoring_stop", bind=True)
+def sleep_ignoring_stop(self: Any, seconds: float) -> float:
+    """Like ``sleep_noting``, but swallow the stop (the soft time limit's exception) and go
+    on; a fence is obeyed, as the docs ask of every body (``Fenced`` is a subclass)."""
+    run = self.request.id
+    _note(f"start {run}")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.2)
+        except Fenced:
+            _note(f"fenced {run}")
+            raise
+        except SoftTimeLimitExceeded:
+            _note(f"ignored {run}")
     _note(f"end {run}")
     return seconds

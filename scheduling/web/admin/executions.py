@@ -35,7 +35,7 @@ class AttemptInline(admin.TabularInline):
         return False
 
 
-#: The states whose reason the list shows beside them (the others' is on the page).
+#: The states whose reason the list shows under their badge (every reason is on the page).
 WHY_SHOWN = frozenset(
     {ExecutionStatus.SKIPPED, ExecutionStatus.SUPERSEDED, ExecutionStatus.CANCELLED}
 )
@@ -48,7 +48,6 @@ class ExecutionAdmin(LedgerAdmin):
         "job",
         "due",
         "status_badge",
-        "why",
         "retries",
         "took",
         "failed_items",
@@ -89,15 +88,17 @@ class ExecutionAdmin(LedgerAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, execution: Execution) -> str:
-        return badge(execution.status, title=(execution.last_error or "")[:200])
-
-    @admin.display(description="why")
-    def why(self, execution: Execution) -> str:
-        """Why an occurrence did not run to its end, for the states a policy decides: skipped
-        (misfire), superseded by a later occurrence or cancelled (overlap), or by a person."""
-        if execution.status not in WHY_SHOWN:
-            return "-"
-        return Truncator(execution.last_error).chars(120) or "-"
+        """The state, and under it, for the states a policy or a person decides (skipped by
+        the misfire policy, superseded or cancelled by a later occurrence, cancelled by hand),
+        why: the list says which occurrence replaced which without a click."""
+        shown = badge(execution.status, title=(execution.last_error or "")[:200])
+        if execution.status not in WHY_SHOWN or not execution.last_error:
+            return shown
+        return format_html(
+            '{}<div class="duecourse-why">{}</div>',
+            shown,
+            Truncator(execution.last_error).chars(80),
+        )
 
     @admin.display(description="due", ordering="scheduled_for")
     def due(self, execution: Execution) -> str:

@@ -14,7 +14,8 @@ a worked example.
   calls made for an ``owner`` hold people to it (``scheduling.rules.permissions``).
 - Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
   ``Once``) and a ``Policies`` value.
-- Operate it: ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``, and read it with
+- Operate it: ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``, ``backfill``
+  (the past occurrences of a range that the ledger does not hold), and read it with
   ``jobs_for_row`` and ``executions``.
 - Command lines of your own: ``OneLineCommand`` (a management command whose every refusal,
   from argparse or a ``ValidationError``, is one line naming the option), ``parse_instant``
@@ -74,12 +75,14 @@ from scheduling.rules.validation import first_error as error_line
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
 from scheduling.selections import IdSelectionAdmin
+from scheduling.stages import backfill as _backfill
 from scheduling.stages import jobs as _jobs
 from scheduling.timing.values import Cron, Every, Once, Timing, parse_instant
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
     "SYSTEM_OWNER",
+    "BackfillResult",
     "ContentSecurityPolicyAdmin",
     "Cron",
     "Every",
@@ -96,6 +99,7 @@ __all__ = [
     "TaskTableAdmin",
     "Timing",
     "ago",
+    "backfill",
     "cancel",
     "describe_interval",
     "error_line",
@@ -122,6 +126,7 @@ __all__ = [
 
 SYSTEM_OWNER = _jobs.SYSTEM_OWNER
 Policies = _jobs.Policies
+BackfillResult = _backfill.BackfillResult
 JobInfo = _jobs.JobInfo
 ExecutionInfo = _jobs.ExecutionInfo
 
@@ -323,6 +328,21 @@ def run_now(job: JobRef) -> int:
     execution_id = int(_jobs.run_job_now(job=_get(job), now=timezone.now()).pk)
     publish_now(celery_app(), execution_ids=[execution_id])
     return execution_id
+
+
+def backfill(
+    job: JobRef, *, start: datetime, end: datetime, now: datetime, dry_run: bool = False
+) -> _backfill.BackfillResult:
+    """Make the job's occurrences in ``[start, end)`` that the ledger does not hold yet.
+
+    Each is one execution under the one-per-occurrence key, made WAITING: the scheduler
+    releases them oldest first under the job's overlap policy and running limits, and
+    publishes them as any other. ``end`` may not be later than ``now``; a range holding more
+    than ``SCHEDULING_BACKFILL_MAX`` occurrences is refused (``ValidationError`` naming
+    ``start``, ``end`` or ``range``). With ``dry_run`` nothing is written; the result says
+    what would be.
+    """
+    return _backfill.backfill_job(job=_get(job), start=start, end=end, now=now, dry_run=dry_run)
 
 
 def cancel(job: JobRef, *, reason: str = "cancelled") -> int:

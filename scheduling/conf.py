@@ -289,6 +289,14 @@ KNOBS: dict[str, Knob] = {
         1,
         10_000,
     ),
+    "BACKFILL_MAX": Knob(
+        1000,
+        int,
+        "Most occurrences one backfill may make (``jobs backfill``, the admin's Backfill "
+        "action); a range holding more is refused, naming the count.",
+        1,
+        1_000_000,
+    ),
     "OWNER_MAX_RUNNING": Knob(
         0,
         int,

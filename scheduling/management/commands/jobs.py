@@ -1,4 +1,4 @@
-"""``manage.py jobs add|edit|list|show|pause|resume|run|remove``."""
+"""``manage.py jobs add|edit|list|show|pause|resume|run|remove|backfill``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import api, readable
+from scheduling.management import backfill
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap, Schedule
 from scheduling.rules import permissions
@@ -63,6 +64,13 @@ class Command(DuecourseCommand):
             super().add_arguments(command)
             command.add_argument("name")
             command.add_argument("--owner", help="Owner's username, when names collide.")
+        backfilling = sub.add_parser(
+            "backfill",
+            help="Make the past occurrences of a range that the ledger does not hold; the "
+            "scheduler runs them under the job's overlap policy and limits.",
+        )
+        super().add_arguments(backfilling)
+        backfill.add_options(backfilling)
 
     @staticmethod
     def add_job_options(parser: CommandParser, *, editing: bool) -> None:
@@ -359,3 +367,7 @@ class Command(DuecourseCommand):
         data = selectors.job_summary(job)
         jobs.remove_job(job=job)
         self.emit(data, f"removed {data['name']!r}", as_json=o["json"])
+
+    def do_backfill(self, o: dict[str, Any]) -> None:
+        result, text = backfill.run(self._job(o), o)
+        self.emit(result.as_dict(), text, as_json=o["json"])

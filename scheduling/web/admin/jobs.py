@@ -25,6 +25,7 @@ from scheduling import api, readable
 from scheduling.models import Execution, Job, JobStatus
 from scheduling.rules import permissions
 from scheduling.stages import jobs, selectors
+from scheduling.web.admin.backfill import backfill_jobs
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
 from scheduling.web.admin.display import badge, describe_target, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
@@ -55,6 +56,7 @@ class JobAdmin(LedgerAdmin):
         "resume_jobs",
         "retry_failed_executions",
         "cancel_unfinished_executions",
+        backfill_jobs,
     )
     state_fields = (
         "status",

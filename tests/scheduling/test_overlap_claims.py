@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from scheduling import api
 from scheduling.ledger import claim as claim_ledger
@@ -29,8 +30,9 @@ from scheduling.models import (
     Job,
     job_due_index,
 )
-from scheduling.stages import attempts, claims, overlaps
+from scheduling.stages import attempts, claims, limits, overlaps
 from tests.scheduling.test_admin_jobs import form_data
+from tests.scheduling.test_backfill import HOUR, hourly
 
 pytestmark = pytest.mark.django_db
 
@@ -386,3 +388,25 @@ def test_superseded_and_cancelled_runs_show_why_in_the_admin_and_count_in_metric
     assert "superseded by the occurrence of" in job_page
     metrics = admin_client.get("/metrics").content.decode()
     assert 'duecourse_executions_last_hour{status="superseded"}' in metrics
+
+
+# --- backfill ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlap", ["buffer_one", "buffer_all", "cancel_other"])
+def test_a_backfill_runs_one_at_a_time_oldest_first_under_the_new_policies(
+    owner: Any, overlap: str
+) -> None:
+    """Backfilled occurrences are asked for by a person, each one: none is superseded, and they
+    take the job's turn one after another, as under forbid."""
+    job = hourly(owner, overlap=overlap)
+    first = job.schedule.starts_at
+    at = timezone.now()
+    api.backfill(job.pk, start=first, end=first + 3 * HOUR, now=at)
+    oldest, middle, newest = Execution.objects.filter(job=job).order_by("scheduled_for")
+    for expected in (oldest, middle, newest):
+        assert limits.release_waiting(now=at, limit=100) == [expected.pk]
+        assert limits.release_waiting(now=at, limit=100) == []
+        assert fresh_current(job) == expected.pk
+        run(expected.pk, at)
+    assert {status for _, status, _ in history(job)} == {ExecutionStatus.COMPLETED}

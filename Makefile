@@ -17,6 +17,7 @@ TEST_WORKERS ?= 2
 # written for both databases) run on SQLite as well (SQLITE=0 skips that pass).
 SQLITE ?= 1
 SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.py \
+	tests/scheduling/test_overlap_claims.py \
 	tests/scheduling/test_validation.py tests/scheduling/test_api.py \
 	tests/scheduling/test_dashboard.py tests/scheduling/test_retention.py \
 	tests/emailer/test_runs.py tests/subscriptions/test_renewals.py \

@@ -24,7 +24,7 @@ from scheduling.rules import validation
 from scheduling.rules.arguments import ArgumentsField
 from scheduling.timing import calendars, schedules
 from scheduling.timing.calendars import MAX_TEXT as CALENDAR_MAX_TEXT
-from scheduling.timing.schedules import FiringRule, Misfire, ScheduleError
+from scheduling.timing.schedules import Backlog, FiringRule, Misfire, ScheduleError
 
 
 def _timing_error(exc: ScheduleError) -> ValidationError:
@@ -168,6 +168,32 @@ class PauseKind(models.TextChoices):
 class Overlap(models.TextChoices):
     FORBID = "forbid"  # the next occurrence waits until the current execution finishes
     ALLOW = "allow"  # occurrences run side by side
+    BUFFER_ONE = "buffer_one"  # after the run, the latest occurrence due meanwhile runs
+    BUFFER_ALL = "buffer_all"  # after the run, every occurrence due meanwhile runs, in order
+    CANCEL_OTHER = "cancel_other"  # the next occurrence cancels the run still in flight
+
+
+#: Policies under which a claimed job holds its run as ``current_execution`` (every one but
+#: ``allow``): the release of that run lets the job be claimed again.
+OVERLAP_HOLDS = (Overlap.FORBID, Overlap.BUFFER_ONE, Overlap.BUFFER_ALL, Overlap.CANCEL_OTHER)
+
+#: What a claim does with the occurrences that came due while the job waited, per policy
+#: (``schedules.Backlog``; docs/scheduling.md, *Overlap and misfire*).
+OVERLAP_BACKLOG = {
+    Overlap.FORBID: Backlog.MISFIRE,
+    Overlap.ALLOW: Backlog.MISFIRE,
+    Overlap.BUFFER_ONE: Backlog.LATEST,
+    Overlap.BUFFER_ALL: Backlog.ALL,
+    Overlap.CANCEL_OTHER: Backlog.LATEST,
+}
+
+
+def job_due_index() -> Q:
+    """The rows of ``job_due_idx``: active jobs not waiting on a run, or whose run the next
+    occurrence cancels (``cancel_other``). Every read that scans the index names this."""
+    return Q(status="active") & (
+        Q(current_execution__isnull=True) | Q(overlap=Overlap.CANCEL_OTHER.value)
+    )
 
 
 class Job(models.Model):
@@ -206,7 +232,8 @@ class Job(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
-        help_text="With overlap=forbid, the unfinished execution the next occurrence waits for.",
+        help_text="With any overlap but allow, the unfinished execution the next occurrence "
+        "waits for (or, with cancel_other, cancels).",
     )
     execute_count = models.PositiveIntegerField(default=0)
     last_keepalive_at = models.DateTimeField(null=True, blank=True)
@@ -216,7 +243,7 @@ class Job(models.Model):
         choices=[(m.value, m.value.replace("_", " ")) for m in Misfire],
         default=Misfire.CATCH_UP.value,
     )
-    overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.FORBID)
+    overlap = models.CharField(max_length=16, choices=Overlap.choices, default=Overlap.FORBID)
     jitter = models.DurationField(default=timedelta(0))
     timeout = models.PositiveIntegerField(
         default=300, validators=[MinValueValidator(1)], help_text="Seconds per attempt."
@@ -295,12 +322,10 @@ class Job(models.Model):
         indexes = [
             # claim_due_jobs: "active jobs not waiting on an execution, due by now, oldest first".
             # Paused, completed and busy jobs are not in the index, so a tick's cost follows the
-            # number of due jobs, never the number of jobs.
-            models.Index(
-                fields=["next_due_at"],
-                name="job_due_idx",
-                condition=Q(status="active", current_execution__isnull=True),
-            ),
+            # number of due jobs, never the number of jobs. A cancel_other job stays in it while
+            # its run is in flight: its next occurrence is due work (it cancels that run), and
+            # it is reached only once next_due_at has passed.
+            models.Index(fields=["next_due_at"], name="job_due_idx", condition=job_due_index()),
             # overview.paused_after_failures: "jobs that paused themselves after failures";
             # partial, so it holds only those rows.
             models.Index(
@@ -329,7 +354,8 @@ class ExecutionStatus(models.TextChoices):
     COMPLETED = "completed"  # an attempt succeeded
     FAILED = "failed"  # retries spent, a permanent error, or nothing to run
     SKIPPED = "skipped"  # missed occurrences dropped by the skip misfire policy
-    CANCELLED = "cancelled"  # stopped by a person before it finished
+    SUPERSEDED = "superseded"  # came due during a run; a later occurrence ran in its place
+    CANCELLED = "cancelled"  # stopped before it finished: by a person, or by a newer occurrence
     WAITING = "waiting"  # its job or owner had its limit of running executions; released later
 
 
@@ -339,6 +365,7 @@ EXECUTION_FINISHED = (
     ExecutionStatus.COMPLETED,
     ExecutionStatus.FAILED,
     ExecutionStatus.SKIPPED,
+    ExecutionStatus.SUPERSEDED,
     ExecutionStatus.CANCELLED,
 )
 
@@ -355,7 +382,8 @@ class ExecutionQuerySet(models.QuerySet["Execution"]):
         return self.filter(status__in=EXECUTION_UNFINISHED)
 
     def finished(self) -> ExecutionQuerySet:
-        """COMPLETED, FAILED, SKIPPED or CANCELLED: history, never written again by a worker."""
+        """COMPLETED, FAILED, SKIPPED, SUPERSEDED or CANCELLED: history, never written again
+        by a worker."""
         return self.filter(status__in=EXECUTION_FINISHED)
 
     def running(self) -> ExecutionQuerySet:

@@ -48,6 +48,7 @@ STATUS = {
     ExecutionStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
     ExecutionStatus.FAILED: TaskResultStatus.FAILED,
     ExecutionStatus.SKIPPED: TaskResultStatus.FAILED,
+    ExecutionStatus.SUPERSEDED: TaskResultStatus.FAILED,
     ExecutionStatus.CANCELLED: TaskResultStatus.FAILED,
 }
 

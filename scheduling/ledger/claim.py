@@ -1,6 +1,7 @@
 """The claim's statements: lock the due jobs (the plain ones planned in SQL), write the rest.
 
-``lock_due`` takes up to a batch of due active jobs that wait on no execution, oldest first,
+``lock_due`` takes up to a batch of due active jobs that wait on no execution (or whose run the
+next occurrence cancels: ``cancel_other``), oldest first,
 locked against other schedulers. On PostgreSQL the locking statement also plans the jobs whose
 claim is the plain one (``planned``: the conditions are the claim's to decide and arrive as
 parameters, ``claims.sql_planning``), inserting their executions and moving them in the same
@@ -23,7 +24,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from scheduling import ledger
-from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule, job_due_index
 
 JOB = Job._meta.db_table
 SCHEDULE = Schedule._meta.db_table
@@ -137,7 +138,9 @@ LOCK_DUE = ledger.Statement(
                                 * 1000000, t.step) = 0
                    THEN t.occurrence + t.step * interval '1 microsecond' END AS following
                ) AS c
-         WHERE j.status = %(active)s AND j.current_execution_id IS NULL
+         -- job_due_idx's predicate, word for word (models.job_due_index).
+         WHERE j.status = %(active)s
+           AND (j.current_execution_id IS NULL OR j.overlap = 'cancel_other')
            AND j.next_due_at <= %(now)s
          ORDER BY j.next_due_at
          LIMIT %(limit)s
@@ -221,9 +224,7 @@ def lock_due(*, now: datetime, limit: int, planning: Mapping[str, Any]) -> list[
 def _lock_due_with_orm(now: datetime, limit: int) -> list[dict[str, Any]]:
     """``LOCK_DUE`` on SQLite: the same rows, locked and read by the ORM, none planned."""
     found = (
-        Job.objects.filter(
-            status=JobStatus.ACTIVE, current_execution__isnull=True, next_due_at__lte=now
-        )
+        Job.objects.filter(job_due_index(), next_due_at__lte=now)
         .select_for_update(skip_locked=True, no_key=True, of=("self",))
         .order_by("next_due_at")
         .annotate(
@@ -288,11 +289,11 @@ WRITE_CLAIM = ledger.Statement(
                status = v.status,
                pause_reason = COALESCE(v.reason, j.pause_reason),
                current_execution_id = CASE
-                   WHEN v.forbid THEN (f.ids ->> v.id::text)::bigint END,
+                   WHEN v.hold THEN (f.ids ->> v.id::text)::bigint END,
                updated_at = %(now)s
           FROM json_to_recordset(%(jobs)s::json) AS v(
                id bigint, next_due_at timestamptz, next_occurrence_at timestamptz,
-               status varchar, forbid boolean, keep boolean, reason varchar)
+               status varchar, hold boolean, keep boolean, reason varchar)
          CROSS JOIN first_pending AS f
          WHERE j.id = v.id
     )
@@ -312,7 +313,8 @@ def write_claim(
 
     ``executions``: ``job_id``, ``task``, ``scheduled_for``, ``status``, ``task_id`` (text)
     and ``last_error``. ``jobs``: ``id``, ``next_due_at``, ``next_occurrence_at``, ``status``,
-    ``forbid`` (overlap forbidden: the job takes its first new PENDING execution as current),
+    ``hold`` (any overlap but ``allow``: the job takes its first new PENDING execution as
+    current),
     ``keep`` (its times stay as they are) and ``reason`` (a pause reason, or None). An
     occurrence that already has its execution is left as it is, and absent from the result.
     """
@@ -386,7 +388,7 @@ def _write_claim_with_orm(
             pk=item["id"],
             next_due_at=item["next_due_at"],
             next_occurrence_at=item["next_occurrence_at"],
-            current_execution_id=first_pending.get(item["id"]) if item["forbid"] else None,
+            current_execution_id=first_pending.get(item["id"]) if item["hold"] else None,
             status=item["status"],
             pause_reason=item["reason"] or "",
             updated_at=now,

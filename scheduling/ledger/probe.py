@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from django.utils.dateparse import parse_datetime
 
 from scheduling import ledger
-from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap
 
 JOB = Job._meta.db_table
 EXECUTION = Execution._meta.db_table
@@ -21,6 +21,7 @@ PENDING, QUEUED, RETRY = (
     s.value for s in (ExecutionStatus.PENDING, ExecutionStatus.QUEUED, ExecutionStatus.RETRY)
 )
 RUNNING, WAITING = ExecutionStatus.RUNNING.value, ExecutionStatus.WAITING.value
+CANCEL_OTHER = Overlap.CANCEL_OTHER.value
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ SCHEDULER_PROBE = ledger.Statement.portable(
     f"""
     SELECT
       EXISTS (SELECT 1 FROM {JOB} WHERE status = '{ACTIVE}'
-               AND current_execution_id IS NULL AND next_due_at <= %(now)s) AS due,
+               AND (current_execution_id IS NULL OR overlap = '{CANCEL_OTHER}')
+               AND next_due_at <= %(now)s) AS due,
       EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = '{PENDING}'
                AND queued_at < %(pending_before)s)
       OR EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = '{QUEUED}'
@@ -56,7 +58,7 @@ SCHEDULER_PROBE = ledger.Statement.portable(
       EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = '{RUNNING}'
                AND last_heartbeat_at < %(stale_before)s) AS stale,
       (SELECT MIN(next_due_at) FROM {JOB} WHERE status = '{ACTIVE}'
-               AND current_execution_id IS NULL
+               AND (current_execution_id IS NULL OR overlap = '{CANCEL_OTHER}')
                AND next_due_at > '-infinity' AND next_due_at < 'infinity') AS next_due_at,
       EXISTS (SELECT 1 FROM {EXECUTION} WHERE status = '{WAITING}') AS waiting
     """,

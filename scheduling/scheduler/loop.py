@@ -24,7 +24,8 @@ from scheduling import conf, ledger
 from scheduling.doorbell import Doorbell
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.publisher import Publisher
-from scheduling.stages import claims, limits, liveness, publishing, selectors, ticks
+from scheduling.scheduler.stopper import stop_bodies
+from scheduling.stages import attempts, claims, limits, liveness, publishing, selectors, ticks
 
 logger = logging.getLogger("scheduling")
 
@@ -245,6 +246,7 @@ class Dispatcher:
         while True:
             with self.timer("claim"):
                 claim = claims.claim_due_jobs(now=now, limit=self.batch_size)
+            self._stop_replaced(claim, now)
             done = self._publish(claim.bells, publisher)
             with self._stats_lock:
                 self.stats["claimed"] += len(claim.bells)
@@ -254,6 +256,18 @@ class Dispatcher:
                 return False, full
             if once or not full or time.monotonic() > deadline:
                 return True, full
+
+    def _stop_replaced(self, claim: claims.Claim, now: datetime) -> None:
+        """Stop the runs the claim cancelled (``cancel_other``) before their successors go out.
+
+        Runs whose rows were busy during the claim are cancelled now, after its commit.
+        """
+        stop = list(claim.stop)
+        for execution_id, reason in claim.cancel_after.items():
+            task_id = attempts.cancel_running(execution_id=execution_id, now=now, reason=reason)
+            if task_id is not None:
+                stop.append(task_id)
+        stop_bodies(self.app, stop)
 
     def _lane_round(self, now: datetime, lanes: Lanes, deadline: float) -> bool:
         """``_claim_round`` on a lane, which looks after its own database connection."""

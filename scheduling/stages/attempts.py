@@ -429,6 +429,15 @@ def cancel_execution(*, execution_id: int, now: datetime, reason: str = "cancell
     return True
 
 
+def cancel_running(*, execution_id: int, now: datetime, reason: str) -> str | None:
+    """``cancel_execution``, returning the message id whose body to stop (None: nothing was
+    cancelled). For a run a ``cancel_other`` claim replaced while its row was busy."""
+    task_id = Execution.objects.filter(pk=execution_id).values_list("task_id", flat=True).first()
+    if task_id is None or not cancel_execution(execution_id=execution_id, now=now, reason=reason):
+        return None
+    return str(task_id)
+
+
 def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
     """The pool process is exiting under a running attempt (``task_postrun`` with state None).
 

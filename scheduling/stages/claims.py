@@ -28,7 +28,7 @@ from scheduling import conf
 from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid4_text
 from scheduling.ledger import claim as claim_ledger
-from scheduling.models import ExecutionStatus, JobStatus, Overlap
+from scheduling.models import OVERLAP_BACKLOG, OVERLAP_HOLDS, ExecutionStatus, JobStatus, Overlap
 from scheduling.rules import arguments
 from scheduling.rules.arguments import Unreadable, decode
 from scheduling.rules.registry import schedulable_names
@@ -42,7 +42,7 @@ from scheduling.rules.validation import (
     queue_line,
     target_error,
 )
-from scheduling.stages import failures
+from scheduling.stages import failures, overlaps
 from scheduling.timing import schedules
 from scheduling.timing.schedules import FiringRule, Misfire, ScheduleError
 
@@ -114,6 +114,12 @@ class Claim:
 
     bells: list[Doorbell]
     jobs: int
+    #: Message ids of runs this claim cancelled (``cancel_other``) that a worker was running:
+    #: the scheduler stops their bodies (``scheduler.stopper``) before it publishes ``bells``.
+    stop: list[str] = field(default_factory=list)
+    #: Runs to cancel that another transaction held during the claim (id: reason): the
+    #: scheduler cancels them after the commit, then stops them too.
+    cancel_after: dict[int, str] = field(default_factory=dict)
 
 
 def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
@@ -150,12 +156,39 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
                     row["pk"], row["execution_id"], occurrence, ExecutionStatus.PENDING
                 )
             bells.append(_bell(row, execution_id=row["execution_id"], task_id=row["task_id"]))
+        stop: list[str] = []
+        cancel_after: dict[int, str] = {}
         if rest:
+            replaced = overlaps.runs_to_cancel(winners=_winners(rest))
             _write(rest, now=now)
+            if replaced:
+                cancelled, cancel_after = overlaps.cancel_replaced(now=now, reasons=replaced)
+                stop = [run.task_id for run in cancelled if run.was_running]
+                for run in cancelled:
+                    logger.info(
+                        "execution.cancelled execution=%s reason=%s",
+                        run.execution_id,
+                        replaced[run.execution_id],
+                    )
     _log_claimed(len(rows), len(bells) + sum(len(item.executions) for item in rest))
     # Rows planned in Python follow those planned in SQL: a batch is published as one.
     bells.extend(_bells(rest))
-    return Claim(bells, len(rows))
+    return Claim(bells, len(rows), stop=stop, cancel_after=cancel_after)
+
+
+def _winners(due: Sequence[_Due]) -> dict[int, datetime]:
+    """The ``cancel_other`` jobs of the batch that get a new run to start: the occurrence of
+    each. A job that gets none (its target is gone: a FAILED row) keeps the run in flight."""
+    winners = {}
+    for item in due:
+        if item.row["overlap"] != Overlap.CANCEL_OTHER:
+            continue
+        made = [
+            e["scheduled_for"] for e in item.executions if e["status"] == ExecutionStatus.PENDING
+        ]
+        if made:
+            winners[item.row["pk"]] = max(made)
+    return winners
 
 
 def sql_planning(now: datetime, grace: timedelta) -> dict[str, Any]:
@@ -178,7 +211,8 @@ def sql_planning(now: datetime, grace: timedelta) -> dict[str, Any]:
         "forbid": Overlap.FORBID.value,
         "catch_up": Misfire.CATCH_UP.value,
         "misfires": [policy.value for policy in Misfire],
-        "overlaps": Overlap.values,
+        # The policies whose plain claim is the one planned here; the others go to Python.
+        "overlaps": [Overlap.FORBID.value, Overlap.ALLOW.value],
         "on_time_from": now - grace,
         "earliest": PLANNED_EARLIEST,
         "latest": PLANNED_LATEST,
@@ -419,6 +453,7 @@ def _plan_row(
         allow_overlap=row["overlap"] == Overlap.ALLOW,
         grace=grace,
         catch_up_limit=catch_up_limit,
+        backlog=OVERLAP_BACKLOG[Overlap(row["overlap"])],
     )
     error = _target_error(row, targets) or _argument_error(row) or queue_line(row["queue"])
     for at in plan.run:
@@ -433,6 +468,10 @@ def _plan_row(
         skipped = _execution(row, plan.skipped, ExecutionStatus.SKIPPED)
         skipped["last_error"] = SKIPPED_NOTE
         item.executions.append(skipped)
+    for at in plan.superseded:
+        superseded = _execution(row, at, ExecutionStatus.SUPERSEDED)
+        superseded["last_error"] = overlaps.superseded_note(plan.run[0])
+        item.executions.append(superseded)
     item.next_occurrence = plan.next_occurrence
     if plan.error is not None:
         # The schedule runs off the calendar after this claim: it ends here, and says why.
@@ -469,7 +508,7 @@ def _write(due: Sequence[_Due], *, now: datetime) -> None:
             "next_due_at": item.next_due,
             "next_occurrence_at": item.next_occurrence,
             "status": item.status,
-            "forbid": item.row["overlap"] == Overlap.FORBID,
+            "hold": item.row["overlap"] in OVERLAP_HOLDS,
             "keep": item.keep_times,
             "reason": item.pause_reason,
         }

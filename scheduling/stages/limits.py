@@ -16,7 +16,8 @@ holds no worker slot. The scheduler releases waiting executions, oldest first, a
 up (``release_waiting``): back to PENDING, published again.
 
 A backfill (``scheduling.stages.backfill``) writes its occurrences WAITING too, so they run
-through this same release. For a job whose overlap is ``forbid``, a waiting row that is not
+through this same release. For a job whose overlap is ``forbid`` (or any policy that holds
+the job's run: ``models.OVERLAP_HOLDS``, every one but ``allow``), a waiting row that is not
 already the job's ``current_execution`` is released only when nothing else of the job is
 unfinished, and takes that place (a compare-and-set on the job), so the job's runs go one at a
 time, oldest first, and the claim holds the job's own next occurrence back meanwhile.
@@ -39,10 +40,10 @@ from scheduling import conf
 from scheduling.ledger import limits as limits_ledger
 from scheduling.models import (
     EXECUTION_STARTABLE,
+    OVERLAP_HOLDS,
     Execution,
     ExecutionStatus,
     Job,
-    Overlap,
 )
 
 logger = logging.getLogger("scheduling")
@@ -212,9 +213,9 @@ def release_waiting(*, now: datetime, limit: int) -> list[int]:
 
 
 def _busy_forbid_jobs(waiting: list[dict[str, Any]]) -> set[int]:
-    """The forbid jobs among ``waiting`` rows that have an execution taking its turn (queued,
-    running, due to retry: anything unfinished but waiting)."""
-    forbid = {row["job_id"] for row in waiting if row["job__overlap"] == Overlap.FORBID}
+    """The forbid jobs (any overlap but allow) among ``waiting`` rows that have an execution
+    taking its turn (queued, running, due to retry: anything unfinished but waiting)."""
+    forbid = {row["job_id"] for row in waiting if row["job__overlap"] in OVERLAP_HOLDS}
     if not forbid:
         return set()
     return set(
@@ -234,7 +235,7 @@ def _take_turn(row: dict[str, Any], busy: set[int]) -> bool:
     of the job beside it; ``busy`` then holds the job for the rest of this release.
     """
     job_id = row["job_id"]
-    if row["job__overlap"] != Overlap.FORBID or row["job__current_execution_id"] == row["pk"]:
+    if row["job__overlap"] not in OVERLAP_HOLDS or row["job__current_execution_id"] == row["pk"]:
         return True
     if job_id in busy or row["job__current_execution_id"] is not None:
         return False

@@ -25,7 +25,7 @@ from scheduling import readable
 from scheduling.ledger import pgtimes
 from scheduling.ledger.probe import Probe as Probe  # the idle tick's answers, read here
 from scheduling.ledger.probe import scheduler_probe as scheduler_probe
-from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
+from scheduling.models import Execution, ExecutionStatus, Job, Schedule, job_due_index
 from scheduling.readable import describe_interval
 from scheduling.rules.validation import storable
 from scheduling.timing.calendar_words import describe_calendar
@@ -266,12 +266,7 @@ def with_health(jobs: QuerySet[Job], *, now: datetime) -> QuerySet[Job]:
         last_retry_count=Subquery(last.values("retry_count")[:1]),
         failures_24h=Coalesce(Subquery(failures, output_field=IntegerField()), 0),
         is_late=ExpressionWrapper(
-            Q(
-                status=JobStatus.ACTIVE,
-                current_execution__isnull=True,
-                next_due_at__lt=now - LATE_AFTER,
-            )
-            | Exists(waiting),
+            Q(job_due_index(), next_due_at__lt=now - LATE_AFTER) | Exists(waiting),
             output_field=BooleanField(),
         ),
     )

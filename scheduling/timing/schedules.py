@@ -65,6 +65,19 @@ class Misfire(StrEnum):
     SKIP = "skip"
 
 
+class Backlog(StrEnum):
+    """What a claim does with the occurrences that came due while the job waited.
+
+    The job's overlap policy picks it (``models.OVERLAP_BACKLOG``): ``forbid`` and ``allow``
+    leave it to the misfire policy, ``buffer_all`` runs each in turn, ``buffer_one`` and
+    ``cancel_other`` run the newest only.
+    """
+
+    MISFIRE = "misfire"  # the misfire policy decides
+    ALL = "all"  # every one runs, one claim (and one run) at a time, in order
+    LATEST = "latest"  # the newest due one runs; the ones before it are superseded
+
+
 def parse_duration(text: str, *, field: str = "interval") -> timedelta:
     """Parse an ISO-8601 duration such as ``PT3H`` or ``P1DT12H`` into a positive timedelta.
 
@@ -386,6 +399,8 @@ class ClaimPlan:
     skipped: datetime | None
     next_occurrence: datetime | None
     error: ScheduleError | None = None
+    #: Occurrences a later one (``run[0]``) replaced under ``Backlog.LATEST``, oldest first.
+    superseded: tuple[datetime, ...] = ()
 
 
 def plan_claim(
@@ -398,8 +413,20 @@ def plan_claim(
     allow_overlap: bool,
     grace: timedelta,
     catch_up_limit: int,
+    backlog: Backlog = Backlog.MISFIRE,
 ) -> ClaimPlan:
     """Decide which occurrences a claim at ``now`` runs for a job whose next one is ``due``.
+
+    ``backlog`` other than ``MISFIRE`` (the overlap policies ``buffer_one``, ``buffer_all``,
+    ``cancel_other``) decides instead of the misfire policy, late or not:
+
+    - ``ALL`` runs ``due`` alone and moves the job to the occurrence after it, so every
+      occurrence runs, one per claim, in order (what ``forbid`` with ``catch_up`` does).
+    - ``LATEST`` runs the newest occurrence at or before ``now`` and records the ones from
+      ``due`` up to it as ``superseded`` (at most ``catch_up_limit`` of them, the oldest; the
+      newest is found all the same), then moves the job to the occurrence after it.
+
+    Otherwise the misfire policy decides:
 
     - On time (within ``grace``) every policy runs ``due``.
     - ``catch_up`` runs every missed occurrence in order. With overlap forbidden they come one
@@ -420,16 +447,66 @@ def plan_claim(
             failures.append(exc)
             return None
 
-    plan = _plan_claim(
-        following,
-        due=due,
-        now=now,
-        misfire=misfire,
-        allow_overlap=allow_overlap,
-        grace=grace,
-        catch_up_limit=catch_up_limit,
-    )
+    if backlog is Backlog.ALL:
+        plan = ClaimPlan(run=(due,), skipped=None, next_occurrence=following(due))
+    elif backlog is Backlog.LATEST:
+        plan = _plan_latest(following, due=due, now=now, record_limit=catch_up_limit)
+    else:
+        plan = _plan_claim(
+            following,
+            due=due,
+            now=now,
+            misfire=misfire,
+            allow_overlap=allow_overlap,
+            grace=grace,
+            catch_up_limit=catch_up_limit,
+        )
     return replace(plan, error=failures[0]) if failures else plan
+
+
+def _plan_latest(
+    following: Callable[[datetime], datetime | None],
+    *,
+    due: datetime,
+    now: datetime,
+    record_limit: int,
+) -> ClaimPlan:
+    """``Backlog.LATEST``: the newest occurrence at or before ``now`` runs, the rest are
+    superseded (the first ``record_limit`` of them recorded)."""
+    passed = [due]
+    nxt = following(due)
+    while nxt is not None and nxt <= now and len(passed) <= record_limit:
+        passed.append(nxt)
+        nxt = following(nxt)
+    if nxt is not None and nxt <= now:
+        # More than the limit came due: find the newest by halving the time between, never
+        # walking every occurrence of a long gap (a cron rule has no step to divide by).
+        latest = _latest_at_or_before(following, start=passed[-1], now=now)
+        return ClaimPlan(
+            run=(latest,),
+            skipped=None,
+            next_occurrence=following(latest),
+            superseded=tuple(passed[:record_limit]),
+        )
+    return ClaimPlan(
+        run=(passed[-1],), skipped=None, next_occurrence=nxt, superseded=tuple(passed[:-1])
+    )
+
+
+def _latest_at_or_before(
+    following: Callable[[datetime], datetime | None], *, start: datetime, now: datetime
+) -> datetime:
+    """The newest occurrence at or before ``now``, given ``start``, an occurrence at or before
+    it: a search over the time between, about 40 steps for a day in microseconds."""
+    latest, low, high = start, start, now
+    while high - low > _EPSILON:
+        middle = low + (high - low) / 2
+        found = following(middle)
+        if found is not None and found <= now:
+            latest, low = max(latest, found), middle
+        else:
+            high = middle
+    return latest
 
 
 def _plan_claim(

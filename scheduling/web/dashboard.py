@@ -33,7 +33,11 @@ BAR_GAP = 4
 CHART_SERIES = [
     ("completed", "#2e7d32", (ExecutionStatus.COMPLETED,)),
     ("failed", "#c62828", (ExecutionStatus.FAILED,)),
-    ("skipped or cancelled", "#f9a825", (ExecutionStatus.SKIPPED, ExecutionStatus.CANCELLED)),
+    (
+        "skipped / superseded / cancelled",
+        "#f9a825",
+        (ExecutionStatus.SKIPPED, ExecutionStatus.SUPERSEDED, ExecutionStatus.CANCELLED),
+    ),
     (
         "unfinished",
         "#78909c",

@@ -28,7 +28,15 @@ from django.utils import timezone
 
 from scheduling import conf
 from scheduling.ledger import reads
-from scheduling.models import Attempt, Execution, ExecutionStatus, Job, JobStatus, PauseKind
+from scheduling.models import (
+    Attempt,
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    PauseKind,
+    job_due_index,
+)
 from scheduling.rules import tasktables
 
 DAY = timedelta(hours=24)
@@ -58,13 +66,12 @@ def _executions(owner_id: int | None) -> QuerySet[Execution]:
 
 
 def _waiting_jobs(owner_id: int | None, *, internal: bool = True) -> QuerySet[Job]:
-    """Active jobs not waiting on an execution: exactly the rows of ``job_due_idx``.
+    """Active jobs not waiting on an execution (or whose run the next occurrence cancels):
+    exactly the rows of ``job_due_idx``.
 
     ``internal=False`` leaves out the jobs made for a domain app on its own (due batches).
     """
-    return _jobs(owner_id, internal=internal).filter(
-        status=JobStatus.ACTIVE, current_execution__isnull=True
-    )
+    return _jobs(owner_id, internal=internal).filter(job_due_index())
 
 
 def _panel(rows: QuerySet[Any], limit: int) -> Panel:

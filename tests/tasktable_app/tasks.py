@@ -13,10 +13,11 @@ import time
 from typing import Any
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 from django.dispatch import receiver
 
-from scheduling.api import task_options
+from scheduling.api import Fenced, schedulable_task, task_options
 from scheduling.djangotasks.framework import TaskContext, task_finished, task_started
 
 try:
@@ -102,3 +103,39 @@ def enqueue_from_a_worker(a: int, b: int) -> str:
         result = add.enqueue(a, b)
     _note(f"enqueued {result.id}")
     return str(result.id)
+
+
+@schedulable_task(name="tests.overlap.sleep_noting", bind=True)
+def sleep_noting(self: Any, seconds: float) -> float:
+    """Sleep ``seconds``, noting the run's start, its end, or the clean-up it did when it was
+    stopped (``cancel_other``: Celery's soft time limit signal raises in the body)."""
+    run = self.request.id
+    _note(f"start {run}")
+    try:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.2))
+    except SoftTimeLimitExceeded:
+        _note(f"cleanup {run}")
+        raise
+    _note(f"end {run}")
+    return seconds
+
+
+@schedulable_task(name="tests.overlap.sleep_ignoring_stop", bind=True)
+def sleep_ignoring_stop(self: Any, seconds: float) -> float:
+    """Like ``sleep_noting``, but swallow the stop (the soft time limit's exception) and go
+    on; a fence is obeyed, as the docs ask of every body (``Fenced`` is a subclass)."""
+    run = self.request.id
+    _note(f"start {run}")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.2)
+        except Fenced:
+            _note(f"fenced {run}")
+            raise
+        except SoftTimeLimitExceeded:
+            _note(f"ignored {run}")
+    _note(f"end {run}")
+    return seconds

@@ -9,7 +9,20 @@ from scheduling.models import Job
 from scheduling.rules import tasktables
 
 #: Badges with a colour of their own in ``scheduling/duecourse.css``; any other is grey.
-BADGE_KINDS = frozenset({"active", "failing", "late", "completed", "failed", "retry", "running"})
+BADGE_KINDS = frozenset(
+    {
+        "active",
+        "failing",
+        "late",
+        "completed",
+        "failed",
+        "retry",
+        "running",
+        "skipped",
+        "superseded",
+        "cancelled",
+    }
+)
 
 
 def badge(text: str, *, title: str = "") -> str:

@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import Truncator
 
 from scheduling import readable
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
@@ -32,6 +33,12 @@ class AttemptInline(admin.TabularInline):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+#: The states whose reason the list shows under their badge (every reason is on the page).
+WHY_SHOWN = frozenset(
+    {ExecutionStatus.SKIPPED, ExecutionStatus.SUPERSEDED, ExecutionStatus.CANCELLED}
+)
 
 
 @admin.register(Execution)
@@ -81,7 +88,17 @@ class ExecutionAdmin(LedgerAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, execution: Execution) -> str:
-        return badge(execution.status, title=(execution.last_error or "")[:200])
+        """The state, and under it, for the states a policy or a person decides (skipped by
+        the misfire policy, superseded or cancelled by a later occurrence, cancelled by hand),
+        why: the list says which occurrence replaced which without a click."""
+        shown = badge(execution.status, title=(execution.last_error or "")[:200])
+        if execution.status not in WHY_SHOWN or not execution.last_error:
+            return shown
+        return format_html(
+            '{}<div class="duecourse-why">{}</div>',
+            shown,
+            Truncator(execution.last_error).chars(80),
+        )
 
     @admin.display(description="due", ordering="scheduled_for")
     def due(self, execution: Execution) -> str:

@@ -29,10 +29,11 @@ from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, 
 from scheduling.web.admin.display import badge, describe_target, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
 from scheduling.web.admin.forms import JOB_POLICY_FIELDS, JobForm, PauseForm
+from scheduling.web.admin.owners import OwnerChoiceAdmin
 
 
 @admin.register(Job)
-class JobAdmin(LedgerAdmin):
+class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
     form = JobForm
     change_list_template = "admin/scheduling/job/change_list.html"
     # What decides a click; failures in 24 h and the last run's retries are on the job's page.
@@ -48,7 +49,6 @@ class JobAdmin(LedgerAdmin):
     search_fields = ("name", "task", "note", "owner__username")
     list_select_related = ("owner", "schedule")
     ordering = ("name",)
-    raw_id_fields = ("owner",)  # the owner's name shows beside the field
     actions = (
         "run_now",
         "pause_jobs",

@@ -26,7 +26,7 @@ from scheduling.models import Execution, Job, JobStatus
 from scheduling.rules import permissions
 from scheduling.stages import jobs, selectors
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
-from scheduling.web.admin.display import badge, describe_target, say
+from scheduling.web.admin.display import badge, breakable, describe_target, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
 from scheduling.web.admin.forms import JOB_POLICY_FIELDS, JobForm, PauseForm
 from scheduling.web.admin.owners import OwnerChoiceAdmin
@@ -250,7 +250,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
     @admin.display(description="runs")
     def target(self, job: Job) -> str:
         """What the job runs: its task, or its task-table row by the row's own name."""
-        return describe_target(job)
+        return breakable(describe_target(job))
 
     # Not sortable: sorting by it would count every job's last day of history.
     @admin.display(description="failures 24 h")

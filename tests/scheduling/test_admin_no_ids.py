@@ -1,6 +1,7 @@
-"""Nobody types a user's id: a job's or a schedule's owner is the user saving it, unless a
-superuser names another one through a search box (or, where the host's admin cannot search its
-users, a select of the active staff). No admin page of the three apps asks for a raw id.
+"""Nobody types an id. A job's or a schedule's owner is the user saving it, unless a superuser
+names another one through a search box (or, where the host's admin cannot search its users, a
+select of the active staff); a job's task-table row is picked by its name. No admin page of the
+three apps asks for a raw id.
 
 The cast: the superuser ``admin``; Alice, staff with every ``scheduling`` permission and no
 permission on users; Bob, staff; Ivy, inactive staff; Carl, active but not staff.
@@ -24,6 +25,7 @@ from scheduling import api
 from scheduling.models import Job, Schedule
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data, form_of
+from tests.tasktable_app.models import TeamChore
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +40,9 @@ APPS = ("scheduling", "emailer", "subscriptions")
 @pytest.fixture
 def alice(django_user_model: Any) -> Any:
     user = django_user_model.objects.create_user("alice", password="pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label="scheduling"))
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label__in=("scheduling", "tasktable_app"))
+    )
     return user
 
 
@@ -227,3 +231,37 @@ def test_no_admin_page_of_the_apps_asks_for_a_raw_id(admin_user: Any) -> None:
                 checked.append(f"{model._meta.label}.{name}")
     assert {"scheduling.Job.owner", "scheduling.Schedule.owner"} <= set(checked)
     assert "emailer.SendEmailTask.project" in checked
+
+
+def test_a_task_table_row_is_picked_by_its_name(
+    as_alice: Client, alice: Any, bob: Any, admin_client: Client
+) -> None:
+    mine = TeamChore.objects.create(name="water the plants", owner=alice)
+    theirs = TeamChore.objects.create(name="bob's reminder", owner=bob)
+    page = as_alice.get(f"{JOBS}add/")
+    rows = dict(form_of(page).fields["task"].choices)["Rows of tasktable_app.TeamChore"]
+    assert (f"table:tasktable_app.TeamChore:{mine.pk}", "team chore: water the plants") in rows
+    assert f"table:tasktable_app.TeamChore:{theirs.pk}" not in dict(rows)  # not hers to target
+
+    made = as_alice.post(
+        f"{JOBS}add/", form_data(task=f"table:tasktable_app.TeamChore:{mine.pk}", task_row_id="")
+    )
+    assert made.status_code == 302, form_of(made).errors
+    job = Job.objects.get()
+    assert (job.task_table, job.task_row_id) == ("tasktable_app.TeamChore", mine.pk)
+    assert form_of(as_alice.get(f"{JOBS}{job.pk}/change/")).initial["task"] == (
+        f"table:tasktable_app.TeamChore:{mine.pk}"
+    )
+    crafted = as_alice.post(
+        f"{JOBS}add/",
+        form_data(name="x", task=f"table:tasktable_app.TeamChore:{theirs.pk}", task_row_id=""),
+    )
+    assert "Select a valid choice" in " ".join(form_of(crafted).errors["task"])
+    assert Job.objects.count() == 1
+    # A superuser is offered every row, Bob's too.
+    every = dict(
+        dict(form_of(admin_client.get(f"{JOBS}add/")).fields["task"].choices)[
+            "Rows of tasktable_app.TeamChore"
+        ]
+    )
+    assert f"table:tasktable_app.TeamChore:{theirs.pk}" in every

@@ -2,6 +2,9 @@
 #   make run    the embedded default (SQLite + file-system broker under var/): worker + scheduler
 #               + the admin at a printed address, with a generated demo login
 #   make test   the test suite (PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379)
+#   make screenshots  the admin's pictures in docs/screenshots/, taken afresh by the browser
+#               test tests/test_admin_screenshots_browser.py with the demo's data (an ordinary
+#               test run saves them under var/screenshots/ only)
 # The newest supported Python on this machine (python3.13, 3.12, then 3.11: on PATH or among
 # pyenv's versions), with the newest Django and Celery it takes: the current stack.
 PYTHON ?= $(shell python3 scripts/stack.py python)
@@ -26,7 +29,7 @@ SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.p
 	tests/scheduling/test_backfill.py tests/scheduling/test_calendars.py \
 	tests/scheduling/test_previews.py
 
-.PHONY: run test lint bench install print-sqlite-tests
+.PHONY: run test lint bench install print-sqlite-tests screenshots
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +53,13 @@ test: $(VENV)/.installed
 	if [ "$(SQLITE)" = 1 ]; then \
 	  DATABASE_URL=sqlite:///$(CURDIR)/var/test-embedded.sqlite3 \
 	  $(PY) -m pytest -q -p no:cacheprovider -m 'not slow' $(SQLITE_TESTS); fi
+
+screenshots: $(VENV)/.installed
+	scripts/test-services.sh
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
+	DUECOURSE_UPDATE_SCREENSHOTS=1 \
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_admin_screenshots_browser.py
 
 print-sqlite-tests:
 	@echo $(SQLITE_TESTS)

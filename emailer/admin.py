@@ -37,12 +37,20 @@ from emailer.models import (
     SendEmailTask,
 )
 from scheduling.api import (
+    ADMIN_STYLESHEET,
     ContentSecurityPolicyAdmin,
     TaskTableAdmin,
     ago,
     instant,
     jobs_for_row,
 )
+
+
+class EngineStyles:
+    """Every page here loads the engine's admin stylesheet: badges, and lists that fit their
+    box with Django's navigation sidebar open (``scheduling.api.ADMIN_STYLESHEET``)."""
+
+    css = {"all": (ADMIN_STYLESHEET,)}
 
 
 def _when(moment: Any) -> str:
@@ -157,6 +165,7 @@ class ImportForm(forms.Form):
 
 @admin.register(Project)
 class ProjectAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin):
+    Media = EngineStyles
     list_display = ("name", "state", "participant_count", "task_count", "created_at")
     list_filter = ("state",)
     search_fields = ("name",)
@@ -292,6 +301,7 @@ class ProjectAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin)
 
 @admin.register(Participant)
 class ParticipantAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+    Media = EngineStyles
     list_display = ("email", "name", "status", "project", "unsubscribed_at")
     list_filter = ("project", "status", ("unsubscribed_at", admin.EmptyFieldListFilter))
     search_fields = ("email", "name")
@@ -342,7 +352,8 @@ class SendEmailTaskAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.Model
     form = SendEmailTaskForm
 
     class Media:
-        css = {"all": ("emailer/emailer.css",)}
+        css = {"all": (ADMIN_STYLESHEET, "emailer/emailer.css")}
+
     # What decides a click; the sending knobs are on the task's page.
     list_display = ("name", "project", "schedule", "next_run", "last_run")
     list_filter = ("project",)
@@ -493,6 +504,8 @@ class SendEmailTaskAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.Model
 class SendEmailHistoryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """One row per run, with live counts; read-only, like all history."""
 
+    Media = EngineStyles
+
     # What decides a click; attempts, exact times and the full reason are on the row's page.
     list_display = ("task", "due", "status", "counts", "reason")
     list_filter = ("status", "task")
@@ -547,6 +560,8 @@ class SendEmailHistoryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
 @admin.register(Delivery)
 class DeliveryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """The per-participant ledger; read-only."""
+
+    Media = EngineStyles
 
     # What decides a click; the server's reply, the tries and the times are on the row's page.
     list_display = ("email", "task", "when", "state")

@@ -63,6 +63,9 @@ def test_embedded_default_runs_the_demo_and_stops_cleanly(tmp_path: Path) -> Non
         "quick",
         "demo-survey (emailer project)",
         "demo-invitation",
+        "ada@example.com (subscription)",
+        "accounts@bistro.example.com (subscription)",
+        "grace@example.com (subscription)",
     ]
 
     group = Processes(tmp_path)

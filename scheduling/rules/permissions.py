@@ -101,6 +101,18 @@ def row_refusal(user: Any, label: str, row_id: Any) -> str | None:
     return f"no {label} row with id {row_id}"
 
 
+def targetable_rows(user: Any, label: str) -> QuerySet[Any]:
+    """The rows of the task table ``label`` that ``user`` may point a job at, by id: none where
+    the table is refused them, else every row, or their own where the table names an owner."""
+    table = tasktables.get(label)
+    rows = table.model._default_manager.order_by("pk")
+    if table_refusal(user, label) is not None:
+        return rows.none()
+    if table.owner and not is_superuser(user):
+        return rows.filter(**{table.owner: user})
+    return rows
+
+
 def target_errors(
     user: Any, *, task: str = "", task_table: str = "", task_row_id: Any = None
 ) -> dict[str, str]:

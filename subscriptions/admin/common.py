@@ -13,7 +13,13 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling.api import ContentSecurityPolicyAdmin, IdSelectionAdmin, ago, instant
+from scheduling.api import (
+    ADMIN_STYLESHEET,
+    ContentSecurityPolicyAdmin,
+    IdSelectionAdmin,
+    ago,
+    instant,
+)
 from subscriptions.models import JobStep, SubscriptionJob, SubscriptionJobStatus
 
 #: How many of a subscription's orders and jobs its page shows; the rest are a link away.
@@ -68,6 +74,9 @@ class ModelAdmin(IdSelectionAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin)
     Django would filter by it as it came and answer 500."""
 
     refused_selection = "The selection holds values that are not ids; nothing was done."
+
+    class Media:  # badges, and lists that fit their box with the navigation sidebar open
+        css = {"all": (ADMIN_STYLESHEET,)}
 
 
 class ReadOnlyAdmin(ModelAdmin):

@@ -97,7 +97,8 @@ def test_an_operator_makes_pauses_resumes_and_runs_a_cron_job(
     added = page.goto(f"{live_server.url}/admin/scheduling/job/add/")
     # The engine's policy: through Django 6's middleware (with its nonce), or the view's own.
     assert "script-src 'self'" in added.headers["content-security-policy"]
-    page.fill("#id_owner", str(admin_user.pk))
+    # The owner is the operator, already chosen: nobody types a user's id.
+    assert page.locator("#id_owner option:checked").inner_text() == "admin"
     page.fill("#id_name", "weekday report")
     page.select_option("#id_task", NOOP)
     page.fill("#id_interval", "PT0S")

@@ -2,8 +2,8 @@
 whatever demo each installed app offers.
 
 An app offers one with a ``demo`` module whose ``load_demo(*, now)`` returns the names of what
-it created (the emailer's small mailing, say); the engine finds it by name, as it finds each
-app's ``scheduled`` module, and never imports a domain app itself.
+it created (the emailer's small mailing, subscriptions' three customers); the engine finds it
+by name, as it finds each app's ``scheduled`` module, and never imports a domain app itself.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ DEMO_JOBS = [
 class Command(DuecourseCommand):
     help = (
         "Load the demo jobs (four sample jobs and a quick one every 10 seconds) and each "
-        "app's demo (the emailer's: a small mailing, sent through the project's EMAIL_BACKEND). "
+        "app's demo (the emailer's: a small mailing, sent through the project's EMAIL_BACKEND; "
+        "subscriptions': three customers, one whose card the test gateway declines). "
         "Runs only where SCHEDULING_DEMO = True."
     )
 

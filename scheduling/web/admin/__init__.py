@@ -1,7 +1,8 @@
 """The admin: jobs and schedules are edited here; the execution history is read-only.
 
 One module per model admin (``jobs``, ``schedules``, ``executions``), beside what they share:
-the base class and owner scoping (``base``), the forms (``forms``), the list filters
+the base class and owner scoping (``base``), who owns a new row and how a superuser names
+another owner (``owners``: never by typing an id), the forms (``forms``), the list filters
 (``filters``) and how things are shown (``display``). Importing this package registers the
 model admins; Django's autodiscovery reaches it through ``scheduling.admin``.
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from django.utils.html import format_html
+import re
+
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import ngettext
 
 from scheduling.models import Job
@@ -32,6 +34,17 @@ def badge(text: str, *, title: str = "") -> str:
     return format_html(
         '<span class="duecourse-badge duecourse-badge-{}" title="{}">{}</span>', kind, title, text
     )
+
+
+#: A break opportunity (``<wbr>``) after each dot and underscore of a dotted name.
+_AFTER_DOTS = re.compile(r"(?<=[._])")
+
+
+def breakable(name: str) -> str:
+    """``name`` (a dotted task name, say) as HTML that may wrap after a dot or an underscore
+    rather than inside a word, where a narrow list column needs it to wrap at all."""
+    pieces = ((part,) for part in _AFTER_DOTS.split(name))
+    return format_html_join(format_html("<wbr>{}", ""), "{}", pieces)
 
 
 def describe_target(job: Job) -> str:

@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from scheduling.models import Job, Schedule
-from scheduling.rules import permissions, validation
+from scheduling.rules import permissions, tasktables, validation
 from scheduling.rules.arguments import ArgumentsFormField
 from scheduling.rules.tasktables import TASK_ROW_TASK
 from scheduling.stages import jobs, selectors
@@ -31,12 +31,36 @@ from scheduling.timing.calendars import MAX_TEXT as CALENDAR_MAX_TEXT
 from scheduling.timing.calendars import normalise as normalise_calendar
 
 TABLE_PREFIX = "table:"
+#: Rows of a task table offered by name in the target's dropdown; a bigger table's other rows
+#: are reached by their id (its "another row" choice and the row id box).
+ROWS_OFFERED = 200
+
+
+def row_choice(label: str, row_id: Any) -> str:
+    """The target's value for one row of a task table: ``table:<label>:<id>``."""
+    return f"{TABLE_PREFIX}{label}:{row_id}"
+
+
+def _table_choices(label: str, user: Any, current: Job | None) -> list[tuple[str, str]]:
+    """A task table's rows that ``user`` may target, by name, then any row by its id."""
+    try:
+        rows = list(permissions.targetable_rows(user, label)[: ROWS_OFFERED + 1])
+        name = tasktables.get(label).model._meta.verbose_name
+    except LookupError:  # an existing job's table that is no longer declared
+        rows, name = [], label
+    choices = [(row_choice(label, row.pk), f"{name}: {row}") for row in rows[:ROWS_OFFERED]]
+    if current is not None and current.task_table == label and current.task_row_id is not None:
+        mine = row_choice(label, current.task_row_id)
+        if mine not in dict(choices):
+            choices.append((mine, f"{name} #{current.task_row_id}"))
+    more = "another row" if len(rows) > ROWS_OFFERED else "a row"
+    return [*choices, (f"{TABLE_PREFIX}{label}", f"{more} of {label}, by its id (below)")]
 
 
 def target_choices(current: Job | None, user: Any) -> list[Any]:
-    """Grouped choices: the schedulable tasks, then the task tables, that ``user`` may target
-    (``scheduling.rules.permissions``); an existing job's own target is kept so its page shows
-    it."""
+    """Grouped choices: the schedulable tasks, then each task table's rows, that ``user`` may
+    target (``scheduling.rules.permissions``), rows by their name; an existing job's own target
+    is kept so its page shows it."""
     tasks = permissions.allowed_task_names(user)
     tables = permissions.allowed_table_labels(user)
     if current is not None and current.task_table and current.task_table not in tables:
@@ -46,10 +70,7 @@ def target_choices(current: Job | None, user: Any) -> list[Any]:
     return [
         ("", "---------"),
         ("Schedulable tasks", [(name, name) for name in tasks]),
-        (
-            "Task tables (give the row id below)",
-            [(f"{TABLE_PREFIX}{label}", f"a row of {label}") for label in tables],
-        ),
+        *((f"Rows of {label}", _table_choices(label, user, current)) for label in tables),
     ]
 
 
@@ -114,7 +135,7 @@ class JobForm(forms.ModelForm):
 
     task = forms.ChoiceField(
         label="Target",
-        help_text="A schedulable task, or a task table (then give the row id).",
+        help_text="A schedulable task, or a task-table row by its name (another row: by its id).",
     )
     existing_schedule = forms.ModelChoiceField(
         queryset=Schedule.objects.none(),
@@ -187,7 +208,7 @@ class JobForm(forms.ModelForm):
         if job.pk is None and self.owner_for_new is not None:
             job.owner = self.owner_for_new
         if job.task_table:
-            self.initial["task"] = f"{TABLE_PREFIX}{job.task_table}"
+            self.initial["task"] = row_choice(job.task_table, job.task_row_id)
         if job.schedule_id:
             schedule = job.schedule
             for name in jobs.TIMING_FIELDS:
@@ -204,8 +225,11 @@ class JobForm(forms.ModelForm):
         data = super().clean()
         choice = data.get("task") or ""
         if choice.startswith(TABLE_PREFIX):
-            self.instance.task_table = choice.removeprefix(TABLE_PREFIX)
+            label, _, row_id = choice.removeprefix(TABLE_PREFIX).partition(":")
+            self.instance.task_table = label
             data["task"] = TASK_ROW_TASK
+            if row_id:  # a row picked by name (the choices offered were only allowed rows)
+                data["task_row_id"] = int(row_id)
         else:
             self.instance.task_table = ""
             data["task_row_id"] = None

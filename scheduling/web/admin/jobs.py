@@ -34,16 +34,17 @@ from scheduling.timing.schedules import ScheduleError
 from scheduling.web.admin import previews
 from scheduling.web.admin.backfill import backfill_jobs
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
-from scheduling.web.admin.display import badge, describe_target, say
+from scheduling.web.admin.display import badge, breakable, describe_target, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
 from scheduling.web.admin.forms import JOB_POLICY_FIELDS, JobForm, PauseForm
+from scheduling.web.admin.owners import OwnerChoiceAdmin
 
 #: The most changes of the audit trail the job's page shows (``manage.py jobs history`` has all).
 TRAIL_SHOWN = 50
 
 
 @admin.register(Job)
-class JobAdmin(LedgerAdmin):
+class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
     form = JobForm
     change_list_template = "admin/scheduling/job/change_list.html"
     # What decides a click; failures in 24 h and the last run's retries are on the job's page.
@@ -59,7 +60,6 @@ class JobAdmin(LedgerAdmin):
     search_fields = ("name", "task", "note", "owner__username")
     list_select_related = ("owner", "schedule")
     ordering = ("name",)
-    raw_id_fields = ("owner",)  # the owner's name shows beside the field
     actions = (
         "run_now",
         "pause_jobs",
@@ -278,7 +278,7 @@ class JobAdmin(LedgerAdmin):
     @admin.display(description="runs")
     def target(self, job: Job) -> str:
         """What the job runs: its task, or its task-table row by the row's own name."""
-        return describe_target(job)
+        return breakable(describe_target(job))
 
     # Not sortable: sorting by it would count every job's last day of history.
     @admin.display(description="failures 24 h")

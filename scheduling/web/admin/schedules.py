@@ -13,16 +13,16 @@ from scheduling.models import Schedule
 from scheduling.stages import jobs, selectors
 from scheduling.web.admin.base import LedgerAdmin, sees_everything, usable_schedules
 from scheduling.web.admin.filters import InternalScheduleFilter
+from scheduling.web.admin.owners import OwnerChoiceAdmin
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(LedgerAdmin):
+class ScheduleAdmin(OwnerChoiceAdmin, LedgerAdmin):
     """Schedules, scoped to their owner as jobs are: a staff user who is not a superuser sees
     only their own, by any URL, and makes schedules that are theirs."""
 
     list_display = ("__str__", "in_words", "timezone", "job_count")
     search_fields = ("name", "cron", "interval", "rrule")
-    raw_id_fields = ("owner",)  # the owner's name shows beside the field
 
     def get_list_display(self, request: HttpRequest) -> Any:
         shown = super().get_list_display(request)
@@ -34,10 +34,6 @@ class ScheduleAdmin(LedgerAdmin):
 
     def get_exclude(self, request: HttpRequest, obj: Any = None) -> Any:
         return () if sees_everything(request) else ("owner",)
-
-    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
-        """A superuser's new schedule is their own unless they name another owner."""
-        return {"owner": request.user.pk, **super().get_changeform_initial_data(request)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
         # The jobs a user may see: another owner's job on a shared schedule is not counted.

@@ -287,6 +287,8 @@ def edit_job(
     now: datetime,
     timing: dict[str, Any] | None = None,
     schedule: Schedule | None = None,
+    allow_past: bool = False,
+    past_hint: str | None = None,
     **changes: Any,
 ) -> Job:
     """Change a job in place, only the given values, keeping its id and history.
@@ -297,7 +299,9 @@ def edit_job(
     the job to an existing schedule instead. Giving a task clears a task-table target and the
     other way round. Every reason is collected before anything is saved, with the rules of
     ``create_job``; when the timing or jitter changed, the next occurrence is planned again from
-    ``now`` (an unfinished execution still finishes first).
+    ``now`` (an unfinished execution still finishes first). A ``run_at`` changed to an
+    instant already past is refused unless ``allow_past`` (``validation.past_run_at_error``;
+    ``past_hint`` is the refusal's last sentence, where the caller's door says it better).
     """
     unknown = set(changes) - EDITABLE
     if unknown or set(timing or {}) - set(TIMING_FIELDS):
@@ -336,6 +340,10 @@ def edit_job(
             target = old_schedule if own and not shared else Schedule(owner=job.owner)
             for name, value in values.items():
                 setattr(target, name, value)
+            target.saved_run_at = old_schedule.run_at  # a copy keeps what the job had
+            target.allow_past = allow_past
+            if past_hint is not None:
+                target.past_hint = past_hint
             try:
                 target.full_clean()
             except ValidationError as exc:

@@ -84,7 +84,7 @@ def test_add_prints_the_new_subscription_with_its_id_and_first_job() -> None:
         (("--quantity", "two"), "quantity (--quantity): 'two' is not a whole number"),
         (("--price", "-0.01"), "unit_price (--price): -0.01 is negative"),
         (("--price", "abc"), "price (--price): 'abc' is not a decimal number"),
-        (("--start", "2030-01-31T09:00"), "starts_at (--start): '2030-01-31T09:00' has no offset"),
+        (("--start", "2030-01-31T09:00"), "start: '2030-01-31T09:00' has no offset"),
         (("--end", "2030-01-01T00:00Z"), "ends_at (--end): 2030-01-01T00:00:00+00:00 is not after"),
         (
             ("--end", "2030-01-31T09:00:00Z"),

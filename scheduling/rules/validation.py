@@ -177,8 +177,8 @@ def past_run_at_error(
     """
     if allow_past or not isinstance(run_at, datetime) or run_at.tzinfo is None:
         return None
-    if previous is not None and run_at == previous:
-        return None
+    if previous is not None and abs(run_at - previous) < timedelta(seconds=1):
+        return None  # the stored instant, posted back by a form that shows whole seconds
     if run_at >= now - timedelta(seconds=conf.get("MISFIRE_GRACE")):
         return None
     return f"{run_at.isoformat()} has already passed"

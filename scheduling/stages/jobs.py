@@ -338,9 +338,10 @@ def edit_job(
             shared = old_schedule.jobs.exclude(pk=job.pk).exists()
             own = old_schedule.owner_id == job.owner_id
             target = old_schedule if own and not shared else Schedule(owner=job.owner)
+            previous_run_at = old_schedule.run_at  # a copy is judged by what the job had
             for name, value in values.items():
                 setattr(target, name, value)
-            target.saved_run_at = old_schedule.run_at  # a copy keeps what the job had
+            target.saved_run_at = previous_run_at
             target.allow_past = allow_past
             if past_hint is not None:
                 target.past_hint = past_hint

@@ -257,3 +257,24 @@ def test_help_names_every_action() -> None:
     )
     for action in ("add", "cancel", "show", "list", "jobs", "charges", "gateway"):
         assert action in result.stdout
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        ("--start", "2030-01-31T09:00"),
+        ("--start", "next monday"),
+        ("--end", "2020-01-01T00:00Z"),
+    ],
+    ids=" ".join,
+)
+def test_start_and_end_are_refused_as_jobs_add_refuses_them(
+    window: tuple[str, ...], admin_user: Any
+) -> None:
+    with pytest.raises(CommandError) as caught:
+        call_command(
+            "jobs", "add", "same", "--task", "scheduling.diagnostics.noop", "--every", "PT1H",
+            *window, stdout=StringIO(),
+        )
+    message = refused(*ADD, "--price", "9.90", "--every", "P1M", *window)
+    assert message == str(caught.value)

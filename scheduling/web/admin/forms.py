@@ -203,6 +203,7 @@ class JobForm(forms.ModelForm):
                 # The bound field copied its help text when fields were cleaned.
                 words = selectors.describe_cron(cron)
                 self["cron"].help_text = format_html("{} Reads: {}.", CRON_HELP, words)
+            previous = self.instance.schedule.run_at if self.instance.schedule_id else None
             self.instance.schedule = Schedule(
                 interval=(data.get("interval") or "").strip(),
                 cron=cron,
@@ -212,6 +213,10 @@ class JobForm(forms.ModelForm):
                 starts_at=data.get("starts_at"),
                 ends_at=data.get("ends_at"),
             )
+            # A one-off already past is refused (validation.past_run_at_error) when it is new
+            # or changed, beside "Once at", with this page's way to run a job now.
+            self.instance.schedule.saved_run_at = previous
+            self.instance.schedule.past_hint = validation.PAST_RUN_AT_ADMIN_HINT
         name = data.get("name")
         owner_id = self.instance.owner_id
         if "owner" not in self.fields and name and owner_id is not None:

@@ -124,15 +124,6 @@ class OneLineCommand(BaseCommand):
 #    command read for *when*, parsed and refused in one place, so every command accepts and
 #    refuses the same timing with the same words.
 
-#: The schedule field each timing option sets, for ``option_names`` in error lines.
-TIMING_OPTION_NAMES = {
-    "interval": "--every",
-    "cron": "--cron",
-    "timezone": "--tz",
-    "run_at": "--at",
-    "starts_at": "--start",
-    "ends_at": "--end",
-}
 #: What a refused past ``--at`` ends with on the command line (``manage.py jobs run NAME``
 #: runs one occurrence of an existing job now).
 PAST_AT_HINT = (
@@ -141,11 +132,9 @@ PAST_AT_HINT = (
 )
 
 
-def add_timing_options(
-    parser: argparse.ArgumentParser, *, editing: bool = False, window: bool = True
-) -> None:
+def add_timing_options(parser: argparse.ArgumentParser, *, editing: bool = False) -> None:
     """``--every | --cron | --at`` (one of them, required unless ``editing``), ``--tz``,
-    ``--allow-past`` and, with ``window``, ``--start`` and ``--end``.
+    ``--allow-past``, ``--start`` and ``--end``.
 
     Nothing has a default, so ``parse_timing_options`` can tell a ``--tz UTC`` given with
     ``--every`` (accepted) from no ``--tz`` at all, and ``edit`` changes only what is given.
@@ -162,12 +151,9 @@ def add_timing_options(
         action="store_true",
         help="Save an --at that has already passed: the one-off runs at once.",
     )
-    if window:
-        clear = ' ("" clears it)' if editing else ""
-        parser.add_argument("--start", help=f"No occurrence before this instant{clear}.")
-        parser.add_argument(
-            "--end", help=f"No occurrence after this instant; then completed{clear}."
-        )
+    clear = ' ("" clears it)' if editing else ""
+    parser.add_argument("--start", help=f"No occurrence before this instant{clear}.")
+    parser.add_argument("--end", help=f"No occurrence after this instant; then completed{clear}.")
 
 
 def parse_timing_options(
@@ -180,9 +166,9 @@ def parse_timing_options(
     or out of range, an ``--end`` already past (a typo in the year would pass unnoticed, and
     the job would be saved finished), an empty ``--tz``, a ``--tz`` other than UTC without
     ``--cron`` (the same rule and words as the model's, ``schedules.zone_error``), and
-    ``--start``/``--end`` with ``--at`` (a single instant has no window). Whether an ``--at``
-    has passed is the schedule's own rule (``validation.past_run_at_error``), for the model,
-    the admin and the API alike; ``--allow-past`` lifts it (see ``schedule_of``).
+    ``--start``/``--end`` with ``--at`` (a single instant has no window), and, on ``add``,
+    an ``--at`` already past unless ``--allow-past`` (``validation.past_run_at_error``, the
+    rule the model, the admin and the API apply too, here ending with ``PAST_AT_HINT``).
     """
     errors: dict[str, str] = {}
     fields: dict[str, Any] = {}
@@ -228,7 +214,6 @@ def parse_timing_options(
     if errors:
         raise ValidationError(errors)
     return fields
-
 
 
 def timing_of(fields: dict[str, Any], *, allow_past: bool = False) -> Timing:

@@ -282,14 +282,15 @@ def enqueued_error(task: str) -> str:
     return ""
 
 
-def unknown_target(*, task: str, task_table: str) -> str:
+def unknown_target(*, task: str, task_table: str, enqueued: bool = False) -> str:
     """The task (or task table) of a target this process does not know, or "".
 
     During a rolling deploy a process of the previous release meets jobs and executions of
     tasks only the new release declares (or declares schedulable): it leaves them for a
     process that knows them, for up to ``SCHEDULING_UNKNOWN_TASK_GRACE``, instead of failing
     them. Celery's own tasks (``celery.*``) are never schedulable in any release: a target
-    naming one is simply invalid (``target_error``).
+    naming one is simply invalid (``target_error``). An ``enqueued`` run (Django's Tasks
+    framework, no job) needs its task to be a ledger task, not a schedulable one.
     """
     if task_table:
         try:
@@ -300,7 +301,7 @@ def unknown_target(*, task: str, task_table: str) -> str:
     if not task or task.startswith("celery."):
         return ""
     try:
-        get_schedulable(task)
+        (get_ledger_task if enqueued else get_schedulable)(task)
     except UnknownTask:
         return task
     return ""

@@ -283,7 +283,9 @@ def reclaim_for_publish(
             return []
         for row in rows:
             unknown = unknown_target(
-                task=row.task, task_table=row.job.task_table if row.job else ""
+                task=row.task,
+                task_table=row.job.task_table if row.job else "",
+                enqueued=row.job is None,
             )
             if unknown:  # left for a process that knows it (``attempts.await_known_task``)
                 awaiting[row.pk] = unknown

@@ -30,7 +30,7 @@ from emailer.models import (
 from emailer.rendering import SAMPLE_CONTEXT, Rendered, RenderError, compile_task
 from emailer.text import control_character_error
 from emailer.tokens import unsubscribe_url
-from scheduling.api import Cron, Every, JobInfo, Once, Policies, Timing, schedule_row
+from scheduling.api import JobInfo, Policies, Timing, schedule_row
 
 IMPORT_BATCH = 1000
 
@@ -400,28 +400,6 @@ def add_task(*, project: Project, name: str, **values: Any) -> SendEmailTask:
     task.full_clean()
     task.save()
     return task
-
-
-def timing_for(
-    *,
-    every: str | None = None,
-    cron: str | None = None,
-    tz: str = "UTC",
-    at: datetime | None = None,
-    start: datetime | None = None,
-    end: datetime | None = None,
-) -> Timing:
-    """One timing value from flag-shaped input: exactly one of every, cron and at."""
-    given = [name for name, value in (("every", every), ("cron", cron), ("at", at)) if value]
-    if len(given) != 1:
-        raise ValidationError({"schedule": "give exactly one of --every, --cron and --at"})
-    if at is not None:
-        if start or end:
-            raise ValidationError({"start": "--start and --end do not apply to --at"})
-        return Once(at=at)
-    if cron:
-        return Cron(cron, tz=tz or "UTC", start=start, end=end)
-    return Every(str(every), start=start, end=end)
 
 
 def schedule_task(

@@ -23,7 +23,9 @@ a worked example.
   from argparse or a ``ValidationError``, is one line naming the option), ``parse_instant``
   (an ISO-8601 instant with an offset, naming the field when it is not), ``positive_int`` and
   ``error_line`` (a ``ValidationError`` as one line, each field named with the option that set
-  it), the same as the engine's own commands use.
+  it), the same as the engine's own commands use; ``add_timing_options``,
+  ``parse_timing_options`` and ``timing_of`` read ``--every | --cron | --at``, ``--tz``,
+  ``--start``, ``--end`` and ``--allow-past`` exactly as ``jobs add`` does, with its refusals.
 - Run it: a runner receives its row and a ``RunContext`` (ids, the occurrence's due time, the
   attempt number, the last checkpoint, ``save_checkpoint``, ``progress`` and
   ``report_failures``), never the ledger's ORM rows or Celery objects. Raise
@@ -64,7 +66,13 @@ from django.utils.text import capfirst
 
 from scheduling import ledger
 from scheduling.celeryapp import celery_app
-from scheduling.cli import OneLineCommand, positive_int
+from scheduling.cli import (
+    OneLineCommand,
+    add_timing_options,
+    parse_timing_options,
+    positive_int,
+    timing_of,
+)
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.csp import with_csp as with_content_security_policy
 from scheduling.djangotasks.options import task_options
@@ -106,6 +114,7 @@ __all__ = [
     "ScheduledTask",
     "TaskTableAdmin",
     "Timing",
+    "add_timing_options",
     "ago",
     "backfill",
     "cancel",
@@ -120,6 +129,7 @@ __all__ = [
     "ledger",
     "next_occurrences",
     "parse_instant",
+    "parse_timing_options",
     "pause",
     "positive_int",
     "resume",
@@ -130,6 +140,7 @@ __all__ = [
     "span",
     "task_options",
     "task_table",
+    "timing_of",
     "unschedule",
     "unschedule_row",
     "with_content_security_policy",
@@ -305,10 +316,12 @@ def _schedule(
             name = f"{target.task_table}:{target.task_row_id}:{taken + 1}"
         else:
             name = f"{target.task}:{Job.objects.filter(task=target.task).count() + 1}"
+    schedule = Schedule(**timing.schedule_fields())
+    schedule.allow_past = getattr(timing, "allow_past", False)
     created = _jobs.create_job(
         owner=owner,
         name=name,
-        schedule=Schedule(**timing.schedule_fields()),
+        schedule=schedule,
         target=target,
         policies=policies or _jobs.Policies(),
         now=now or timezone.now(),

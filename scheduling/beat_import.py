@@ -214,17 +214,21 @@ def _differences(job: Job, spec: Spec) -> list[str]:
 
 def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime, by: Actor) -> Job:
     s = spec.schedule
+    schedule = Schedule(
+        interval=s["interval"] or "",
+        cron=s["cron"] or "",
+        timezone=s["timezone"] or "UTC",
+        run_at=s["run_at"],
+        starts_at=s["starts_at"],
+        ends_at=s["ends_at"],
+    )
+    # Beat's own one-offs are imported as they are: one already run is kept as history
+    # (completed below), one not yet run runs at once, as beat would have run it.
+    schedule.allow_past = True
     job = jobs.create_job(
         owner=owner,
         name=row.name,
-        schedule=Schedule(
-            interval=s["interval"] or "",
-            cron=s["cron"] or "",
-            timezone=s["timezone"] or "UTC",
-            run_at=s["run_at"],
-            starts_at=s["starts_at"],
-            ends_at=s["ends_at"],
-        ),
+        schedule=schedule,
         target=jobs.Target(
             task=spec.job["task"],
             args=[] if spec.job["args"] is None else spec.job["args"],
@@ -265,6 +269,7 @@ def _update(job: Job, spec: Spec, changed: list[str], *, now: datetime, by: Acto
             schedule = Schedule(owner=job.owner)  # shared, or another's: this job gets its own
         for name, value in spec.schedule.items():
             setattr(schedule, name, value)
+        schedule.allow_past = True  # beat's one-offs are imported as they are (``_create``)
         schedule.full_clean()
         schedule.save()
         job.schedule = schedule

@@ -18,6 +18,7 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.E008 | error | a ``SCHEDULING_*`` setting holds a value its knob does not accept |
 | scheduling.W009 | warning | executions of a queue wait while nothing of it starts: no consumer |
 | scheduling.W010 | warning | jobs saved before the queue rules use a queue name they refuse |
+| scheduling.W011 | warning | occurrences of a task unknown here wait for a process that knows it |
 """
 
 from __future__ import annotations
@@ -241,7 +242,8 @@ def check_job_targets(**_: Any) -> list[CheckMessage]:
                     + " in this project.",
                     hint=(
                         "Install the app that declares it with @schedulable_task, or delete "
-                        "or pause those jobs; their runs fail until then."
+                        "or pause those jobs; their runs wait for a process that knows it "
+                        "(a rolling deploy) and fail after SCHEDULING_UNKNOWN_TASK_GRACE."
                     ),
                     obj=name,
                     id="scheduling.W006",
@@ -305,3 +307,51 @@ def check_job_queues(**_: Any) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+@register("scheduling")
+def check_awaiting_tasks(**_: Any) -> list[CheckMessage]:
+    """Occurrences of a task this process does not know, kept for one that does
+    (``overview.awaiting_tasks``): on the old side of a rolling deploy, a process whose
+    release lacks the task says so, with the count, until the new side has run them."""
+    if "UNKNOWN_TASK_GRACE" in conf.refusals() or not _ledger_ready():
+        return []
+    if is_fallback(celery_app()):
+        return []
+    # Not the registry's loader (``registry.get_schedulable``): Celery runs these checks while
+    # it loads the task modules, and would run them again from inside. The same modules are
+    # imported here directly: the app's ``imports`` and ``include``, and every app's ``tasks``.
+    app = celery_app()
+    for module in app.loader.default_modules:
+        app.loader.import_task_module(module)
+    autodiscover_modules("tasks")
+
+    def knows(task: str, table: str) -> bool:
+        if table:
+            try:
+                tasktables.get(table)
+            except LookupError:
+                return False
+            return True
+        return bool(getattr(app.tasks.get(task), "schedulable", False))
+
+    try:
+        found = overview.awaiting_tasks(knows=knows)
+    except DatabaseError:
+        return []
+    now = timezone.now()
+    return [
+        Warning(
+            each.describe(now) + ".",
+            hint=(
+                "Finish the deploy: start a scheduler and workers of the release that declares "
+                "the task (or install the app that declares it); until then nothing is failed, "
+                "and after SCHEDULING_UNKNOWN_TASK_GRACE they fail naming the task "
+                "(docs/operations.md, Rolling deploys)."
+            ),
+            obj=each.task,
+            id="scheduling.W011",
+        )
+        for each in found
+        if not each.known_here
+    ]

@@ -14,12 +14,15 @@ import argparse
 import math
 import re
 import sys
+from datetime import datetime
 from typing import Any, NoReturn
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduling.rules.validation import first_error
+from scheduling.rules.validation import first_error, past_run_at_error
+from scheduling.timing.schedules import zone_error
+from scheduling.timing.values import Calendar, Cron, Every, Once, Timing, parse_instant
 
 
 class OneLineParser(CommandParser):
@@ -115,3 +118,121 @@ class OneLineCommand(BaseCommand):
             return super().execute(*args, **options)
         except ValidationError as exc:
             raise CommandError(first_error(exc, options=self.option_names)) from None
+
+
+# -- timing options: what ``jobs add|edit``, ``emailer task schedule`` and the subscriptions
+#    command read for *when*, parsed and refused in one place, so every command accepts and
+#    refuses the same timing with the same words.
+
+#: What a refused past ``--at`` ends with on the command line (``manage.py jobs run NAME``
+#: runs one occurrence of an existing job now).
+PAST_AT_HINT = (
+    "--at must be in the future; run it now with `manage.py jobs run NAME`, "
+    "or give --allow-past to save it to run at once"
+)
+
+
+def add_timing_options(parser: argparse.ArgumentParser, *, editing: bool = False) -> None:
+    """``--every | --cron | --rrule | --at`` (one of them, required unless ``editing``), ``--tz``,
+    ``--allow-past``, ``--start`` and ``--end``.
+
+    Nothing has a default, so ``parse_timing_options`` can tell a ``--tz UTC`` given with
+    ``--every`` (accepted) from no ``--tz`` at all, and ``edit`` changes only what is given.
+    """
+    when = parser.add_mutually_exclusive_group(required=not editing)
+    when.add_argument("--every", help="ISO-8601 interval, such as PT10S or PT3H.")
+    when.add_argument("--cron", help='Five-field cron expression, such as "0 9 * * 1-5".')
+    when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
+    when.add_argument(
+        "--rrule",
+        help="A calendar: RFC 5545 RRULE, RDATE and EXDATE lines (newline-separated), "
+        'such as "FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=9", read in --tz.',
+    )
+    parser.add_argument(
+        "--tz",
+        help="IANA time zone of --cron and --rrule (default UTC); refused with --every and --at.",
+    )
+    parser.add_argument(
+        "--allow-past",
+        action="store_true",
+        help="Save an --at that has already passed: the one-off runs at once.",
+    )
+    clear = ' ("" clears it)' if editing else ""
+    parser.add_argument("--start", help=f"No occurrence before this instant{clear}.")
+    parser.add_argument("--end", help=f"No occurrence after this instant; then completed{clear}.")
+
+
+def parse_timing_options(
+    options: dict[str, Any], *, now: datetime, editing: bool = False
+) -> dict[str, Any]:
+    """The schedule fields the timing options give, checked; one error per field.
+
+    Only the options given appear (an empty ``--start``/``--end`` when ``editing`` is None:
+    it clears the bound). Refused here, before any row is read: an instant without an offset
+    or out of range, an ``--end`` already past (a typo in the year would pass unnoticed, and
+    the job would be saved finished), an empty ``--tz``, a ``--tz`` other than UTC without
+    ``--cron`` or ``--rrule`` (the same rule and words as the model's,
+    ``schedules.zone_error``), and
+    ``--start``/``--end`` with ``--at`` (a single instant has no window), and, on ``add``,
+    an ``--at`` already past unless ``--allow-past`` (``validation.past_run_at_error``, the
+    rule the model, the admin and the API apply too, here ending with ``PAST_AT_HINT``).
+    """
+    errors: dict[str, str] = {}
+    fields: dict[str, Any] = {}
+    for option, field in (("every", "interval"), ("cron", "cron"), ("rrule", "rrule")):
+        if options.get(option) is not None:
+            fields[field] = options[option]
+    for option, field in (("at", "run_at"), ("start", "starts_at"), ("end", "ends_at")):
+        raw = options.get(option)
+        if raw is None:
+            continue
+        if not raw.strip() and option != "at" and editing:
+            fields[field] = None
+            continue
+        try:
+            fields[field] = parse_instant(raw, field=option)
+        except ValidationError as exc:
+            errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+    end = fields.get("ends_at")
+    if end is not None and "end" not in errors and end <= now:
+        errors["end"] = f"{end.isoformat()} has already passed; it must be in the future"
+    tz = options.get("tz")
+    if tz is not None:
+        kinds = [
+            option for option in ("every", "cron", "rrule", "at") if options.get(option) is not None
+        ]
+        if not tz.strip():
+            errors["timezone"] = "must not be empty; give an IANA zone such as Europe/Paris"
+        elif kinds and kinds not in (["cron"], ["rrule"]):
+            problem = zone_error(options.get("every") or "", "", tz)
+            if problem is not None:
+                errors["timezone"] = problem
+        else:
+            fields["timezone"] = tz
+    if options.get("at") is not None and (
+        options.get("start") is not None or options.get("end") is not None
+    ):
+        errors.setdefault("start", "--start and --end do not apply to --at (one instant)")
+    at = fields.get("run_at")
+    if at is not None and not editing:
+        # A changed instant on ``edit`` is the job's to judge (``edit_job``): it knows the
+        # value it replaces, which may stay.
+        passed = past_run_at_error(at, now=now, allow_past=bool(options.get("allow_past")))
+        if passed is not None:
+            errors["run_at"] = f"{passed}; {PAST_AT_HINT}"
+    if errors:
+        raise ValidationError(errors)
+    return fields
+
+
+def timing_of(fields: dict[str, Any], *, allow_past: bool = False) -> Timing:
+    """The timing value (``Every``, ``Cron``, ``Calendar`` or ``Once``) of
+    ``parse_timing_options``' fields, for a command that schedules through ``scheduling.api``."""
+    if fields.get("run_at") is not None:
+        return Once(fields["run_at"], allow_past=allow_past)
+    window = {"start": fields.get("starts_at"), "end": fields.get("ends_at")}
+    if fields.get("cron") is not None:
+        return Cron(fields["cron"], tz=fields.get("timezone") or "UTC", **window)
+    if fields.get("rrule") is not None:
+        return Calendar(fields["rrule"], tz=fields.get("timezone") or "UTC", **window)
+    return Every(fields.get("interval") or "", **window)

@@ -210,6 +210,15 @@ KNOBS: dict[str, Knob] = {
         0,
         86_400,
     ),
+    "UNKNOWN_TASK_GRACE": Knob(
+        3600.0,
+        float,
+        "Seconds an occurrence whose task (or task table) the process that would claim, "
+        "publish or run it does not know waits for one that does (a rolling deploy) before it "
+        "fails naming the task.",
+        1,
+        604_800,
+    ),
     "RETRY_BACKOFF_BASE": Knob(
         5.0, float, "First retry delay in seconds; doubles per attempt.", 0, RETRY_DELAY_LIMIT
     ),

@@ -65,6 +65,15 @@ class Schedule(models.Model):
     ends_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=current_time, editable=False)
 
+    #: Not stored. Whether a one-off already past may be saved (it runs at once), and the
+    #: sentence a refusal ends with: set by the door that saves it (``jobs add --allow-past``,
+    #: ``Once(at, allow_past=True)``, the job form's hint); ``validation.past_run_at_error``.
+    allow_past = False
+    past_hint = validation.PAST_RUN_AT_HINT
+    #: The ``run_at`` this row held when read (None for a new row): the rule applies to a
+    #: new or changed instant only, so an old one-off stays saveable for other edits.
+    saved_run_at: datetime | None = None
+
     class Meta:
         constraints = [
             models.CheckConstraint(
@@ -86,6 +95,16 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name or self.describe()
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        super().save(*args, **kwargs)
+        self.saved_run_at = self.run_at
+
+    @classmethod
+    def from_db(cls, db: Any, field_names: Any, values: Any, **kwargs: Any) -> Schedule:
+        instance = super().from_db(db, field_names, values, **kwargs)
+        instance.saved_run_at = instance.__dict__.get("run_at")
+        return instance
 
     def describe(self) -> str:
         if self.interval:
@@ -151,6 +170,11 @@ class Schedule(models.Model):
             )
         except ScheduleError as exc:
             raise _timing_error(exc) from None
+        passed = validation.past_run_at_error(
+            self.run_at, now=current_time(), previous=self.saved_run_at, allow_past=self.allow_past
+        )
+        if passed is not None:
+            raise ValidationError({"run_at": f"{passed}; {self.past_hint}"})
 
 
 class JobStatus(models.TextChoices):
@@ -292,6 +316,13 @@ class Job(models.Model):
         editable=False,
         help_text="Who paused it: a person or code (manual), or its own failures.",
     )
+    task_unknown_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Since when its due occurrence waits for a scheduler that knows its task "
+        "(a rolling deploy); it fails after SCHEDULING_UNKNOWN_TASK_GRACE.",
+    )
     created_at = models.DateTimeField(default=current_time, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -332,6 +363,13 @@ class Job(models.Model):
                 fields=["updated_at"],
                 name="job_paused_failures_idx",
                 condition=Q(status="paused", pause_kind="failures"),
+            ),
+            # overview.awaiting_tasks: "jobs whose occurrence waits for a process that knows
+            # its task"; partial, so it is empty but during a rolling deploy.
+            models.Index(
+                fields=["task"],
+                name="job_task_unknown_idx",
+                condition=Q(task_unknown_since__isnull=False),
             ),
         ]
 
@@ -430,6 +468,12 @@ class Execution(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     retry_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    task_unknown_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when it waits for a worker (or publisher) that knows its task; it "
+        "fails after SCHEDULING_UNKNOWN_TASK_GRACE.",
+    )
     checkpoint = models.JSONField(null=True, blank=True)
     duplicates = models.PositiveIntegerField(
         default=0, help_text="Extra messages for this execution, acknowledged and ignored."
@@ -514,6 +558,13 @@ class Execution(models.Model):
                 fields=["scheduled_for"],
                 name="execution_item_failures_idx",
                 condition=Q(item_failures__gt=0),
+            ),
+            # overview.awaiting_tasks: "executions handed back for a process that knows their
+            # task"; partial, so it is empty but during a rolling deploy.
+            models.Index(
+                fields=["task"],
+                name="execution_task_unknown_idx",
+                condition=Q(task_unknown_since__isnull=False, status="retry"),
             ),
         ]
         ordering = ["-scheduled_for", "-id"]

@@ -67,7 +67,7 @@ def open_batch(due_at: datetime, block: int, *, now: datetime) -> int:
             continue  # another transaction opened it first: use theirs
         schedule_row(
             batch,
-            timing=Once(at=due_at),
+            timing=Once(at=due_at, allow_past=True),  # a batch found late runs at once
             policies=policies(),
             name=f"subscriptions.DueBatch:{batch.pk}",
             now=now,

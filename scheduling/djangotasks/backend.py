@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -103,6 +104,24 @@ class DuecourseTaskBackend(BaseTaskBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+
+    def validate_task(self, task: Task) -> None:
+        """The framework's checks, with the types it assumes checked first.
+
+        The framework asks ``timezone.is_aware(task.run_after)``, which raises AttributeError
+        on anything but a datetime (``.using(run_after=timedelta(seconds=5))``, a common
+        slip), and compares the queue name with its allowed set. Here a wrong type is the
+        framework's own refusal, ``InvalidTask``, in the framework's words.
+        """
+        run_after = task.run_after
+        if run_after is not None and not isinstance(run_after, datetime):
+            raise InvalidTask(
+                f"run_after must be an aware datetime, got {type(run_after).__name__} "
+                "(for a delay, give timezone.now() + the delay)"
+            )
+        if not isinstance(task.queue_name, str):
+            raise InvalidTask(f"queue_name must be text, got {type(task.queue_name).__name__}")
+        super().validate_task(task)
 
     def celery_queue(self, queue_name: str) -> str:
         """The framework's queue as a Celery queue: ``default`` is the app's default queue."""

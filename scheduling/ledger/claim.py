@@ -54,6 +54,7 @@ DUE_FIELDS = (
     "schedule__starts_at",
     "schedule__ends_at",
     "schedule__rrule",
+    "task_unknown_since",
 )
 #: The due fields but the arguments, which the ORM form reads as text.
 _ROW_FIELDS = tuple(name for name in DUE_FIELDS if name not in ("args", "kwargs"))
@@ -65,6 +66,7 @@ TIME_FIELDS = (
     "schedule__run_at",
     "schedule__starts_at",
     "schedule__ends_at",
+    "task_unknown_since",
 )
 
 
@@ -81,7 +83,7 @@ LOCK_DUE = ledger.Statement(
                j.overlap, j.jitter, j.task, j.args, j.kwargs, j.queue, j.priority, j.timeout,
                j.task_table, j.task_row_id, s.interval, s.cron, s.timezone, s.run_at,
                s.starts_at, s.ends_at, s.rrule, c.occurrence, c.following, a.args_text,
-               a.kwargs_text,
+               a.kwargs_text, j.task_unknown_since,
                j.overlap = %(forbid)s AS forbid,
                COALESCE(
                    j.task = ANY(%(tasks)s::text[]) AND j.task_table = ''
@@ -162,7 +164,7 @@ LOCK_DUE = ledger.Statement(
         UPDATE {JOB} AS j
            SET next_due_at = d.following, next_occurrence_at = d.following,
                current_execution_id = CASE WHEN d.forbid THEN (m.ids ->> d.id::text)::bigint END,
-               updated_at = %(now)s
+               task_unknown_since = NULL, updated_at = %(now)s
           FROM due AS d
          CROSS JOIN made AS m
          WHERE j.id = d.id AND d.planned
@@ -176,18 +178,18 @@ LOCK_DUE = ledger.Statement(
            h.interval AS schedule__interval, h.cron AS schedule__cron,
            h.timezone AS schedule__timezone, h.run_at AS schedule__run_at,
            h.starts_at AS schedule__starts_at, h.ends_at AS schedule__ends_at,
-           h.rrule AS schedule__rrule
+           h.rrule AS schedule__rrule, h.task_unknown_since
       FROM due AS d
      CROSS JOIN made AS m
       LEFT JOIN LATERAL (
            SELECT d.next_occurrence_at::text, d.next_due_at::text, d.created_at::text,
                   d.misfire, d.overlap, d.jitter, d.task_table, d.task_row_id, d.interval,
                   d.cron, d.timezone, d.run_at::text, d.starts_at::text, d.ends_at::text,
-                  d.rrule
+                  d.rrule, d.task_unknown_since::text
             WHERE NOT d.planned
            ) AS h (next_occurrence_at, next_due_at, created_at, misfire, overlap, jitter,
                    task_table, task_row_id, interval, cron, timezone, run_at, starts_at,
-                   ends_at, rrule) ON true
+                   ends_at, rrule, task_unknown_since) ON true
      ORDER BY d.next_due_at, d.id
     """,
     # The planned row's execution, then every due field, as the SELECT list names them.
@@ -288,12 +290,14 @@ WRITE_CLAIM = ledger.Statement(
                                          ELSE v.next_occurrence_at END,
                status = v.status,
                pause_reason = COALESCE(v.reason, j.pause_reason),
+               task_unknown_since = v.unknown_since,
                current_execution_id = CASE
                    WHEN v.hold THEN (f.ids ->> v.id::text)::bigint END,
                updated_at = %(now)s
           FROM json_to_recordset(%(jobs)s::json) AS v(
                id bigint, next_due_at timestamptz, next_occurrence_at timestamptz,
-               status varchar, hold boolean, keep boolean, reason varchar)
+               status varchar, hold boolean, keep boolean, reason varchar,
+               unknown_since timestamptz)
          CROSS JOIN first_pending AS f
          WHERE j.id = v.id
     )
@@ -314,8 +318,8 @@ def write_claim(
     ``executions``: ``job_id``, ``task``, ``scheduled_for``, ``status``, ``task_id`` (text)
     and ``last_error``. ``jobs``: ``id``, ``next_due_at``, ``next_occurrence_at``, ``status``,
     ``hold`` (any overlap but ``allow``: the job takes its first new PENDING execution as
-    current),
-    ``keep`` (its times stay as they are) and ``reason`` (a pause reason, or None). An
+    current), ``keep`` (its times stay as they are), ``reason`` (a pause reason, or None) and
+    ``unknown_since`` (since when it waits for a process that knows its task, or None). An
     occurrence that already has its execution is left as it is, and absent from the result.
     """
     if not ledger.on_postgresql():
@@ -341,6 +345,7 @@ def _job_json(job: Mapping[str, Any]) -> dict[str, Any]:
         "next_occurrence_at": (
             job["next_occurrence_at"].isoformat() if job["next_occurrence_at"] else None
         ),
+        "unknown_since": job["unknown_since"].isoformat() if job["unknown_since"] else None,
     }
 
 
@@ -391,15 +396,26 @@ def _write_claim_with_orm(
             current_execution_id=first_pending.get(item["id"]) if item["hold"] else None,
             status=item["status"],
             pause_reason=item["reason"] or "",
+            task_unknown_since=item["unknown_since"],
             updated_at=now,
         )
         (kept if item["keep"] else moved).append(job)
         if item["reason"] is not None:
             paused.append(job)
     Job.objects.bulk_update(
-        moved, ["next_due_at", "next_occurrence_at", "current_execution", "status", "updated_at"]
+        moved,
+        [
+            "next_due_at",
+            "next_occurrence_at",
+            "current_execution",
+            "status",
+            "task_unknown_since",
+            "updated_at",
+        ],
     )
     # A job paused for a time it cannot read keeps its times as they are (as in WRITE_CLAIM).
-    Job.objects.bulk_update(kept, ["current_execution", "status", "updated_at"])
+    Job.objects.bulk_update(
+        kept, ["current_execution", "status", "task_unknown_since", "updated_at"]
+    )
     Job.objects.bulk_update(paused, ["pause_reason"])
     return ids

@@ -14,7 +14,7 @@ import json
 import math
 import re
 import unicodedata
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
@@ -151,6 +151,39 @@ def _real(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+#: The sentence a refused past one-off ends with, where no door says better (the API, the
+#: schedules' admin); the command line and the job form give their own (``Schedule.past_hint``).
+PAST_RUN_AT_HINT = (
+    "a one-off must be in the future; to run it at once, say so (Once(at, allow_past=True), "
+    "jobs add --allow-past)"
+)
+PAST_RUN_AT_ADMIN_HINT = (
+    "“Once at” must be in the future; to run the job now, save it with a later time and use "
+    "“Run now” on its page"
+)
+
+
+def past_run_at_error(
+    run_at: Any, *, now: datetime, previous: datetime | None = None, allow_past: bool = False
+) -> str | None:
+    """Why a one-off at ``run_at`` cannot be saved at ``now``, or None: it has passed.
+
+    A one-off in the past would run at once with a lag of years; that is refused unless the
+    caller says it is meant (``allow_past``). An instant up to ``SCHEDULING_MISFIRE_GRACE``
+    ago counts as now: the scheduler itself counts an occurrence that late as on time, and a
+    person typing "now" is a few seconds behind. The rule holds for a new one-off and a changed
+    one only: a row saved earlier (``previous``, its stored value) whose instant has since
+    passed stays saveable for any other change.
+    """
+    if allow_past or not isinstance(run_at, datetime) or run_at.tzinfo is None:
+        return None
+    if previous is not None and abs(run_at - previous) < timedelta(seconds=1):
+        return None  # the stored instant, posted back by a form that shows whole seconds
+    if run_at >= now - timedelta(seconds=conf.get("MISFIRE_GRACE")):
+        return None
+    return f"{run_at.isoformat()} has already passed"
+
+
 def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:
     """Parse command-line JSON for ``args`` (a list) or ``kwargs`` (an object), within the
     limits of ``scheduling.rules.arguments``."""
@@ -247,6 +280,39 @@ def enqueued_error(task: str) -> str:
     except UnknownTask as exc:
         return f"task: {exc}"
     return ""
+
+
+def unknown_target(*, task: str, task_table: str, enqueued: bool = False) -> str:
+    """The task (or task table) of a target this process does not know, or "".
+
+    During a rolling deploy a process of the previous release meets jobs and executions of
+    tasks only the new release declares (or declares schedulable): it leaves them for a
+    process that knows them, for up to ``SCHEDULING_UNKNOWN_TASK_GRACE``, instead of failing
+    them. Celery's own tasks (``celery.*``) are never schedulable in any release: a target
+    naming one is simply invalid (``target_error``). An ``enqueued`` run (Django's Tasks
+    framework, no job) needs its task to be a ledger task, not a schedulable one.
+    """
+    if task_table:
+        try:
+            tasktables.get(task_table)
+        except LookupError:
+            return task_table
+        return ""
+    if not task or task.startswith("celery."):
+        return ""
+    try:
+        (get_ledger_task if enqueued else get_schedulable)(task)
+    except UnknownTask:
+        return task
+    return ""
+
+
+def awaiting_task_error(target: str, *, grace: float) -> str:
+    """The reason an occurrence fails when no process that knows ``target`` took it in time."""
+    return (
+        f"task: no process that knows {target!r} took this occurrence within "
+        f"SCHEDULING_UNKNOWN_TASK_GRACE ({grace:g} s); this one does not know it"
+    )
 
 
 def target_error(*, task: str, task_table: str, task_row_id: int | None) -> str:

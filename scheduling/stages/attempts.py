@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -38,6 +38,7 @@ from scheduling.models import (
     Execution,
     ExecutionStatus,
 )
+from scheduling.rules.validation import awaiting_task_error
 from scheduling.stages import failures, limits
 from scheduling.timing import schedules
 
@@ -171,9 +172,7 @@ def restore_start(*, execution_id: int, started: Started, worker: str, pid: int)
     with transaction.atomic(durable=True):
         if Attempt.objects.filter(execution_id=execution_id, number=started.attempt).exists():
             return False
-        changed = Execution.objects.filter(
-            pk=execution_id, status__in=EXECUTION_STARTABLE
-        ).update(
+        changed = Execution.objects.filter(pk=execution_id, status__in=EXECUTION_STARTABLE).update(
             status=ExecutionStatus.RUNNING,
             started_at=started.started_at,
             finished_at=None,
@@ -218,9 +217,7 @@ def record_adhoc_start(
 
 
 def save_checkpoint(*, execution_id: int, checkpoint: Any) -> None:
-    Execution.objects.running().filter(pk=execution_id).update(
-        checkpoint=checkpoint
-    )
+    Execution.objects.running().filter(pk=execution_id).update(checkpoint=checkpoint)
 
 
 #: The longest detail a run's report of failed items keeps.
@@ -324,6 +321,7 @@ def fail_attempt(
         job = execution.job
         max_retries = retries_allowed(execution, outcome)
         execution.last_error = error[:MAX_ERROR]
+        execution.task_unknown_since = None  # a process that knew its task tried it
         if task_error is not None:
             kept = execution.result or {}
             execution.result = {**kept, "errors": [*kept.get("errors", []), task_error]}
@@ -355,6 +353,7 @@ def fail_attempt(
                 "retry_at",
                 "finished_at",
                 "last_error",
+                "task_unknown_since",
                 "updated_at",
                 *(["result"] if task_error is not None else []),
             ]
@@ -376,6 +375,68 @@ def fail_attempt(
         error.splitlines()[0] if error else "",
     )
     return execution.status
+
+
+#: How a handed-back execution's ``last_error`` begins, while it waits (``await_known_task``).
+AWAITING_TASK = "waiting for a process that knows task"
+
+
+def await_known_task(*, execution_id: int, target: str, now: datetime, who: str) -> str | None:
+    """Hand back an execution that ``who`` (a worker, a publisher) cannot run: its task (or
+    task table) ``target`` is one this process does not know. Returns the new status, or None
+    if the execution was not startable any more.
+
+    A rolling deploy: a message of a task only the new release declares reached a worker of
+    the previous one (Celery drops such a message, ``task_unknown``), or a scheduler of the
+    previous release was about to publish it again. The execution goes to RETRY without
+    spending a retry, marked since when it waits (the first time only), with ``retry_at`` a
+    little later (``schedules.awaiting_delay``): the republish loop sends it again then, and
+    a process that knows the task runs it. Past ``SCHEDULING_UNKNOWN_TASK_GRACE`` it fails,
+    naming the task. A compare-and-set from the startable states, so a second report is a
+    no-op.
+    """
+    grace = timedelta(seconds=conf.get("UNKNOWN_TASK_GRACE"))
+    with transaction.atomic(durable=True):
+        execution = (
+            Execution.objects.select_for_update(of=("self",))
+            .filter(pk=execution_id, status__in=EXECUTION_STARTABLE)
+            .first()
+        )
+        if execution is None:
+            return None
+        since = execution.task_unknown_since or now
+        if now - since >= grace:
+            waited_out = True
+        else:
+            waited_out = False
+            delay = schedules.awaiting_delay(waited=now - since, grace=grace)
+            Execution.objects.filter(pk=execution_id).update(
+                status=ExecutionStatus.RETRY,
+                retry_at=now + delay,
+                task_unknown_since=since,
+                last_error=(
+                    f"{AWAITING_TASK} {target!r} since {since.isoformat()}: {who} does not know it"
+                )[:MAX_ERROR],
+                updated_at=now,
+            )
+    if waited_out:
+        return fail_attempt(
+            execution_id=execution_id,
+            error=awaiting_task_error(target, grace=grace.total_seconds()),
+            outcome=AttemptOutcome.FAILED,
+            now=now,
+            permanent=True,
+            from_statuses=EXECUTION_STARTABLE,
+        )
+    logger.warning(
+        "execution.awaiting_task execution=%s task=%s since=%s who=%s retry_at=%s",
+        execution_id,
+        target,
+        since.isoformat(),
+        who,
+        (now + delay).isoformat(),
+    )
+    return ExecutionStatus.RETRY
 
 
 def fence_attempt(
@@ -449,8 +510,10 @@ def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
     it again; if the requeued message also arrives, the claim absorbs the second one.
     """
     with transaction.atomic(durable=True):
-        changed = Execution.objects.running().filter(pk=execution_id).update(
-            status=ExecutionStatus.RETRY, retry_at=now, finished_at=now, updated_at=now
+        changed = (
+            Execution.objects.running()
+            .filter(pk=execution_id)
+            .update(status=ExecutionStatus.RETRY, retry_at=now, finished_at=now, updated_at=now)
         )
         if changed:
             _finish_attempt(

@@ -39,8 +39,10 @@ from scheduling.rules.validation import (
     RESERVED_QUEUE_SUFFIXES,
     RESERVED_QUEUES,
     arguments_error,
+    awaiting_task_error,
     queue_line,
     target_error,
+    unknown_target,
 )
 from scheduling.stages import failures, overlaps
 from scheduling.timing import schedules
@@ -105,6 +107,7 @@ class _Due:
     current_execution_id: int | None = None
     keep_times: bool = False  # paused for a time it cannot read: leave its times as they are
     pause_reason: str | None = None  # set when the claim pauses the job
+    task_unknown_since: datetime | None = None  # left for a process that knows its task
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
     """
     grace = timedelta(seconds=conf.get("MISFIRE_GRACE"))
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
+    unknown_grace = timedelta(seconds=conf.get("UNKNOWN_TASK_GRACE"))
     with transaction.atomic(durable=True):
         rows = claim_ledger.lock_due(now=now, limit=limit, planning=sql_planning(now, grace))
         if not rows:
@@ -145,16 +149,14 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
         verbose = logger.isEnabledFor(logging.DEBUG)
         for row in rows:
             if not row["planned"]:
-                rest.append(_plan(row, now, grace, catch_up_limit, timings, targets))
+                rest.append(_plan(row, now, grace, catch_up_limit, unknown_grace, timings, targets))
                 continue
             occurrence = datetime.fromisoformat(row["occurrence"])
             if row["execution_id"] is None:
                 _log_exists(row["pk"], occurrence)
                 continue
             if verbose:
-                _log_execution(
-                    row["pk"], row["execution_id"], occurrence, ExecutionStatus.PENDING
-                )
+                _log_execution(row["pk"], row["execution_id"], occurrence, ExecutionStatus.PENDING)
             bells.append(_bell(row, execution_id=row["execution_id"], task_id=row["task_id"]))
         stop: list[str] = []
         cancel_after: dict[int, str] = {}
@@ -383,6 +385,7 @@ def _plan(
     now: datetime,
     grace: timedelta,
     catch_up_limit: int,
+    unknown_grace: timedelta,
     timings: dict[tuple[Any, ...], FiringRule | ScheduleError],
     targets: dict[tuple[Any, ...], str],
 ) -> _Due:
@@ -393,7 +396,7 @@ def _plan(
     written, so the rest of the batch is claimed as usual.
     """
     try:
-        return _plan_row(row, now, grace, catch_up_limit, timings, targets)
+        return _plan_row(row, now, grace, catch_up_limit, unknown_grace, timings, targets)
     except (ArithmeticError, ValueError, TypeError) as exc:
         value = row.get("next_occurrence_at") or row.get("next_due_at")
         reason = (
@@ -416,6 +419,7 @@ def _plan_row(
     now: datetime,
     grace: timedelta,
     catch_up_limit: int,
+    unknown_grace: timedelta,
     timings: dict[tuple[Any, ...], FiringRule | ScheduleError],
     targets: dict[tuple[Any, ...], str],
 ) -> _Due:
@@ -444,6 +448,15 @@ def _plan_row(
         item.pause_reason = failed["last_error"][:MAX_PAUSE_REASON]
         item.next_occurrence, item.next_due = row["next_occurrence_at"], row["next_due_at"]
         return item
+    unknown = unknown_target(task=row["task"], task_table=row["task_table"])
+    awaited = ""
+    if unknown:
+        since = row["task_unknown_since"] or now
+        if now - since < unknown_grace:
+            return _awaiting(
+                row, occurrence, since=since, target=unknown, now=now, grace=unknown_grace
+            )
+        awaited = awaiting_task_error(unknown, grace=unknown_grace.total_seconds())
     plan = schedules.plan_claim(
         timing,
         anchor=row["created_at"],
@@ -456,6 +469,8 @@ def _plan_row(
         backlog=OVERLAP_BACKLOG[Overlap(row["overlap"])],
     )
     error = _target_error(row, targets) or _argument_error(row) or queue_line(row["queue"])
+    if awaited:
+        error = f"{error}; {awaited}" if error else awaited
     for at in plan.run:
         if error:
             failed = _execution(row, at, ExecutionStatus.FAILED)
@@ -480,6 +495,39 @@ def _plan_row(
         item.status = JobStatus.COMPLETED
     else:
         item.next_due = schedules.due_time(row["pk"], plan.next_occurrence, row["jitter"])
+    return item
+
+
+def _awaiting(
+    row: dict[str, Any],
+    occurrence: datetime,
+    *,
+    since: datetime,
+    target: str,
+    now: datetime,
+    grace: timedelta,
+) -> _Due:
+    """A job whose task (or task table) this process does not know: left for one that does.
+
+    A rolling deploy runs the previous release beside the new one, and only the new one knows
+    a task it declares. The old scheduler writes no execution (so nothing is failed, and no
+    message goes to a worker that could not run it either), keeps the occurrence the job owes
+    (``next_occurrence_at``), marks since when it waits, and moves the job's due time a little
+    on (``schedules.awaiting_delay``), so it looks at the row again only now and then: the
+    claim's cost keeps following the due jobs. A scheduler that knows the task claims the
+    occurrence as usual once it is due and clears the mark; after the grace the old one fails
+    it, naming the task.
+    """
+    delay = schedules.awaiting_delay(waited=now - since, grace=grace)
+    logger.warning(
+        "job.awaiting_task job=%s task=%s since=%s look_again_in=%s",
+        row["pk"],
+        target,
+        since.isoformat(),
+        delay.total_seconds(),
+    )
+    item = _Due(row=row, next_occurrence=occurrence, task_unknown_since=since)
+    item.next_due = max(now + delay, row["next_due_at"] or now)
     return item
 
 
@@ -511,6 +559,7 @@ def _write(due: Sequence[_Due], *, now: datetime) -> None:
             "hold": item.row["overlap"] in OVERLAP_HOLDS,
             "keep": item.keep_times,
             "reason": item.pause_reason,
+            "unknown_since": item.task_unknown_since,
         }
         for item in due
     ]

@@ -302,6 +302,8 @@ def edit_job(
     timing: dict[str, Any] | None = None,
     schedule: Schedule | None = None,
     by: Actor | None = None,
+    allow_past: bool = False,
+    past_hint: str | None = None,
     **changes: Any,
 ) -> Job:
     """Change a job in place, only the given values, keeping its id and history.
@@ -312,9 +314,11 @@ def edit_job(
     the job to an existing schedule instead. Giving a task clears a task-table target and the
     other way round. Every reason is collected before anything is saved, with the rules of
     ``create_job``; when the timing or jitter changed, the next occurrence is planned again from
-    ``now`` (an unfinished execution still finishes first). Each field that changed, its
-    timing included, is written to the audit trail with ``by`` (code when None), in the
-    same transaction.
+    ``now`` (an unfinished execution still finishes first). A ``run_at`` changed to an
+    instant already past is refused unless ``allow_past`` (``validation.past_run_at_error``;
+    ``past_hint`` is the refusal's last sentence, where the caller's door says it better).
+    Each field that changed, its timing included, is written to the audit trail with ``by``
+    (code when None), in the same transaction.
     """
     unknown = set(changes) - EDITABLE
     if unknown or set(timing or {}) - set(TIMING_FIELDS):
@@ -352,8 +356,13 @@ def edit_job(
             shared = old_schedule.jobs.exclude(pk=job.pk).exists()
             own = old_schedule.owner_id == job.owner_id
             target = old_schedule if own and not shared else Schedule(owner=job.owner)
+            previous_run_at = old_schedule.run_at  # a copy is judged by what the job had
             for name, value in values.items():
                 setattr(target, name, value)
+            target.saved_run_at = previous_run_at
+            target.allow_past = allow_past
+            if past_hint is not None:
+                target.past_hint = past_hint
             try:
                 target.full_clean()
             except ValidationError as exc:

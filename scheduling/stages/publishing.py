@@ -28,8 +28,14 @@ from scheduling.models import (
     ExecutionStatus,
     Job,
 )
-from scheduling.rules.validation import arguments_error, enqueued_error, queue_line, target_error
-from scheduling.stages.attempts import fail_attempt
+from scheduling.rules.validation import (
+    arguments_error,
+    enqueued_error,
+    queue_line,
+    target_error,
+    unknown_target,
+)
+from scheduling.stages.attempts import await_known_task, fail_attempt
 
 logger = logging.getLogger("scheduling")
 
@@ -269,12 +275,21 @@ def reclaim_for_publish(
     if lost:
         due |= Q(status=ExecutionStatus.QUEUED, pk__in=list(lost))
     bad: dict[int, str] = {}
+    awaiting: dict[int, str] = {}
     targets: dict[tuple[Any, ...], str] = {}
     with transaction.atomic(durable=True):
         rows = list(_lock(Execution.objects.filter(due)).select_related("job")[:limit])
         if not rows:
             return []
         for row in rows:
+            unknown = unknown_target(
+                task=row.task,
+                task_table=row.job.task_table if row.job else "",
+                enqueued=row.job is None,
+            )
+            if unknown:  # left for a process that knows it (``attempts.await_known_task``)
+                awaiting[row.pk] = unknown
+                continue
             error = send_error(row, targets)
             if error:
                 bad[row.pk] = error
@@ -286,10 +301,12 @@ def reclaim_for_publish(
                 row.retry_count,
                 lost.get(row.pk, "-"),
             )
-        good = [row for row in rows if row.pk not in bad]
+        good = [row for row in rows if row.pk not in bad and row.pk not in awaiting]
         Execution.objects.filter(pk__in=[r.pk for r in good]).update(
             status=ExecutionStatus.PENDING, queued_at=now, updated_at=now
         )
+    for execution_id, target in awaiting.items():
+        await_known_task(execution_id=execution_id, target=target, now=now, who="this scheduler")
     for execution_id, error in bad.items():
         logger.error("execution.failed execution=%s error=%s", execution_id, error)
         fail_attempt(

@@ -320,12 +320,9 @@ def check_savable(
     plus jitter) must stay within the calendar too, or saving the job would overflow.
     """
     timing = timing_from(interval, cron, zone, at, start, end, rrule=rrule)
-    if not cron and not rrule and (zone or "UTC") != "UTC":
-        kind = "an interval counts elapsed time" if interval else "an instant carries its offset"
-        raise ScheduleError(
-            "timezone",
-            f"{zone!r} applies to a cron expression or a calendar only; {kind}, so leave it UTC",
-        )
+    wrong_zone = zone_error(interval, cron, zone, rrule=rrule)
+    if wrong_zone is not None:
+        raise ScheduleError("timezone", wrong_zone)
     # The first occurrence from now and the one after it: a schedule whose next occurrence
     # cannot be computed would otherwise fail on every claim.
     first = timing.at if timing.at is not None else timing.occurrence_at_or_after(now, anchor=now)
@@ -354,6 +351,32 @@ def kind_field(timing: FiringRule) -> str:
     if timing.calendar is not None:
         return "rrule"
     return "run_at" if timing.at is not None else "interval"
+
+
+def zone_error(interval: str, cron: str, zone: str, *, rrule: str = "") -> str | None:
+    """Why ``zone`` cannot go with this kind of schedule, or None: a zone other than UTC
+    belongs to a cron expression or a calendar alone (the model's rule, and the command
+    lines' before it)."""
+    if cron or rrule or (zone or "UTC") == "UTC":
+        return None
+    kind = "an interval counts elapsed time" if interval else "an instant carries its offset"
+    return f"{zone!r} applies to a cron expression or a calendar only; {kind}, so leave it UTC"
+
+
+#: The longest a process waits before it looks again at an occurrence whose task it does not
+#: know: short enough that a new release's scheduler takes it within a minute of starting.
+AWAIT_TASK_LONGEST = timedelta(seconds=60)
+
+
+def awaiting_delay(*, waited: timedelta, grace: timedelta) -> timedelta:
+    """How long an occurrence whose task this process does not know is left alone.
+
+    As long as it has waited already (at least a second, at most ``AWAIT_TASK_LONGEST``), so
+    a process that never learns the task looks at it a few times in the first seconds of a
+    deploy and then once a minute, never past the end of its ``grace``.
+    """
+    delay = min(max(waited, timedelta(seconds=1)), AWAIT_TASK_LONGEST)
+    return max(min(delay, grace - waited), timedelta(0))
 
 
 def fits_after(moment: datetime, span: timedelta) -> bool:

@@ -69,9 +69,13 @@ class Calendar:
 
 @dataclass(frozen=True)
 class Once:
-    """A single instant (a time in the past runs at once, when the job is saved)."""
+    """A single instant. One already past is refused (``ValidationError`` on ``run_at``)
+    unless ``allow_past=True`` says it is meant: then the job runs at once when it is saved
+    (a renewal found late, an import of history). An instant up to ``SCHEDULING_MISFIRE_GRACE``
+    ago counts as now."""
 
     at: datetime
+    allow_past: bool = False
 
     def schedule_fields(self) -> dict[str, Any]:
         return {"run_at": self.at}

@@ -123,6 +123,9 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
             alert=conf.get("DASHBOARD_FAILURES_ALERT"),
         ),
         "unconsumed": overview.unconsumed_queues(now=now, owner_id=owner_id),
+        "awaiting_tasks": [
+            each.describe(now) for each in overview.awaiting_tasks(owner_id=owner_id)
+        ],
         "chart": chart(overview.executions_per_hour(now=now, owner_id=owner_id)),
         "lag": [
             (

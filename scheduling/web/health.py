@@ -92,12 +92,36 @@ def check_queues(now: datetime) -> dict[str, Any]:
     return result
 
 
+def check_awaiting_tasks(now: datetime) -> dict[str, Any]:
+    """A warning, never a failure: during a rolling deploy occurrences of a task only the new
+    release knows wait for it (``overview.awaiting_tasks``); nothing is lost or failed."""
+    found = overview.awaiting_tasks()
+    result: dict[str, Any] = {
+        "ok": True,
+        "awaiting": [
+            {
+                "task": each.task,
+                "jobs": each.jobs,
+                "executions": each.executions,
+                "waiting_since": each.since.isoformat(),
+                "known_here": each.known_here,
+            }
+            for each in found
+        ],
+        "grace_seconds": conf.get("UNKNOWN_TASK_GRACE"),
+    }
+    if found:
+        result["warning"] = "; ".join(each.describe(now) for each in found)
+    return result
+
+
 CHECKS: dict[str, Callable[[datetime], dict[str, Any]]] = {
     "database": check_database,
     "broker": check_broker,
     "scheduler": check_scheduler,
     "stale_executions": check_stale,
     "queues": check_queues,
+    "unknown_tasks": check_awaiting_tasks,
 }
 
 

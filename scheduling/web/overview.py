@@ -8,7 +8,8 @@ and ``stale`` read ``execution_running_idx``; ``late`` reads ``job_due_idx`` and
 ``executions_per_hour`` and ``lag_percentiles`` read ``execution_recent_idx`` alone;
 ``paused_after_failures`` reads ``job_paused_failures_idx``;
 ``unconsumed_queues`` reads ``execution_waiting_idx`` and, only for a queue whose work has
-waited too long, ``execution_running_idx`` and the newest attempts by primary key.
+waited too long, ``execution_running_idx`` and the newest attempts by primary key;
+``awaiting_tasks`` reads ``job_task_unknown_idx`` and ``execution_task_unknown_idx``.
 bench/dashboard.py times each with a million executions.
 
 ``owner_id`` limits a read to one owner's jobs (staff users who are not superusers).
@@ -16,6 +17,7 @@ bench/dashboard.py times each with a million executions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,7 +28,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from scheduling import conf
+from scheduling import conf, readable
 from scheduling.ledger import reads
 from scheduling.models import (
     Attempt,
@@ -38,6 +40,7 @@ from scheduling.models import (
     job_due_index,
 )
 from scheduling.rules import tasktables
+from scheduling.rules.validation import unknown_target
 
 DAY = timedelta(hours=24)
 HOUR = timedelta(hours=1)
@@ -415,4 +418,90 @@ def unconsumed_queues(
         )
         for queue, found in sorted(waiting.items())
         if queue not in consumed
+    ]
+
+
+@dataclass(frozen=True)
+class AwaitingTask:
+    """Occurrences of one task (or task table) left for a process that knows it."""
+
+    #: The task's name, or the task table's label.
+    task: str
+    #: Jobs whose due occurrence no scheduler that knows the task has claimed yet.
+    jobs: int
+    #: Executions a worker or publisher that did not know the task handed back.
+    executions: int
+    #: When the longest of those waits began.
+    since: datetime
+    #: Whether the process asking knows the task (a new release's does; an old one's not).
+    known_here: bool
+
+    @property
+    def count(self) -> int:
+        return self.jobs + self.executions
+
+    def describe(self, now: datetime) -> str:
+        waited = readable.span((now - self.since).total_seconds())
+        where = (
+            "this process knows it: they run once it takes them"
+            if self.known_here
+            else "this process does not know it (an older release?)"
+        )
+        return (
+            f"{self.count} occurrence(s) of task {self.task!r} wait for a process that knows "
+            f"it, the longest for {waited}; {where}; they fail after "
+            f"SCHEDULING_UNKNOWN_TASK_GRACE ({conf.get('UNKNOWN_TASK_GRACE'):g} s)"
+        )
+
+
+#: Tasks read for ``awaiting_tasks``: a deploy adds a few, never thousands.
+AWAITING_READ = 100
+
+
+def awaiting_tasks(
+    *, owner_id: int | None = None, knows: Callable[[str, str], bool] | None = None
+) -> list[AwaitingTask]:
+    """The tasks whose occurrences wait for a process that knows them (a rolling deploy):
+    jobs a scheduler left unclaimed, and executions a worker or publisher handed back.
+
+    Both read partial indexes that hold only such rows (``job_task_unknown_idx``,
+    ``execution_task_unknown_idx``), so the read costs nothing outside a deploy. ``knows``
+    answers whether this process knows a ``(task, task_table)`` (by default the registry's
+    answer; the system check, which runs while Celery loads the registry, brings its own).
+    """
+    if knows is None:
+
+        def knows(task: str, table: str) -> bool:
+            return not unknown_target(task=task, task_table=table)
+
+    found: dict[tuple[str, str], list[Any]] = {}
+    jobs = (
+        _jobs(owner_id)
+        .filter(task_unknown_since__isnull=False)
+        .values("task", "task_table")
+        .annotate(count=Count("pk"), since=Min("task_unknown_since"))
+        .order_by("task", "task_table")[:AWAITING_READ]
+    )
+    for row in jobs:
+        found[(row["task"], row["task_table"])] = [row["count"], 0, row["since"]]
+    executions = (
+        _executions(owner_id)
+        .filter(status=ExecutionStatus.RETRY, task_unknown_since__isnull=False)
+        .values("task")
+        .annotate(count=Count("pk"), since=Min("task_unknown_since"))
+        .order_by("task")[:AWAITING_READ]
+    )
+    for row in executions:
+        entry = found.setdefault((row["task"], ""), [0, 0, row["since"]])
+        entry[1] = row["count"]
+        entry[2] = min(entry[2], row["since"])
+    return [
+        AwaitingTask(
+            task=table or task,
+            jobs=jobs_count,
+            executions=executions_count,
+            since=since,
+            known_here=knows(task, table),
+        )
+        for (task, table), (jobs_count, executions_count, since) in sorted(found.items())
     ]

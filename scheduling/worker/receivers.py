@@ -13,6 +13,8 @@ changes nothing the second time.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from datetime import datetime
 from typing import Any
 
@@ -271,15 +273,18 @@ def on_task_revoked(
 
 @signals.task_unknown.connect
 def on_task_unknown(name: str | None = None, id: str | None = None, **_: Any) -> None:
+    """A message for a task this worker does not know: Celery has already dropped it (it
+    rejects the message without requeueing and fails the id in the result backend). The
+    execution is not lost: it is handed back to wait for a worker that knows the task (a
+    rolling deploy, ``attempts.await_known_task``), and fails only after the grace."""
     execution_id = _execution_for(None, id)
     if execution_id is None:
         return
-    attempts.fail_attempt(
+    attempts.await_known_task(
         execution_id=execution_id,
-        error=f"task {name!r} is not registered on this worker; the message was dropped",
-        outcome=AttemptOutcome.FAILED,
+        target=str(name),
         now=timezone.now(),
-        from_statuses=EXECUTION_STARTABLE,
+        who=f"worker {socket.gethostname()} (pid {os.getpid()})",
     )
 
 

@@ -267,3 +267,44 @@ def test_a_sender_with_a_display_name_is_taken() -> None:
 def test_history_and_deliveries_say_when_there_is_nothing_yet() -> None:
     assert emailer("history") == "no runs yet\n"
     assert emailer_json("history") == []
+
+
+JOBS_ADD = ("add", "same", "--task", "scheduling.diagnostics.noop")
+
+
+def jobs_error(*args: str) -> str:
+    with pytest.raises(CommandError) as caught:
+        call_command("jobs", *JOBS_ADD, *args, stdout=StringIO())
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "timing",
+    [
+        ("--every", "PT1H", "--tz", "Europe/Berlin"),
+        ("--at", "2030-01-01T09:00Z", "--tz", "Europe/Berlin"),
+        ("--at", "2020-01-01T09:00Z"),
+        ("--at", "2030-01-01T09:00"),
+        ("--cron", "0 9 * * *", "--tz", ""),
+        ("--every", "PT1H", "--end", "2020-01-01T00:00Z"),
+        ("--every", "PT1H", "--start", "tomorrow"),
+        ("--every", "PT0S"),
+        ("--cron", "0 9 * * *", "--tz", "Mars/Base"),
+    ],
+    ids=" ".join,
+)
+def test_task_schedule_refuses_the_timing_jobs_add_refuses_in_the_same_words(
+    timing: tuple[str, ...], admin_user: Any
+) -> None:
+    emailer("project", "add", "survey")
+    emailer("task", "add", "invite", "--project", "survey", "--subject", "s", "--body", "b")
+    expected = jobs_error(*timing)
+    assert error_of("task", "schedule", "invite", *timing) == expected
+    assert not jobs_for_row(SendEmailTask.objects.get())
+
+
+def test_task_schedule_takes_a_past_at_with_allow_past_as_jobs_add_does() -> None:
+    emailer("project", "add", "survey")
+    emailer("task", "add", "invite", "--project", "survey", "--subject", "s", "--body", "b")
+    job = emailer_json("task", "schedule", "invite", "--at", "2020-01-01T09:00Z", "--allow-past")
+    assert job["next_due_at"].startswith("2020-01-01 09:00")

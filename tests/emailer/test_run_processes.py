@@ -170,7 +170,9 @@ def test_an_occurrence_too_old_to_start_is_skipped_with_the_reason_and_mails_nob
     server.start()
     task = make_task(make_project(participants=5))
     job = services.schedule_task(
-        task=task, timing=Once(at=timezone.now() - timedelta(hours=2)), expires=3600
+        task=task,
+        timing=Once(at=timezone.now() - timedelta(hours=2), allow_past=True),
+        expires=3600,
     )
     processes.start(scheduler_command(), env=env, name="scheduler")
     start_worker(processes, env, "late")

@@ -97,6 +97,12 @@ def test_an_enqueue_rolled_back_never_runs_and_has_no_result(publish_under_prefi
             lambda: tasks.add.using(run_after=timezone.now().replace(tzinfo=None)),
             "run_after must be an aware datetime",
         ),
+        (
+            lambda: tasks.add.using(run_after=timedelta(seconds=5)),
+            "run_after must be an aware datetime, got timedelta",
+        ),
+        (lambda: tasks.add.using(run_after="2030-01-01T09:00Z"), "got str"),
+        (lambda: tasks.add.using(queue_name=5), "queue_name must be text, got int"),
         (lambda: task_options(max_retries=-1)(task(module_level_function)), "max_retries must"),
         (lambda: task_options(timeout=0)(task(module_level_function)), "timeout must be"),
         (lambda: task_options(schedulable="yes")(task(module_level_function)), "schedulable"),

@@ -92,7 +92,14 @@ def test_health_is_ok_with_a_recent_tick(admin_client: Any) -> None:
     assert response.status_code == 200, response.json()
     body = response.json()
     assert body["status"] == "ok"
-    assert set(body["checks"]) == {"database", "broker", "scheduler", "stale_executions", "queues"}
+    assert set(body["checks"]) == {
+        "database",
+        "broker",
+        "scheduler",
+        "stale_executions",
+        "queues",
+        "unknown_tasks",
+    }
     assert body["checks"]["scheduler"]["age_seconds"] < 5
     assert body["checks"]["stale_executions"]["count"] == 0
 
@@ -166,6 +173,7 @@ def test_an_anonymous_probe_learns_which_component_is_down_and_nothing_more(
         "scheduler": {"ok": True},
         "stale_executions": {"ok": True},
         "queues": {"ok": True},
+        "unknown_tasks": {"ok": True},
     }
     port = free_broker.rsplit(":", 1)[1].split("/")[0]
     assert port not in response.content.decode() and "Error" not in response.content.decode()

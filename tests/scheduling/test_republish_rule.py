@@ -122,7 +122,7 @@ def test_a_row_whose_arguments_have_the_wrong_type_is_failed_instead_of_sent(
     ("task", "reason"),
     [
         ("celery.backend_cleanup", "is registered but not schedulable"),
-        ("nowhere.gone", "is not a registered Celery task"),
+        ("celery.nowhere", "is not a registered Celery task"),
     ],
 )
 def test_a_row_whose_task_is_not_schedulable_is_failed_as_the_claim_fails_a_job(

@@ -84,7 +84,7 @@ def test_add_prints_the_new_subscription_with_its_id_and_first_job() -> None:
         (("--quantity", "two"), "quantity (--quantity): 'two' is not a whole number"),
         (("--price", "-0.01"), "unit_price (--price): -0.01 is negative"),
         (("--price", "abc"), "price (--price): 'abc' is not a decimal number"),
-        (("--start", "2030-01-31T09:00"), "starts_at (--start): '2030-01-31T09:00' has no offset"),
+        (("--start", "2030-01-31T09:00"), "start: '2030-01-31T09:00' has no offset"),
         (("--end", "2030-01-01T00:00Z"), "ends_at (--end): 2030-01-01T00:00:00+00:00 is not after"),
         (
             ("--end", "2030-01-31T09:00:00Z"),
@@ -257,3 +257,24 @@ def test_help_names_every_action() -> None:
     )
     for action in ("add", "cancel", "show", "list", "jobs", "charges", "gateway"):
         assert action in result.stdout
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        ("--start", "2030-01-31T09:00"),
+        ("--start", "next monday"),
+        ("--end", "2020-01-01T00:00Z"),
+    ],
+    ids=" ".join,
+)
+def test_start_and_end_are_refused_as_jobs_add_refuses_them(
+    window: tuple[str, ...], admin_user: Any
+) -> None:
+    with pytest.raises(CommandError) as caught:
+        call_command(
+            "jobs", "add", "same", "--task", "scheduling.diagnostics.noop", "--every", "PT1H",
+            *window, stdout=StringIO(),
+        )
+    message = refused(*ADD, "--price", "9.90", "--every", "P1M", *window)
+    assert message == str(caught.value)

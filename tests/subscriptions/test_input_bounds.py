@@ -225,12 +225,12 @@ def refused(*argv: str) -> str:
         (
             "--start",
             "9999-12-31T23:59:59-01:00",
-            "starts_at (--start): '9999-12-31T23:59:59-01:00' falls outside the years 1 to 9999",
+            "start: '9999-12-31T23:59:59-01:00' falls outside the years 1 to 9999",
         ),
         (
             "--end",
             "0001-01-01T00:00:00+01:00",
-            "ends_at (--end): '0001-01-01T00:00:00+01:00' falls outside the years 1 to 9999",
+            "end: '0001-01-01T00:00:00+01:00' falls outside the years 1 to 9999",
         ),
         ("--customer", "a\x00b", "customer (--customer): holds the control character U+0000 at"),
         ("--customer", "a\udcffb", "customer (--customer): holds the control character U+DCFF at"),

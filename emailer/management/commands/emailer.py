@@ -23,7 +23,14 @@ from emailer.models import (
     SendEmailHistory,
     UncertainPolicy,
 )
-from scheduling.api import OneLineCommand, jobs_for_row, parse_instant, positive_int
+from scheduling.api import (
+    OneLineCommand,
+    add_timing_options,
+    jobs_for_row,
+    parse_timing_options,
+    positive_int,
+    timing_of,
+)
 
 #: Model fields whose command-line option has another name, for error messages.
 OPTION_NAMES = {
@@ -120,13 +127,7 @@ class Command(OneLineCommand):
         )
         sched = self._action(task_actions, "schedule", "Make a job that runs the task.")
         sched.add_argument("name")
-        when = sched.add_mutually_exclusive_group(required=True)
-        when.add_argument("--every", help="ISO-8601 interval, such as PT2H.")
-        when.add_argument("--cron", help='Five-field cron, such as "0 10-18/2 * * MON-FRI".')
-        when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
-        sched.add_argument("--tz", default="UTC", help="IANA time zone of --cron (UTC).")
-        sched.add_argument("--start", help="No occurrence before this instant.")
-        sched.add_argument("--end", help="No occurrence after this instant.")
+        add_timing_options(sched)  # the timing options of ``jobs add``, read alike
         sched.add_argument(
             "--expires", type=int, help="Skip an occurrence not started this many seconds late."
         )
@@ -242,14 +243,8 @@ class Command(OneLineCommand):
 
     def do_task_schedule(self, o: dict[str, Any]) -> tuple[Any, str]:
         task = services.get_task(o["name"], field="name")
-        timing = services.timing_for(
-            every=o["every"],
-            cron=o["cron"],
-            tz=o["tz"],
-            at=parse_instant(o["at"], field="at"),
-            start=parse_instant(o["start"], field="start"),
-            end=parse_instant(o["end"], field="end"),
-        )
+        fields = parse_timing_options(o, now=timezone.now())
+        timing = timing_of(fields, allow_past=o["allow_past"])
         job = services.schedule_task(
             task=task,
             timing=timing,

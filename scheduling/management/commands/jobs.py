@@ -14,8 +14,9 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import api, readable
+from scheduling.cli import PAST_AT_HINT, add_timing_options, parse_timing_options
 from scheduling.management import backfill
-from scheduling.management.base import DuecourseCommand, parse_instant, positive_int
+from scheduling.management.base import DuecourseCommand, positive_int
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap, Schedule
 from scheduling.rules import permissions
 from scheduling.rules.validation import MAX_JITTER, parse_json_argument, parse_seconds, storable
@@ -123,26 +124,7 @@ class Command(DuecourseCommand):
         parser.add_argument(
             "--kwargs", dest="task_kwargs", default=default("{}"), help="JSON object of keywords."
         )
-        when = parser.add_mutually_exclusive_group(required=not editing)
-        when.add_argument("--every", help="ISO-8601 interval, such as PT10S or PT3H.")
-        when.add_argument("--cron", help='Five-field cron expression, such as "0 9 * * 1-5".')
-        when.add_argument("--at", help="One instant with an offset, such as 2030-01-01T09:00Z.")
-        when.add_argument(
-            "--rrule",
-            help="A calendar: RFC 5545 RRULE, RDATE and EXDATE lines (newline-separated), "
-            'such as "FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=9", read in --tz.',
-        )
-        parser.add_argument(
-            "--tz",
-            default=default("UTC"),
-            help="IANA time zone of --cron and --rrule (default UTC); refused with --every "
-            "and --at.",
-        )
-        clear = ' ("" clears it)' if editing else ""
-        parser.add_argument("--start", help=f"No occurrence before this instant{clear}.")
-        parser.add_argument(
-            "--end", help=f"No occurrence after this instant; then completed{clear}."
-        )
+        add_timing_options(parser, editing=editing)
         parser.add_argument("--max-retries", type=int, help="Retries after the first try (3).")
         parser.add_argument(
             "--max-running",
@@ -187,12 +169,16 @@ class Command(DuecourseCommand):
     def parse_values(o: dict[str, Any], *, now: datetime) -> dict[str, Any]:
         """The JSON, instants and numbers of ``add``/``edit``, checked; one error per field.
 
-        Options that were not given stay ``None``; an empty ``--start``/``--end`` is ``""``.
-        An ``--end`` already past is refused: the job would be saved finished, and a typo in
-        the year would pass unnoticed. An empty ``--tz`` is refused rather than read as UTC.
+        Options that were not given stay ``None``. The timing options are read by
+        ``scheduling.cli.parse_timing_options`` (``timing``: the schedule fields given), the
+        one reader the domain apps' commands use too, so they refuse alike.
         """
         errors: dict[str, str] = {}
         parsed: dict[str, Any] = {}
+        try:
+            parsed["timing"] = parse_timing_options(o, now=now, editing=o["action"] == "edit")
+        except ValidationError as exc:
+            errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
         for field, expect in (("args", list), ("kwargs", dict)):
             raw = o[f"task_{field}"]
             try:
@@ -201,21 +187,6 @@ class Command(DuecourseCommand):
                 )
             except ValidationError as exc:
                 errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-        for field in ("at", "start", "end"):
-            raw = o[field]
-            if raw is not None and not raw.strip() and field != "at":
-                parsed[field] = ""
-                continue
-            try:
-                parsed[field] = parse_instant(raw, field=field)
-            except ValidationError as exc:
-                errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-        if isinstance(parsed.get("end"), datetime) and parsed["end"] <= now:
-            errors["end"] = (
-                f"{parsed['end'].isoformat()} has already passed; a job must end in the future"
-            )
-        if o["tz"] is not None and not o["tz"].strip():
-            errors["timezone"] = "must not be empty; give an IANA zone such as Europe/Paris"
         for field in ("max_retries", "timeout", "expires"):
             if o[field] is not None and o[field] < 0:
                 errors[field] = "must be zero or more"
@@ -249,18 +220,12 @@ class Command(DuecourseCommand):
         parsed = self.parse_values(o, now=now)
         owner = jobs.owner_for(o["owner"])
         self.refuse_internal(o["task_table"])
+        schedule = Schedule(**parsed["timing"])
+        schedule.allow_past, schedule.past_hint = o["allow_past"], PAST_AT_HINT
         job = jobs.create_job(
             owner=owner,
             name=o["name"],
-            schedule=Schedule(
-                interval=o["every"] or "",
-                cron=o["cron"] or "",
-                rrule=o["rrule"] or "",
-                timezone=o["tz"] or "UTC",
-                run_at=parsed["at"],
-                starts_at=parsed["start"] or None,
-                ends_at=parsed["end"] or None,
-            ),
+            schedule=schedule,
             target=jobs.Target(
                 task=o["task"],
                 args=[] if parsed["args"] is None else parsed["args"],
@@ -316,18 +281,7 @@ class Command(DuecourseCommand):
                 changes[field] = parsed[field]
         if parsed["jitter"] is not None:
             changes["jitter"] = parsed["jitter"]
-        timing: dict[str, Any] = {}
-        for option, field in (
-            ("every", "interval"),
-            ("cron", "cron"),
-            ("rrule", "rrule"),
-            ("tz", "timezone"),
-        ):
-            if o[option] is not None:
-                timing[field] = o[option]
-        for option, field in (("at", "run_at"), ("start", "starts_at"), ("end", "ends_at")):
-            if parsed[option] is not None:
-                timing[field] = parsed[option] or None
+        timing: dict[str, Any] = parsed["timing"]
         if o["max_running"] is not None:
             changes["max_running"] = o["max_running"] or None
         if o["pause_after_failures"] is not None:
@@ -336,7 +290,13 @@ class Command(DuecourseCommand):
             raise ValidationError({"input": "nothing to change; give at least one option"})
         self.refuse_internal(changes.get("task_table"))
         job = jobs.edit_job(
-            job=job, now=timezone.now(), timing=timing, by=audit.Actor.command_line(), **changes
+            job=job,
+            now=timezone.now(),
+            timing=timing,
+            allow_past=o["allow_past"],
+            past_hint=PAST_AT_HINT,
+            by=audit.Actor.command_line(),
+            **changes,
         )
         job = selectors.find_job(job.name, owner=job.owner.get_username())
         self.emit(

@@ -243,7 +243,12 @@ class JobForm(forms.ModelForm):
         elif existing is not None:
             self.instance.schedule = existing
         else:
+            previous = self.instance.schedule.run_at if self.instance.schedule_id else None
             self.instance.schedule = timing_schedule(data)
+            # A one-off already past is refused (validation.past_run_at_error) when it is new
+            # or changed, beside "Once at", with this page's way to run a job now.
+            self.instance.schedule.saved_run_at = previous
+            self.instance.schedule.past_hint = validation.PAST_RUN_AT_ADMIN_HINT
             cron, rrule = self.instance.schedule.cron, self.instance.schedule.rrule
             if cron:
                 # The bound field copied its help text when fields were cleaned.

@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling.api import OneLineCommand, parse_instant
+from scheduling.api import OneLineCommand, parse_timing_options
 from subscriptions import payments, pricing, selectors, services
 from subscriptions.models import SubscriptionJobStatus
 
@@ -117,13 +117,17 @@ class Command(OneLineCommand):
         for key, parse in (
             ("quantity", lambda: parse_int(o["quantity"], field="quantity")),
             ("price", lambda: pricing.parse_price(o["price"], field="price")),
-            ("start", lambda: parse_instant(o["start"], field="starts_at")),
-            ("end", lambda: parse_instant(o["end"], field="ends_at")),
         ):
             try:
                 values[key] = parse()
             except ValidationError as exc:
                 errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+        try:  # --start and --end read as ``jobs add`` reads them, with its refusals
+            window = parse_timing_options({"start": o["start"], "end": o["end"]}, now=now)
+        except ValidationError as exc:
+            errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+        else:
+            values["start"], values["end"] = window.get("starts_at"), window.get("ends_at")
         if errors:
             raise ValidationError(errors)
         subscription = services.create_subscription(

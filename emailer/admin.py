@@ -38,18 +38,17 @@ from emailer.models import (
 )
 from scheduling.api import (
     ContentSecurityPolicyAdmin,
+    ReadableTimesAdmin,
     TaskTableAdmin,
-    ago,
-    instant,
     jobs_for_row,
+    shown_time,
 )
 
 
 def _when(moment: Any) -> str:
-    """A time as the engine's pages show it: relative, with the exact instant on hover."""
-    if moment is None:
-        return "-"
-    return format_html('<span title="{}">{}</span>', instant(moment), ago(moment, timezone.now()))
+    """A time as the engine's pages show it: the instant to the second, its zone named, and
+    the time from now beside it (``scheduling.api.shown_time``)."""
+    return shown_time(moment)
 
 
 def _outcome(history: SendEmailHistory | None) -> str:
@@ -108,7 +107,7 @@ INLINE_LIMIT = 200
 SHOWN_REFUSALS = 50
 
 
-class ParticipantInline(admin.TabularInline):
+class ParticipantInline(ReadableTimesAdmin, admin.TabularInline):
     model = Participant
     fields = ("email", "name", "status", "unsubscribed_at")
     readonly_fields = ("unsubscribed_at",)
@@ -156,7 +155,9 @@ class ImportForm(forms.Form):
 
 
 @admin.register(Project)
-class ProjectAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin):
+class ProjectAdmin(
+    ReadableTimesAdmin, ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin
+):
     list_display = ("name", "state", "participant_count", "task_count", "created_at")
     list_filter = ("state",)
     search_fields = ("name",)
@@ -291,7 +292,7 @@ class ProjectAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin)
 
 
 @admin.register(Participant)
-class ParticipantAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class ParticipantAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
     list_display = ("email", "name", "status", "project", "unsubscribed_at")
     list_filter = ("project", "status", ("unsubscribed_at", admin.EmptyFieldListFilter))
     search_fields = ("email", "name")
@@ -338,11 +339,14 @@ class SendEmailTaskForm(forms.ModelForm):
 
 
 @admin.register(SendEmailTask)
-class SendEmailTaskAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin):
+class SendEmailTaskAdmin(
+    ReadableTimesAdmin, ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin
+):
     form = SendEmailTaskForm
 
     class Media:
         css = {"all": ("emailer/emailer.css",)}
+
     # What decides a click; the sending knobs are on the task's page.
     list_display = ("name", "project", "schedule", "next_run", "last_run")
     list_filter = ("project",)
@@ -490,7 +494,7 @@ class SendEmailTaskAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.Model
 
 
 @admin.register(SendEmailHistory)
-class SendEmailHistoryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class SendEmailHistoryAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """One row per run, with live counts; read-only, like all history."""
 
     # What decides a click; attempts, exact times and the full reason are on the row's page.
@@ -545,7 +549,7 @@ class SendEmailHistoryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class DeliveryAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """The per-participant ledger; read-only."""
 
     # What decides a click; the server's reply, the tries and the times are on the row's page.

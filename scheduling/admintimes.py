@@ -208,17 +208,19 @@ class ReadableTimesAdmin:
         return self._times_get_fieldsets(request, found, obj)
 
     def get_exclude(self, request: HttpRequest, obj: Any = None) -> Any:
-        """Keep out of the form every date-time field the page shows as a column: the
-        read-only ones, and on a view-only page all of them (Django excludes the read-only
-        fields by what it was given, which are the columns, not the fields' names)."""
+        """Keep out of the form every date-time field the page shows as a column. Django
+        excludes read-only fields by what it was given, which are the columns: their names go
+        too, or the form would edit what the page shows read-only. On a view-only page the
+        form keeps every other field (Django lists the page's fields from it) and the columns
+        its fieldsets name are left out."""
         excluded = super().get_exclude(request, obj)  # type: ignore[misc]
         if excluded is None:  # Django then takes the form's own, which a list here replaces
             excluded = getattr(getattr(self.form, "_meta", None), "exclude", None)  # type: ignore[attr-defined]
+        readonly = self.get_readonly_fields(request, obj)
+        columns = [column for column in readonly if isinstance(column, TimeColumn)]
+        names = [column.field.name for column in columns]
         if self._view_only(request, obj):
-            shown = self._columns()
-        else:
-            readonly = self.get_readonly_fields(request, obj)
-            shown = [column for column in readonly if isinstance(column, TimeColumn)]
-        if not shown:
+            columns = self._columns()
+        if not columns:
             return excluded
-        return [*(excluded or ()), *shown, *(column.field.name for column in shown)]
+        return [*(excluded or ()), *columns, *names]

@@ -20,7 +20,9 @@ a worked example.
   from argparse or a ``ValidationError``, is one line naming the option), ``parse_instant``
   (an ISO-8601 instant with an offset, naming the field when it is not), ``positive_int`` and
   ``error_line`` (a ``ValidationError`` as one line, each field named with the option that set
-  it), the same as the engine's own commands use.
+  it), ``text_table`` (rows under headers, each column as wide as its longest value: nothing
+  cut) and ``shown_value`` (a value as text: JSON as compact JSON, never a Python repr), the
+  same as the engine's own commands use.
 - Run it: a runner receives its row and a ``RunContext`` (ids, the occurrence's due time, the
   attempt number, the last checkpoint, ``save_checkpoint``, ``progress`` and
   ``report_failures``), never the ledger's ORM rows or Celery objects. Raise
@@ -70,7 +72,7 @@ from scheduling import ledger
 from scheduling.admintimes import ReadableTimesAdmin, ZonedSplitDateTime
 from scheduling.admintimes import shown as shown_time
 from scheduling.celeryapp import celery_app
-from scheduling.cli import OneLineCommand, positive_int
+from scheduling.cli import OneLineCommand, positive_int, shown_value, text_table
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.csp import with_csp as with_content_security_policy
 from scheduling.djangotasks.options import task_options
@@ -126,9 +128,11 @@ __all__ = [
     "schedule_row",
     "schedule_task",
     "shown_time",
+    "shown_value",
     "span",
     "task_options",
     "task_table",
+    "text_table",
     "unschedule",
     "unschedule_row",
     "when",

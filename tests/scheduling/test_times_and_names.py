@@ -252,3 +252,15 @@ def test_a_zone_that_is_not_one_is_refused_naming_the_option() -> None:
 
 def _json(*argv: str) -> Any:
     return json.loads(call(*argv, "--json"))
+
+
+def test_a_view_only_page_shows_each_time_once(admin_client: Client) -> None:
+    job = chore_job()
+    execution = Execution.objects.create(
+        job=job, task=job.task, scheduled_for=datetime(2026, 11, 25, 16, 35, 7, tzinfo=UTC)
+    )
+    text = admin_client.get(f"/admin/scheduling/execution/{execution.pk}/change/").content
+    page = text.decode()
+    assert page.count('<div class="readonly"><time datetime="2026-11-25T16:35:07+00:00"') == 1
+    for field in ("scheduled_for", "created_at", "started_at", "updated_at"):
+        assert page.count(f"field-{field}") == 1, field

@@ -16,7 +16,7 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 from typing import Any, NoReturn
 
 from django.core.exceptions import ValidationError
@@ -99,6 +99,19 @@ def shown_value(value: Any) -> str:
     if isinstance(value, (dict, list, tuple, bool)):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return str(value)
+
+
+def iso_instant(text: str | None, zone: tzinfo | None = None) -> str:
+    """An instant of a command's JSON (ISO 8601) as its text prints it, by ``readable``'s
+    rule; "-" for none, and the ledger's words for a time past the calendar's ends
+    ("infinity", ``scheduling.ledger.pgtimes``) as they are."""
+    if not text:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    return readable.instant(moment, zone)
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from scheduling import readable
-from scheduling.cli import add_zone_option, zone_option
+from scheduling.cli import add_zone_option, iso_instant, zone_option
 from scheduling.management.base import DuecourseCommand
 from scheduling.stages import selectors
 
@@ -48,7 +48,7 @@ class Command(DuecourseCommand):
             error = e["last_error"].splitlines()[0] if e["last_error"] else ""
             due = _moment(e["scheduled_for"])
             lines.append(
-                f"{readable.instant(due, zone)} {e['title']:{width}} {e['status']:9} "
+                f"{iso_instant(e['scheduled_for'], zone)} {e['title']:{width}} {e['status']:9} "
                 f"retries={e['retry_count']} worker={e['worker'] or '-'} "
                 f"started={_after(e['started_at'], due)} "
                 f"finished={_after(e['finished_at'], due)} "
@@ -60,7 +60,10 @@ class Command(DuecourseCommand):
 
 
 def _moment(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text) if text else None
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:  # a time past the calendar's ends ("infinity"): no lag to say
+        return None
 
 
 def _after(text: str | None, due: datetime | None) -> str:

@@ -10,7 +10,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import api, readable
-from scheduling.cli import add_zone_option, shown_value, text_table, zone_option
+from scheduling.cli import add_zone_option, iso_instant, shown_value, text_table, zone_option
 from scheduling.management.base import DuecourseCommand, parse_instant
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap, Schedule
 from scheduling.rules import permissions
@@ -336,7 +336,7 @@ class Command(DuecourseCommand):
             if key != "recent_executions"
         )
         text += "\nrecent executions:\n" + "\n".join(
-            f"  {readable.instant(_moment(e['scheduled_for']), zone)} {e['status']} "
+            f"  {iso_instant(e['scheduled_for'], zone)} {e['status']} "
             f"retries={e['retry_count']}"
             f"{' ' + e['last_error'].splitlines()[0] if e['last_error'] else ''}"
             for e in data["recent_executions"]
@@ -383,10 +383,6 @@ class Command(DuecourseCommand):
         self.emit(data, f"removed {data['name']!r}", as_json=o["json"])
 
 
-def _moment(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text) if text else None
-
-
 #: ``job_summary``'s keys that hold an instant (ISO-8601 text, UTC).
 _INSTANTS = ("next_due_at", "next_occurrence_at", "last_keepalive_at", "created_at")
 
@@ -395,7 +391,7 @@ def _shown(key: str, value: Any, zone: Any, schedule: Schedule) -> str:
     """One line of ``jobs show``: an instant by ``readable``'s rule in ``--tz``; the schedule
     in words, then as JSON; every other value as ``shown_value`` prints it."""
     if key in _INSTANTS:
-        return readable.instant(_moment(value), zone)
+        return iso_instant(value, zone)
     if key == "schedule":
         return f"{selectors.describe_schedule(schedule, zone)} {shown_value(value)}"
     return shown_value(value)

@@ -80,7 +80,7 @@ class Schedule(models.Model):
         if self.interval:
             text = readable.describe_interval(self.interval)
         elif self.cron:
-            text = f"{readable.describe_cron(self.cron)} ({self.timezone})"
+            text = f"cron {self.cron!r} ({self.timezone})"
         else:
             text = f"once at {readable.instant(self.run_at)}" if self.run_at else "once"
         return text

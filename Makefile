@@ -13,15 +13,16 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
 # time is spent waiting on real workers, schedulers and servers, not on the CPU. 0: one process.
 TEST_WORKERS ?= 2
 # The embedded default is a product path too: the claim, attempt and policy specifications, the
-# dashboard's reads, history pruning and the emailer's runs (its ledger statements are written
-# for both databases) run on SQLite as well (SQLITE=0 skips that pass).
+# dashboard's reads, history pruning, backfill and the emailer's runs (its ledger statements are
+# written for both databases) run on SQLite as well (SQLITE=0 skips that pass).
 SQLITE ?= 1
 SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.py \
 	tests/scheduling/test_validation.py tests/scheduling/test_api.py \
 	tests/scheduling/test_dashboard.py tests/scheduling/test_retention.py \
 	tests/emailer/test_runs.py tests/subscriptions/test_renewals.py \
 	tests/scheduling/test_checks.py tests/scheduling/test_argument_limits.py \
-	tests/scheduling/test_running_limits.py tests/scheduling/test_ledger.py
+	tests/scheduling/test_running_limits.py tests/scheduling/test_ledger.py \
+	tests/scheduling/test_backfill.py
 
 .PHONY: run test lint bench install print-sqlite-tests
 

@@ -14,8 +14,10 @@ a worked example.
   calls made for an ``owner`` hold people to it (``scheduling.rules.permissions``).
 - Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
   ``Once``) and a ``Policies`` value.
-- Operate it: ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``, and read it with
-  ``jobs_for_row`` and ``executions``.
+- Operate it: ``edit``, ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``,
+  ``backfill`` (the past occurrences of a range that the ledger does not hold), and read it
+  with ``jobs_for_row``, ``executions`` and ``history``. Every change is written to
+  the job's audit trail with source ``api``, by the user passed as ``by`` (else ``system``).
 - Command lines of your own: ``OneLineCommand`` (a management command whose every refusal,
   from argparse or a ``ValidationError``, is one line naming the option), ``parse_instant``
   (an ISO-8601 instant with an offset, naming the field when it is not), ``positive_int`` and
@@ -77,7 +79,7 @@ from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.csp import with_csp as with_content_security_policy
 from scheduling.djangotasks.options import task_options
 from scheduling.errors import Fenced
-from scheduling.models import Job, Schedule
+from scheduling.models import ChangeSource, Job, Schedule
 from scheduling.readable import ago, caption, describe_cron, describe_interval, instant, span, when
 from scheduling.rules import permissions, tasktables
 from scheduling.rules.registry import PermanentError
@@ -85,12 +87,15 @@ from scheduling.rules.validation import first_error as error_line
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
 from scheduling.selections import IdSelectionAdmin
+from scheduling.stages import audit as _audit
+from scheduling.stages import backfill as _backfill
 from scheduling.stages import jobs as _jobs
 from scheduling.timing.values import Cron, Every, Once, Timing, parse_instant
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
     "SYSTEM_OWNER",
+    "BackfillResult",
     "ContentSecurityPolicyAdmin",
     "Cron",
     "Every",
@@ -109,12 +114,15 @@ __all__ = [
     "Timing",
     "ZonedSplitDateTime",
     "ago",
+    "backfill",
     "cancel",
     "caption",
     "describe_cron",
     "describe_interval",
+    "edit",
     "error_line",
     "executions",
+    "history",
     "instant",
     "job",
     "jobs_for_row",
@@ -141,10 +149,18 @@ __all__ = [
 
 SYSTEM_OWNER = _jobs.SYSTEM_OWNER
 Policies = _jobs.Policies
+BackfillResult = _backfill.BackfillResult
 JobInfo = _jobs.JobInfo
 ExecutionInfo = _jobs.ExecutionInfo
 
 R = TypeVar("R", bound=Callable[..., Any])
+
+
+def _actor(by: Any) -> _audit.Actor:
+    """Who a call of this API is, for the audit trail: the user it names, or code."""
+    return _audit.CODE if by is None else _audit.Actor.user(by, source=ChangeSource.API)
+
+
 JobRef = int | _jobs.JobInfo
 
 
@@ -244,6 +260,7 @@ def schedule_row(
     name: str | None = None,
     owner: Any = None,
     now: datetime | None = None,
+    by: Any = None,
 ) -> _jobs.JobInfo:
     """Make a job that runs ``row`` (of a registered task table) on ``timing``.
 
@@ -252,7 +269,9 @@ def schedule_row(
     A job made for an ``owner`` is held to what that user may target, as in the admin.
     """
     target = _jobs.Target(task_table=tasktables.label_of(type(row)), task_row_id=row.pk)
-    return _schedule(target, timing=timing, policies=policies, name=name, owner=owner, now=now)
+    return _schedule(
+        target, timing=timing, policies=policies, name=name, owner=owner, now=now, by=by
+    )
 
 
 def schedule_task(
@@ -265,14 +284,18 @@ def schedule_task(
     name: str | None = None,
     owner: Any = None,
     now: datetime | None = None,
+    by: Any = None,
 ) -> _jobs.JobInfo:
     """Make a job that calls the schedulable task ``task`` (its name, or the task itself).
 
     A job made for an ``owner`` is held to what that user may target, as in the admin.
+    ``by`` is the user the audit trail names as its maker (``system`` when None).
     """
     task_name = task if isinstance(task, str) else task.name
     target = _jobs.Target(task=task_name, args=list(args), kwargs=dict(kwargs or {}))
-    return _schedule(target, timing=timing, policies=policies, name=name, owner=owner, now=now)
+    return _schedule(
+        target, timing=timing, policies=policies, name=name, owner=owner, now=now, by=by
+    )
 
 
 def _schedule(
@@ -283,6 +306,7 @@ def _schedule(
     name: str | None,
     owner: Any,
     now: datetime | None,
+    by: Any = None,
 ) -> _jobs.JobInfo:
     """Fill in what code may leave out (owner, name, policies, now), then ``create_job``."""
     if owner is not None:
@@ -307,6 +331,7 @@ def _schedule(
         policies=policies or _jobs.Policies(),
         now=now or timezone.now(),
         query_constraints=False,
+        by=_actor(by),
     )
     return _jobs.JobInfo.of(created)
 
@@ -335,14 +360,32 @@ def jobs_for_row(row: Any, *, visible_to: Any = None) -> list[_jobs.JobInfo]:
     return _jobs.jobs_for_row(tasktables.label_of(type(row)), row.pk, viewer=visible_to)
 
 
-def pause(job: JobRef, *, reason: str = "") -> bool:
+def edit(job: JobRef, *, timing: Timing | None = None, by: Any = None, **changes: Any) -> JobInfo:
+    """Change the job in place: a new ``timing`` and/or the fields named in ``changes``
+    (``task``, ``args``, ``kwargs``, ``max_retries``, ``timeout``, ``jitter``, ``misfire``,
+    ``overlap``, ``queue``, ``priority``, ``expires``, ``note``, ``max_running``,
+    ``pause_after_failures``, ``name``, ``owner``, ...). Raises ``ValidationError`` naming the
+    field; its history stays. ``by`` is the user the audit trail names (``system`` when None).
+    """
+    fields = None
+    if timing is not None:
+        fields = {"interval": "", "cron": "", "run_at": None, "starts_at": None, "ends_at": None}
+        fields.update(timing.schedule_fields())
+    edited = _jobs.edit_job(
+        job=_get(job), now=timezone.now(), timing=fields, by=_actor(by), **changes
+    )
+    return _jobs.JobInfo.of(edited)
+
+
+def pause(job: JobRef, *, reason: str = "", by: Any = None) -> bool:
     """Stop claiming the job's occurrences; False when it was not active."""
-    return _jobs.pause_job(job=_get(job), now=timezone.now(), reason=reason)
+    return _jobs.pause_job(job=_get(job), now=timezone.now(), reason=reason, by=_actor(by))
 
 
-def resume(job: JobRef) -> bool:
-    """Claim the job again; its misfire policy decides what the pause missed."""
-    return _jobs.resume_job(job=_get(job), now=timezone.now())
+def resume(job: JobRef, *, by: Any = None) -> bool:
+    """Claim the job again; its misfire policy decides what the pause missed, and its count
+    of failed occurrences in a row starts again from zero."""
+    return _jobs.resume_job(job=_get(job), now=timezone.now(), by=_actor(by))
 
 
 def run_now(job: JobRef) -> int:
@@ -356,14 +399,29 @@ def run_now(job: JobRef) -> int:
     return execution_id
 
 
+def backfill(
+    job: JobRef, *, start: datetime, end: datetime, now: datetime, dry_run: bool = False
+) -> _backfill.BackfillResult:
+    """Make the job's occurrences in ``[start, end)`` that the ledger does not hold yet.
+
+    Each is one execution under the one-per-occurrence key, made WAITING: the scheduler
+    releases them oldest first under the job's overlap policy and running limits, and
+    publishes them as any other. ``end`` may not be later than ``now``; a range holding more
+    than ``SCHEDULING_BACKFILL_MAX`` occurrences is refused (``ValidationError`` naming
+    ``start``, ``end`` or ``range``). With ``dry_run`` nothing is written; the result says
+    what would be.
+    """
+    return _backfill.backfill_job(job=_get(job), start=start, end=end, now=now, dry_run=dry_run)
+
+
 def cancel(job: JobRef, *, reason: str = "cancelled") -> int:
     """Cancel the job's queued and running executions; returns how many were cancelled."""
     return _jobs.cancel_job(job_id=_id(job), reason=reason, now=timezone.now())
 
 
-def unschedule(job: JobRef) -> None:
-    """Delete the job and its history."""
-    _jobs.remove_job(job=_get(job))
+def unschedule(job: JobRef, *, by: Any = None) -> None:
+    """Delete the job and its history of executions (its audit trail stays)."""
+    _jobs.remove_job(job=_get(job), now=timezone.now(), by=_actor(by))
 
 
 def unschedule_row(row: Any) -> int:
@@ -376,3 +434,9 @@ def executions(
 ) -> list[_jobs.ExecutionInfo]:
     """The job's executions, newest first, with their attempt counts."""
     return _jobs.executions(_id(job), limit=limit, status=status)
+
+
+def history(job: JobRef, *, limit: int = 100) -> list[dict[str, Any]]:
+    """The job's audit trail, newest first: ``at``, ``who``, ``source``, ``action`` and
+    ``changes`` (each field's ``from`` and ``to``), as ``manage.py jobs history --json``."""
+    return [_audit.as_dict(c) for c in _audit.trail(job_id=_id(job), limit=limit)]

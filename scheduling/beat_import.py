@@ -31,9 +31,10 @@ from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
-from scheduling.models import Job, JobStatus, Schedule
+from scheduling.models import Job, JobChangeAction, JobStatus, Schedule
 from scheduling.rules.validation import first_error
-from scheduling.stages import jobs
+from scheduling.stages import audit, jobs
+from scheduling.stages.audit import Actor
 from scheduling.timing.schedules import Misfire, ScheduleError, timing_from
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def _differences(job: Job, spec: Spec) -> list[str]:
     return changed
 
 
-def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime) -> Job:
+def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime, by: Actor) -> Job:
     s = spec.schedule
     job = jobs.create_job(
         owner=owner,
@@ -237,6 +238,7 @@ def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime) -> Job:
             note=spec.job["note"],
         ),
         now=now,
+        by=by,
     )
     fields: dict[str, Any] = {"execute_count": spec.execute_count}
     if s["run_at"] and spec.ran:
@@ -250,11 +252,12 @@ def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime) -> Job:
         # Carry beat's cadence: the first occurrence after now on the grid of its last run.
         jobs.replan_job(job=job, now=now + timedelta(microseconds=1))
     if not spec.active:
-        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON)
+        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON, by=by)
     return job
 
 
-def _update(job: Job, spec: Spec, changed: list[str], *, now: datetime) -> None:
+def _update(job: Job, spec: Spec, changed: list[str], *, now: datetime, by: Actor) -> None:
+    before = audit.snapshot(job)
     schedule = job.schedule
     timing_changed = any(f in SCHEDULE_FIELDS for f in changed)
     if timing_changed:
@@ -271,22 +274,31 @@ def _update(job: Job, spec: Spec, changed: list[str], *, now: datetime) -> None:
     job.save()
     if timing_changed:
         jobs.replan_job(job=job, now=now)
+    audit.record(
+        job=job,
+        action=JobChangeAction.CHANGED,
+        by=by,
+        now=now,
+        changes=audit.differences(before, audit.snapshot(job)),
+    )
 
 
-def _sync_status(job: Job, spec: Spec, *, now: datetime) -> str | None:
+def _sync_status(job: Job, spec: Spec, *, now: datetime, by: Actor) -> str | None:
     """Follow the row's ``enabled`` unless the import itself disabled the row."""
     if SOURCE_DISABLED in job.note or job.status == JobStatus.COMPLETED:
         return None
     if spec.active and job.status == JobStatus.PAUSED and job.pause_reason == PAUSE_REASON:
-        jobs.resume_job(job=job, now=now)
+        jobs.resume_job(job=job, now=now, by=by)
         return "enabled"
     if not spec.active and job.status == JobStatus.ACTIVE:
-        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON)
+        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON, by=by)
         return "enabled"
     return None
 
 
-def _import_row(row: PeriodicTask, *, owner: Any, now: datetime, disable_source: bool) -> RowResult:
+def _import_row(
+    row: PeriodicTask, *, owner: Any, now: datetime, disable_source: bool, by: Actor
+) -> RowResult:
     try:
         spec = spec_of(row, now=now)
     except Unmappable as exc:
@@ -302,7 +314,7 @@ def _import_row(row: PeriodicTask, *, owner: Any, now: datetime, disable_source:
     try:
         with transaction.atomic():
             if existing is None:
-                job = _create(row, spec, owner=owner, now=now)
+                job = _create(row, spec, owner=owner, now=now, by=by)
                 result.action = "created"
             else:
                 job = existing
@@ -312,8 +324,8 @@ def _import_row(row: PeriodicTask, *, owner: Any, now: datetime, disable_source:
                     spec.schedule["run_at"] = job.schedule.run_at
                 result.changed = _differences(job, spec)
                 if result.changed:
-                    _update(job, spec, result.changed, now=now)
-                status = _sync_status(job, spec, now=now)
+                    _update(job, spec, result.changed, now=now, by=by)
+                status = _sync_status(job, spec, now=now, by=by)
                 if status:
                     result.changed.append(status)
                 if result.changed:
@@ -391,14 +403,31 @@ def check_source() -> None:
 
 
 def import_beat(
-    *, owner: Any, now: datetime, dry_run: bool = False, disable_source: bool = False
+    *,
+    owner: Any,
+    now: datetime,
+    dry_run: bool = False,
+    disable_source: bool = False,
+    by: Actor | None = None,
 ) -> list[RowResult]:
-    """Import every PeriodicTask row; with ``dry_run`` report the same and roll it all back."""
+    """Import every PeriodicTask row; with ``dry_run`` report the same and roll it all back.
+
+    Each job made, changed, paused or resumed is recorded in the audit trail with ``by``
+    (``manage.py import_beat``: the operating system's user; code when None).
+    """
     check_source()
     results: list[RowResult] = []
     with transaction.atomic():
         for row in periodic_tasks():
-            results.append(_import_row(row, owner=owner, now=now, disable_source=disable_source))
+            results.append(
+                _import_row(
+                    row,
+                    owner=owner,
+                    now=now,
+                    disable_source=disable_source,
+                    by=by or audit.CODE,
+                )
+            )
         if dry_run:
             transaction.set_rollback(True)
     return results

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -35,8 +36,10 @@ class Knob:
     """One setting: its default, its type, what it means, and the values it accepts.
 
     ``minimum`` and ``maximum`` bound a number (both included); ``max_length`` bounds text,
-    which may hold no control characters. The range is stated once, here: ``get`` refuses a
-    value outside it, the ``scheduling.E008`` system check names it, and docs/install.md's
+    which may hold no control characters. A ``timedelta`` knob is a length of time, given as
+    a ``timedelta`` or a number of days, bounded in days; ``nullable`` lets it be None
+    (forever). The range is stated once, here: ``get`` refuses a value outside it, the
+    ``scheduling.E008`` system check names it, and docs/install.md's
     settings table states it (a test compares the two).
     """
 
@@ -46,9 +49,14 @@ class Knob:
     minimum: float | None = None
     maximum: float | None = None
     max_length: int = 255
+    nullable: bool = False
 
     def range_text(self) -> str:
         """The accepted values in words, as docs/install.md's settings table states them."""
+        if self.kind is timedelta:
+            low, high = _number_text(self.minimum), _number_text(self.maximum)
+            never = ", or None (forever)" if self.nullable else ""
+            return f"a timedelta or a number of days, from {low} to {high} days{never}"
         if self.kind is bool:
             return "true or false"
         if self.kind is dict:
@@ -66,6 +74,15 @@ class Knob:
             value = self.coerce(raw)
         except ValueError as exc:
             return str(exc)
+        if value is None:
+            return None
+        if self.kind is timedelta:
+            days = value.total_seconds() / 86_400
+            if (self.minimum is not None and days < self.minimum) or (
+                self.maximum is not None and days > self.maximum
+            ):
+                return "is out of range"
+            return None
         if self.kind is str:
             if len(value) > self.max_length:
                 return f"is {len(value)} characters long"
@@ -93,6 +110,16 @@ class Knob:
         Raises ValueError saying what was expected: a bool is not a number, a number is not a
         bool, and a number must be finite (and whole, for a whole-number knob).
         """
+        if raw is None and self.nullable:
+            return None
+        if self.kind is timedelta:
+            if isinstance(raw, timedelta):
+                return raw
+            days = Knob(0, float, "").coerce(raw)
+            try:
+                return timedelta(days=days)
+            except OverflowError:
+                raise ValueError("is too large") from None
         if self.kind is str:
             if not isinstance(raw, str):
                 raise ValueError(f"is a {type(raw).__name__}, not text")
@@ -289,6 +316,14 @@ KNOBS: dict[str, Knob] = {
         1,
         10_000,
     ),
+    "BACKFILL_MAX": Knob(
+        1000,
+        int,
+        "Most occurrences one backfill may make (``jobs backfill``, the admin's Backfill "
+        "action); a range holding more is refused, naming the count.",
+        1,
+        1_000_000,
+    ),
     "OWNER_MAX_RUNNING": Knob(
         0,
         int,
@@ -321,6 +356,15 @@ KNOBS: dict[str, Knob] = {
         "JSON; larger values are refused at every door and failed at the claim.",
         64,
         16 * 1024 * 1024,
+    ),
+    "AUDIT_RETENTION": Knob(
+        timedelta(days=365),
+        timedelta,
+        "How long the audit trail of jobs (who changed what) is kept: manage.py prune_history "
+        "deletes older changes, whatever its --older-than says of executions (None: forever).",
+        1,
+        36_500,
+        nullable=True,
     ),
 }
 

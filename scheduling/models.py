@@ -136,6 +136,12 @@ class JobStatus(models.TextChoices):
     COMPLETED = "completed"  # its schedule is over (one-off done, or past its end)
 
 
+class PauseKind(models.TextChoices):
+    NONE = ""  # not paused, or paused by the claim for a row it could not plan
+    MANUAL = "manual"  # a person (admin, command line) or code (scheduling.api) paused it
+    FAILURES = "failures"  # paused itself after pause_after_failures failed occurrences in a row
+
+
 class Overlap(models.TextChoices):
     FORBID = "forbid"  # the next occurrence waits until the current execution finishes
     ALLOW = "allow"  # occurrences run side by side
@@ -214,12 +220,37 @@ class Job(models.Model):
         help_text="Seconds after its due time past which an occurrence is skipped, not run late.",
     )
     pause_reason = models.CharField(max_length=500, blank=True, default="", db_default="")
+    pause_after_failures = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Pause the job after this many failed occurrences in a row (empty: never).",
+    )
+    consecutive_failures = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text="Failed occurrences since the last success or resume "
+        "(scheduling.stages.failures).",
+    )
+    pause_kind = models.CharField(
+        max_length=16,
+        choices=PauseKind.choices,
+        blank=True,
+        default=PauseKind.NONE,
+        db_default=PauseKind.NONE,
+        editable=False,
+        help_text="Who paused it: a person or code (manual), or its own failures.",
+    )
     created_at = models.DateTimeField(default=current_time, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["owner", "name"], name="job_name_unique_per_owner"),
+            models.CheckConstraint(
+                name="job_pause_kind_valid", condition=Q(pause_kind__in=PauseKind.values)
+            ),
             models.CheckConstraint(
                 name="job_status_valid", condition=Q(status__in=JobStatus.values)
             ),
@@ -246,6 +277,13 @@ class Job(models.Model):
                 fields=["next_due_at"],
                 name="job_due_idx",
                 condition=Q(status="active", current_execution__isnull=True),
+            ),
+            # overview.paused_after_failures: "jobs that paused themselves after failures";
+            # partial, so it holds only those rows.
+            models.Index(
+                fields=["updated_at"],
+                name="job_paused_failures_idx",
+                condition=Q(status="paused", pause_kind="failures"),
             ),
         ]
 
@@ -514,3 +552,68 @@ class SchedulerState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} @ {self.last_tick_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ChangeSource(models.TextChoices):
+    ADMIN = "admin"  # the admin's forms and actions, by the signed-in user
+    COMMAND = "command"  # manage.py, by the operating system's user who ran it
+    API = "api"  # scheduling.api, called by code (a domain app)
+    SYSTEM = "system"  # the engine itself (a job that paused itself after failures)
+
+
+class JobChangeAction(models.TextChoices):
+    CREATED = "created"  # the job was made; its changes hold the initial values
+    CHANGED = "changed"  # fields were edited (timing, target, policies, owner, name)
+    PAUSED = "paused"  # it stopped firing (by a person, code, or its own failures)
+    RESUMED = "resumed"  # it was made active again
+    REMOVED = "removed"  # it was deleted; the trail stays, its job link emptied
+
+
+class JobChange(models.Model):
+    """One change of a job's definition or state, by whom, from where, field by field.
+
+    The audit trail (``scheduling.stages.audit``): written by the job verbs of
+    ``scheduling.stages.jobs`` in the same transaction as the change, so the admin, the
+    command line and ``scheduling.api`` are covered by one writer, and by the engine when a
+    job pauses itself after failures. ``changes`` maps each field to ``{"from": …, "to": …}``
+    in JSON (each value bounded in size). A removed job's rows stay, with ``job`` emptied and
+    its name kept in ``job_name``; the trail is pruned by its own retention
+    (``SCHEDULING_AUDIT_RETENTION``), never by the executions'.
+    """
+
+    job = models.ForeignKey(
+        Job,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="changes",
+        db_index=False,  # the (job, at) index serves job lookups
+    )
+    job_name = models.CharField(max_length=200, help_text="The job's name at the change.")
+    at = models.DateTimeField(default=current_time)
+    who = models.CharField(
+        max_length=150, help_text="A username, the command line's OS user, or system."
+    )
+    source = models.CharField(max_length=16, choices=ChangeSource.choices)
+    action = models.CharField(max_length=16, choices=JobChangeAction.choices)
+    changes = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                name="job_change_source_valid", condition=Q(source__in=ChangeSource.values)
+            ),
+            models.CheckConstraint(
+                name="job_change_action_valid", condition=Q(action__in=JobChangeAction.values)
+            ),
+        ]
+        indexes = [
+            # audit.trail: "a job's changes, newest first" (jobs history, the admin's page).
+            models.Index(fields=["job", "-at", "-id"], name="job_change_job_idx"),
+            # audit.prune_trail: "changes older than the retention, oldest first".
+            models.Index(fields=["at"], name="job_change_at_idx"),
+        ]
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.action} by {self.who} @ {self.at:%Y-%m-%d %H:%M:%S}"

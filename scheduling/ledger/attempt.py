@@ -236,7 +236,8 @@ def held_after_crash(execution_id: int, *, lease: float) -> float | None:
 
 
 # -- complete: the successful end of the running attempt (of attempt ``attempt`` when given),
-#    its result merged into what earlier attempts left, the run counted and the job released.
+#    its result merged into what earlier attempts left, the run counted, the job's run of
+#    failures ended (``stages.failures``) and the job released.
 COMPLETE = ledger.Statement(
     postgresql=f"""
     WITH done AS (
@@ -258,6 +259,7 @@ COMPLETE = ledger.Statement(
     ), job AS (
         UPDATE {JOB} j
            SET execute_count = j.execute_count + 1,
+               consecutive_failures = 0,
                last_keepalive_at = %(now)s,
                current_execution_id = NULLIF(j.current_execution_id, d.id)
           FROM done d WHERE j.id = d.job_id
@@ -327,6 +329,7 @@ def release_job(execution: Execution, *, now: datetime) -> None:
     }
     if execution.status == ExecutionStatus.COMPLETED:
         updates["execute_count"] = F("execute_count") + 1
+        updates["consecutive_failures"] = 0  # a success ends a run of failures
     Job.objects.filter(pk=execution.job_id).update(**updates)
 
 

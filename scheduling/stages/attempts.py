@@ -38,7 +38,7 @@ from scheduling.models import (
     Execution,
     ExecutionStatus,
 )
-from scheduling.stages import limits
+from scheduling.stages import failures, limits
 from scheduling.timing import schedules
 
 logger = logging.getLogger("scheduling")
@@ -362,6 +362,9 @@ def fail_attempt(
         _finish_attempt(execution_id, outcome, error, now)
         if execution.status == ExecutionStatus.FAILED:
             _release_job(execution, now=now)
+            if execution.job_id is not None:
+                # Counted with the failure itself: the job's row lock orders concurrent ends.
+                failures.count_failure(job_id=execution.job_id, error=error, now=now)
     logger.log(
         logging.ERROR if execution.status == ExecutionStatus.FAILED else logging.WARNING,
         "execution.%s execution=%s outcome=%s retry_count=%s retry_at=%s error=%s",

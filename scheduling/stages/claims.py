@@ -42,6 +42,7 @@ from scheduling.rules.validation import (
     queue_line,
     target_error,
 )
+from scheduling.stages import failures
 from scheduling.timing import schedules
 from scheduling.timing.schedules import FiringRule, Misfire, ScheduleError
 
@@ -474,6 +475,14 @@ def _write(due: Sequence[_Due], *, now: datetime) -> None:
         for item in due
     ]
     _keep_inserted(due, claim_ledger.write_claim(now=now, executions=executions, jobs=jobs))
+    for item in due:
+        for execution in item.executions:
+            if execution["status"] == ExecutionStatus.FAILED:
+                # An occurrence the claim failed (its target or arguments refused) is a failed
+                # occurrence like any other (``failures``); the job's row is locked here.
+                failures.count_failure(
+                    job_id=item.row["pk"], error=execution["last_error"], now=now
+                )
 
 
 def _keep_inserted(due: Sequence[_Due], ids: dict[str, int]) -> None:

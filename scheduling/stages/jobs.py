@@ -20,6 +20,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count
+from django.utils import timezone
 
 from scheduling import conf
 from scheduling.models import (
@@ -27,15 +28,18 @@ from scheduling.models import (
     Execution,
     ExecutionStatus,
     Job,
+    JobChangeAction,
     JobStatus,
     Overlap,
+    PauseKind,
     Schedule,
 )
 from scheduling.rules import permissions
 from scheduling.rules.tasktables import TASK_ROW_TASK
 from scheduling.rules.validation import check_reason, check_target, storable
-from scheduling.stages import selectors
+from scheduling.stages import audit, selectors
 from scheduling.stages.attempts import cancel_execution
+from scheduling.stages.audit import Actor
 from scheduling.timing import schedules
 from scheduling.timing.schedules import FiringRule, Misfire
 
@@ -78,6 +82,9 @@ class Policies:
     note: str = ""
     #: Most of this job's executions running at once (None: no limit; ``scheduling.stages.limits``).
     max_running: int | None = None
+    #: Pause the job after this many failed occurrences in a row (None: never;
+    #: ``scheduling.stages.failures``).
+    pause_after_failures: int | None = None
 
     @classmethod
     def given(cls, **values: Any) -> Policies:
@@ -169,6 +176,7 @@ def create_job(
     policies: Policies,
     now: datetime,
     query_constraints: bool = True,
+    by: Actor | None = None,
 ) -> Job:
     """Validate and save a job (and its schedule unless it is saved), planned from ``now``.
 
@@ -183,6 +191,9 @@ def create_job(
     savepoints per constraint, for jobs made from code by the API: their values come from
     typed ``Policies`` and timing values, ``clean`` still checks every rule behind the
     constraints, and the database still enforces them on insert.
+
+    ``by`` is who makes it, for the audit trail (``scheduling.stages.audit``; code when None),
+    written as ``created`` with the first values in the same transaction.
     """
     job = Job(
         owner=owner,
@@ -209,6 +220,7 @@ def create_job(
         expires=policies.expires,
         note=policies.note,
         max_running=policies.max_running,
+        pause_after_failures=policies.pause_after_failures,
         created_at=now,
     )
     # Kept as ValidationError instances: their codes tell Django's generic messages from ours.
@@ -245,6 +257,7 @@ def create_job(
         job.save()
         plan_from(job, schedule.timing(), now=now, first=True)
         job.save()
+        audit.created(job=job, by=by or audit.CODE, now=now)
     logger.info("job.created job=%s name=%s next_due_at=%s", job.pk, job.name, job.next_due_at)
     return job
 
@@ -271,6 +284,7 @@ EDITABLE = frozenset(
         "expires",
         "note",
         "max_running",
+        "pause_after_failures",
     }
 )
 #: Schedule fields ``edit_job`` takes in ``timing``; giving one kind clears the other two.
@@ -287,6 +301,7 @@ def edit_job(
     now: datetime,
     timing: dict[str, Any] | None = None,
     schedule: Schedule | None = None,
+    by: Actor | None = None,
     **changes: Any,
 ) -> Job:
     """Change a job in place, only the given values, keeping its id and history.
@@ -297,7 +312,9 @@ def edit_job(
     the job to an existing schedule instead. Giving a task clears a task-table target and the
     other way round. Every reason is collected before anything is saved, with the rules of
     ``create_job``; when the timing or jitter changed, the next occurrence is planned again from
-    ``now`` (an unfinished execution still finishes first).
+    ``now`` (an unfinished execution still finishes first). Each field that changed, its
+    timing included, is written to the audit trail with ``by`` (code when None), in the
+    same transaction.
     """
     unknown = set(changes) - EDITABLE
     if unknown or set(timing or {}) - set(TIMING_FIELDS):
@@ -306,6 +323,7 @@ def edit_job(
         raise TypeError("edit_job takes timing or an existing schedule, not both")
     job = Job.objects.select_related("schedule", "owner").get(pk=job.pk)
     old_schedule = job.schedule
+    before = audit.snapshot(job)
     if changes.get("task_table"):
         changes.setdefault("task", TASK_ROW_TASK)
     elif changes.get("task") and changes["task"] != TASK_ROW_TASK:
@@ -367,6 +385,13 @@ def edit_job(
             _drop_if_unused(old_schedule, owner_id=job.owner_id)
         if replan:
             replan_job(job=job, now=now)
+        audit.record(
+            job=job,
+            action=JobChangeAction.CHANGED,
+            by=by or audit.CODE,
+            now=now,
+            changes=audit.differences(before, audit.snapshot(job)),
+        )
     logger.info("job.edited job=%s changed=%s", job.pk, ",".join(sorted(changes)) or "-")
     job.refresh_from_db()
     return job
@@ -409,50 +434,99 @@ def replan_job(*, job: Job, now: datetime) -> None:
     logger.info("job.replanned job=%s next_due_at=%s", job.pk, locked.next_due_at)
 
 
-def pause_job(*, job: Job, now: datetime, reason: str = "") -> bool:
+def pause_job(*, job: Job, now: datetime, reason: str = "", by: Actor | None = None) -> bool:
     """Stop an active job from firing, with a reason shown until it is resumed.
 
     The reason is refused (ValidationError on ``reason``) when it cannot be stored as one line:
-    it goes into the log as ``job.paused … reason=…``.
+    it goes into the log as ``job.paused … reason=…``. The pause is a person's or code's
+    (``PauseKind.MANUAL``), recorded in the audit trail with ``by`` (code when None).
     """
     check_reason(reason)
-    changed = Job.objects.filter(pk=job.pk, status=JobStatus.ACTIVE).update(
-        status=JobStatus.PAUSED, pause_reason=reason, updated_at=now
-    )
+    with transaction.atomic():
+        changed = Job.objects.filter(pk=job.pk, status=JobStatus.ACTIVE).update(
+            status=JobStatus.PAUSED,
+            pause_reason=reason,
+            pause_kind=PauseKind.MANUAL,
+            updated_at=now,
+        )
+        if changed:
+            audit.record(
+                job=job,
+                action=JobChangeAction.PAUSED,
+                by=by or audit.CODE,
+                now=now,
+                changes={
+                    "status": {"from": JobStatus.ACTIVE.value, "to": JobStatus.PAUSED.value},
+                    "pause_reason": {"from": job.pause_reason, "to": reason},
+                },
+            )
     if changed:
         logger.info("job.paused job=%s reason=%s", job.pk, reason or "-")
     return bool(changed)
 
 
-def resume_job(*, job: Job, now: datetime) -> bool:
-    """Make a paused job active again; its misfire policy decides what the pause missed."""
+def resume_job(*, job: Job, now: datetime, by: Actor | None = None) -> bool:
+    """Make a paused job active again; its misfire policy decides what the pause missed.
+
+    Its count of failed occurrences in a row starts again from zero (``stages.failures``),
+    whoever paused it; the resume is recorded in the audit trail with ``by`` (code when None).
+    """
     with transaction.atomic():
         locked = Job.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PAUSED).first()
         if locked is None:
             return False
+        reason, failed = locked.pause_reason, locked.consecutive_failures
         locked.status = JobStatus.ACTIVE
         locked.pause_reason = ""
+        locked.pause_kind = PauseKind.NONE
+        locked.consecutive_failures = 0
         if locked.next_occurrence_at is None:
             plan_from(locked, locked.schedule.timing(), now=now)
         locked.save(
             update_fields=[
                 "status",
                 "pause_reason",
+                "pause_kind",
+                "consecutive_failures",
                 "next_due_at",
                 "next_occurrence_at",
                 "updated_at",
             ]
+        )
+        changes = {
+            "status": {"from": JobStatus.PAUSED.value, "to": JobStatus.ACTIVE.value},
+            "pause_reason": {"from": reason, "to": ""},
+        }
+        if failed:
+            changes["consecutive_failures"] = {"from": failed, "to": 0}
+        audit.record(
+            job=locked,
+            action=JobChangeAction.RESUMED,
+            by=by or audit.CODE,
+            now=now,
+            changes=changes,
         )
     logger.info("job.resumed job=%s next_due_at=%s", job.pk, locked.next_due_at)
     job.refresh_from_db()
     return True
 
 
-def remove_job(*, job: Job) -> None:
-    """Delete the job, its history (by cascade) and its schedule when nothing else uses it."""
+def remove_job(*, job: Job, now: datetime | None = None, by: Actor | None = None) -> None:
+    """Delete the job, its history (by cascade) and its schedule when nothing else uses it.
+
+    Its audit trail stays: a ``removed`` row (with ``by``, code when None) is written first,
+    and the deletion empties the rows' link to the job, which keep its name.
+    """
     job_id = job.pk
     with transaction.atomic():
         schedule = job.schedule
+        audit.record(
+            job=job,
+            action=JobChangeAction.REMOVED,
+            by=by or audit.CODE,
+            now=now or timezone.now(),
+            changes={"status": {"from": job.status, "to": None}},
+        )
         job.delete()
         _drop_if_unused(schedule, owner_id=job.owner_id)
     logger.info("job.removed job=%s", job_id)

@@ -15,6 +15,12 @@ is ``forbid`` claims no next occurrence meanwhile), and its message is acknowled
 holds no worker slot. The scheduler releases waiting executions, oldest first, as slots free
 up (``release_waiting``): back to PENDING, published again.
 
+A backfill (``scheduling.stages.backfill``) writes its occurrences WAITING too, so they run
+through this same release. For a job whose overlap is ``forbid``, a waiting row that is not
+already the job's ``current_execution`` is released only when nothing else of the job is
+unfinished, and takes that place (a compare-and-set on the job), so the job's runs go one at a
+time, oldest first, and the claim holds the job's own next occurrence back meanwhile.
+
 Jobs without a limit, when no owner limit is set, start as before in one statement; only
 limited starts pay for the lock and the counts.
 """
@@ -25,6 +31,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 
@@ -34,12 +41,16 @@ from scheduling.models import (
     EXECUTION_STARTABLE,
     Execution,
     ExecutionStatus,
+    Job,
+    Overlap,
 )
 
 logger = logging.getLogger("scheduling")
 
 #: Executions that hold, or are about to take, a running slot.
 IN_FLIGHT = (ExecutionStatus.PENDING, ExecutionStatus.QUEUED, ExecutionStatus.RUNNING)
+#: Executions that keep a forbid job's other waiting runs back: all unfinished but WAITING.
+TAKING_TURN = (*EXECUTION_STARTABLE, ExecutionStatus.RUNNING)
 
 
 def owner_limits_on() -> bool:
@@ -144,15 +155,24 @@ def release_waiting(*, now: datetime, limit: int) -> list[int]:
     release is not undone at its start by the releases before it; a start still checks the
     limit itself, and one that loses a race with another start waits again. Returns the ids
     made PENDING, for the scheduler to publish.
+
+    A waiting row of a forbid job that is not its ``current_execution`` (a backfilled one)
+    needs the job's turn as well (``_take_turn``).
     """
     with transaction.atomic(durable=True):
         waiting = list(
             Execution.objects.filter(status=ExecutionStatus.WAITING)
             .select_for_update(skip_locked=True, of=("self",))
             .order_by("scheduled_for", "pk")
-            .values("pk", "job_id", "job__max_running", "job__owner_id", "job__owner__username")[
-                :limit
-            ]
+            .values(
+                "pk",
+                "job_id",
+                "job__max_running",
+                "job__owner_id",
+                "job__owner__username",
+                "job__overlap",
+                "job__current_execution_id",
+            )[:limit]
         )
         if not waiting:
             return []
@@ -167,6 +187,7 @@ def release_waiting(*, now: datetime, limit: int) -> list[int]:
             .values_list("job__owner_id", flat=True)
             .iterator()
         )
+        turns = _busy_forbid_jobs(waiting)
         released: list[int] = []
         for row in waiting:
             pk, job_id, job_limit = row["pk"], row["job_id"], row["job__max_running"]
@@ -175,6 +196,8 @@ def release_waiting(*, now: datetime, limit: int) -> list[int]:
             if job_limit and per_job[job_id] >= job_limit:
                 continue
             if room_for_owner and per_owner[owner_id] >= room_for_owner:
+                continue
+            if not _take_turn(row, turns):
                 continue
             released.append(pk)
             per_job[job_id] += 1
@@ -186,3 +209,37 @@ def release_waiting(*, now: datetime, limit: int) -> list[int]:
     if released:
         logger.info("executions.released count=%s", len(released))
     return released
+
+
+def _busy_forbid_jobs(waiting: list[dict[str, Any]]) -> set[int]:
+    """The forbid jobs among ``waiting`` rows that have an execution taking its turn (queued,
+    running, due to retry: anything unfinished but waiting)."""
+    forbid = {row["job_id"] for row in waiting if row["job__overlap"] == Overlap.FORBID}
+    if not forbid:
+        return set()
+    return set(
+        Execution.objects.filter(job_id__in=forbid, status__in=TAKING_TURN)
+        .values_list("job_id", flat=True)
+        .distinct()
+    )
+
+
+def _take_turn(row: dict[str, Any], busy: set[int]) -> bool:
+    """Whether the waiting ``row`` may run now as far as its job's overlap goes.
+
+    A job that allows overlap, or a row that already is its forbid job's current execution
+    (held by a limit after the claim), may. Any other row of a forbid job (a backfilled one)
+    runs only while nothing else of its job is unfinished, and then becomes the job's current
+    execution by a compare-and-set, so the claim and a second release cannot start another run
+    of the job beside it; ``busy`` then holds the job for the rest of this release.
+    """
+    job_id = row["job_id"]
+    if row["job__overlap"] != Overlap.FORBID or row["job__current_execution_id"] == row["pk"]:
+        return True
+    if job_id in busy or row["job__current_execution_id"] is not None:
+        return False
+    taken = Job.objects.filter(pk=job_id, current_execution__isnull=True).update(
+        current_execution_id=row["pk"]
+    )
+    busy.add(job_id)
+    return bool(taken)

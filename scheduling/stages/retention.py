@@ -11,6 +11,11 @@ The one-off jobs the engine made for a domain app on its own (``tasktables.inter
 subscriptions' due batches) would otherwise pile up, one per batch: once such a job is
 completed, its instant is older than the cutoff and nothing of it is unfinished, it goes with
 its whole history (``finished_one_offs``) and its schedule.
+
+The audit trail of jobs (``scheduling.stages.audit``) has a retention of its own,
+``SCHEDULING_AUDIT_RETENTION`` (365 days by default; None keeps it forever): each run also
+deletes the changes older than that, whatever ``older_than`` says of executions, and
+``older_than`` never reaches the trail.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
+from scheduling import conf
 from scheduling.models import (
     EXECUTION_FINISHED,
     Attempt,
@@ -36,6 +42,7 @@ from scheduling.models import (
     Schedule,
 )
 from scheduling.rules import tasktables
+from scheduling.stages import audit
 from scheduling.timing.schedules import MAX_DURATION_TEXT, ScheduleError, parse_duration
 
 logger = logging.getLogger("scheduling")
@@ -81,6 +88,9 @@ class PruneReport:
     batches: int = 0
     finished: bool = True
     one_offs: int = 0
+    #: Rows of the audit trail older than ``SCHEDULING_AUDIT_RETENTION`` (None: kept forever).
+    audit_changes: int = 0
+    audit_retention: timedelta | None = None
     by_job: Counter[int | None] = field(default_factory=Counter)
 
     def as_dict(self, names: dict[int, str]) -> dict[str, object]:
@@ -92,6 +102,12 @@ class PruneReport:
             "batches": self.batches,
             "finished": self.finished,
             "one_offs": self.one_offs,
+            "audit_changes": self.audit_changes,
+            "audit_retention_days": (
+                None
+                if self.audit_retention is None
+                else self.audit_retention.total_seconds() / 86_400
+            ),
             "jobs": {
                 (names.get(job_id, f"#{job_id}") if job_id else "(ad hoc)"): count
                 for job_id, count in self.by_job.most_common()
@@ -175,9 +191,14 @@ def prune_history(
             {"older_than": f"{older_than.days} days reaches back before the year 1"}
         ) from None
     report = PruneReport(cutoff=cutoff, keep_last=keep_last)
+    report.audit_retention = conf.get("AUDIT_RETENTION")
     rows = prunable(cutoff=report.cutoff, keep_last=keep_last)
     one_offs = finished_one_offs(cutoff=cutoff)
     if dry_run:
+        if report.audit_retention is not None:
+            report.audit_changes = audit.prune_trail(
+                now=now, older_than=report.audit_retention, dry_run=True
+            )
         report.one_offs = one_offs.count()
         for job_id, count in Counter(rows.values_list("job_id", flat=True).iterator()).items():
             report.by_job[job_id] = count
@@ -218,11 +239,22 @@ def prune_history(
         report.attempts += attempts
         report.one_offs += len(ids)
         report.batches += 1
+    if report.audit_retention is not None:
+        # The trail last, within what is left of the same time budget.
+        left = None if max_seconds is None else max_seconds - (time.monotonic() - started)
+        report.audit_changes = audit.prune_trail(
+            now=now,
+            older_than=report.audit_retention,
+            batch_size=batch_size,
+            max_seconds=left,
+        )
     logger.info(
-        "history.pruned executions=%s attempts=%s one_offs=%s batches=%s cutoff=%s keep_last=%s",
+        "history.pruned executions=%s attempts=%s one_offs=%s audit_changes=%s batches=%s "
+        "cutoff=%s keep_last=%s",
         report.executions,
         report.attempts,
         report.one_offs,
+        report.audit_changes,
         report.batches,
         report.cutoff.isoformat(),
         keep_last,

@@ -158,6 +158,9 @@ def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
         "priority": job.priority,
         "expires": job.expires,
         "pause_reason": job.pause_reason or None,
+        "pause_kind": job.pause_kind or None,
+        "pause_after_failures": job.pause_after_failures,
+        "consecutive_failures": job.consecutive_failures,
         "note": job.note,
         "created_at": _iso(job.created_at),
     }

@@ -129,6 +129,7 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
         "late": late,
         "failures": failures,
         "item_failures": items,
+        "paused_after_failures": overview.paused_after_failures(owner_id=owner_id),
         "failed_total": failed,
         "failures_judged": judge(
             failed,

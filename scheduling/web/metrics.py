@@ -83,6 +83,12 @@ class LedgerCollector(Collector):
             value=(now - oldest).total_seconds() if oldest else 0.0,
         )
         yield GaugeMetricFamily(
+            "duecourse_jobs_paused_after_failures",
+            "Jobs that paused themselves after pause_after_failures failed occurrences in a row "
+            "(they stay paused until resumed).",
+            value=overview.paused_after_failures(limit=1).count,
+        )
+        yield GaugeMetricFamily(
             "duecourse_stale_executions",
             "Running executions whose heartbeat is older than SCHEDULING_STALE_AFTER.",
             value=overview.stale_count(now=now),

@@ -6,6 +6,7 @@ and ``stale`` read ``execution_running_idx``; ``late`` reads ``job_due_idx`` and
 ``execution_waiting_idx`` / ``execution_retry_idx``; ``recent_failures`` reads
 ``execution_failed_idx``; ``item_failures`` reads ``execution_item_failures_idx``;
 ``executions_per_hour`` and ``lag_percentiles`` read ``execution_recent_idx`` alone;
+``paused_after_failures`` reads ``job_paused_failures_idx``;
 ``unconsumed_queues`` reads ``execution_waiting_idx`` and, only for a queue whose work has
 waited too long, ``execution_running_idx`` and the newest attempts by primary key.
 bench/dashboard.py times each with a million executions.
@@ -27,7 +28,7 @@ from django.utils import timezone
 
 from scheduling import conf
 from scheduling.ledger import reads
-from scheduling.models import Attempt, Execution, ExecutionStatus, Job, JobStatus
+from scheduling.models import Attempt, Execution, ExecutionStatus, Job, JobStatus, PauseKind
 from scheduling.rules import tasktables
 
 DAY = timedelta(hours=24)
@@ -173,6 +174,17 @@ def recent_failures(
         .filter(status=ExecutionStatus.FAILED, finished_at__gte=now - within)
         .select_related("job")
         .order_by("-finished_at")
+    )
+    return _panel(rows, limit)
+
+
+def paused_after_failures(*, limit: int = 10, owner_id: int | None = None) -> Panel:
+    """Jobs that paused themselves after failed occurrences in a row, latest pause first
+    (``scheduling.stages.failures``), with their reasons."""
+    rows = (
+        _jobs(owner_id)
+        .filter(status=JobStatus.PAUSED, pause_kind=PauseKind.FAILURES)
+        .order_by("-updated_at")
     )
     return _panel(rows, limit)
 

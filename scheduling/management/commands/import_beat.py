@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from scheduling import beat_import
 from scheduling.management.base import DuecourseCommand
-from scheduling.stages import jobs
+from scheduling.stages import audit, jobs
 
 
 class Command(DuecourseCommand):
@@ -39,6 +39,7 @@ class Command(DuecourseCommand):
             now=timezone.now(),
             dry_run=o["dry_run"],
             disable_source=o["disable_source"] and not o["dry_run"],
+            by=audit.Actor.command_line(),
         )
         counts = Counter(r.action for r in results)
         prefix = "would be " if o["dry_run"] else ""

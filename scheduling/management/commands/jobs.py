@@ -1,4 +1,8 @@
-"""``manage.py jobs add|edit|list|show|pause|resume|run|remove``."""
+"""``manage.py jobs add|edit|list|show|history|pause|resume|run|remove|backfill``.
+
+Every change is made as the operating system's user who runs the command (commands have no
+user option): that name, with ``command`` as the source, is what the audit trail records.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,12 @@ from django.utils import timezone
 
 from scheduling import api, readable
 from scheduling.cli import add_zone_option, iso_instant, shown_value, text_table, zone_option
-from scheduling.management.base import DuecourseCommand, parse_instant
+from scheduling.management import backfill
+from scheduling.management.base import DuecourseCommand, parse_instant, positive_int
 from scheduling.models import Execution, ExecutionStatus, Job, Overlap, Schedule
 from scheduling.rules import permissions
 from scheduling.rules.validation import MAX_JITTER, parse_json_argument, parse_seconds, storable
-from scheduling.stages import jobs, selectors
+from scheduling.stages import audit, jobs, selectors
 from scheduling.timing.schedules import Misfire
 
 
@@ -29,6 +34,7 @@ class Command(DuecourseCommand):
         "ends_at": "--end",
         "max_retries": "--max-retries",
         "max_running": "--max-running",
+        "pause_after_failures": "--pause-after-failures",
         "task_table": "--task-table",
         "task_row_id": "--task-row-id",
     }
@@ -54,6 +60,17 @@ class Command(DuecourseCommand):
         super().add_arguments(listing)
         listing.add_argument("--owner", help="Only this user's jobs.")
         add_zone_option(listing)
+        history = sub.add_parser(
+            "history",
+            help="Show who changed a job, when, from where, and each field from and to "
+            "(newest first; a removed job's trail by its name).",
+        )
+        super().add_arguments(history)
+        history.add_argument("name")
+        history.add_argument("--owner", help="Owner's username, when names collide.")
+        history.add_argument(
+            "--limit", type=positive_int, default=100, help="Most changes shown (100)."
+        )
         for action, text in (
             ("show", "Show one job and its recent executions."),
             ("pause", "Stop a job from firing."),
@@ -67,6 +84,13 @@ class Command(DuecourseCommand):
             command.add_argument("--owner", help="Owner's username, when names collide.")
             if action in ("show", "resume"):
                 add_zone_option(command)
+        backfilling = sub.add_parser(
+            "backfill",
+            help="Make the past occurrences of a range that the ledger does not hold; the "
+            "scheduler runs them under the job's overlap policy and limits.",
+        )
+        super().add_arguments(backfilling)
+        backfill.add_options(backfilling)
 
     @staticmethod
     def add_job_options(parser: CommandParser, *, editing: bool) -> None:
@@ -106,6 +130,14 @@ class Command(DuecourseCommand):
             type=int,
             help="Most of its executions running at once across all workers; more wait in the "
             "ledger (0: no limit, the default).",
+        )
+        parser.add_argument(
+            "--pause-after-failures",
+            type=int,
+            metavar="N",
+            help="Pause the job after N failed occurrences in a row (an execution failed after "
+            "its retries, timed out or lost for good); a success or a resume starts the count "
+            "again (0: never, the default).",
         )
         parser.add_argument("--timeout", type=int, help="Seconds per attempt (300).")
         parser.add_argument(
@@ -170,6 +202,8 @@ class Command(DuecourseCommand):
                 errors[field] = "must be zero or more"
         if o["max_running"] is not None and o["max_running"] < 0:
             errors["max_running"] = "must be zero (no limit) or more"
+        if o["pause_after_failures"] is not None and o["pause_after_failures"] < 0:
+            errors["pause_after_failures"] = "must be zero (never pause) or more"
         if o["jitter"] is not None:
             try:
                 parsed["jitter"] = parse_seconds(o["jitter"], field="jitter", maximum=MAX_JITTER)
@@ -217,6 +251,7 @@ class Command(DuecourseCommand):
             policies=jobs.Policies.given(
                 max_retries=o["max_retries"],
                 max_running=o["max_running"] or None,
+                pause_after_failures=o["pause_after_failures"] or None,
                 timeout=o["timeout"],
                 jitter=parsed["jitter"],
                 misfire=o["misfire"],
@@ -227,6 +262,7 @@ class Command(DuecourseCommand):
                 note=o["note"],
             ),
             now=now,
+            by=audit.Actor.command_line(),
         )
         job = selectors.find_job(job.name, owner=job.owner.get_username())
         self.emit(
@@ -270,10 +306,14 @@ class Command(DuecourseCommand):
                 timing[field] = parsed[option] or None
         if o["max_running"] is not None:
             changes["max_running"] = o["max_running"] or None
+        if o["pause_after_failures"] is not None:
+            changes["pause_after_failures"] = o["pause_after_failures"] or None
         if not changes and not timing:
             raise ValidationError({"input": "nothing to change; give at least one option"})
         self.refuse_internal(changes.get("task_table"))
-        job = jobs.edit_job(job=job, now=timezone.now(), timing=timing, **changes)
+        job = jobs.edit_job(
+            job=job, now=timezone.now(), timing=timing, by=audit.Actor.command_line(), **changes
+        )
         job = selectors.find_job(job.name, owner=job.owner.get_username())
         self.emit(
             selectors.job_summary(job),
@@ -335,6 +375,11 @@ class Command(DuecourseCommand):
             for key, value in data.items()
             if key != "recent_executions"
         )
+        text += "\npause after failures: " + (
+            f"{job.pause_after_failures} in a row ({job.consecutive_failures} so far)"
+            if job.pause_after_failures
+            else f"never ({job.consecutive_failures} failed in a row)"
+        )
         text += "\nrecent executions:\n" + "\n".join(
             f"  {iso_instant(e['scheduled_for'], zone)} {e['status']} "
             f"retries={e['retry_count']}"
@@ -343,9 +388,23 @@ class Command(DuecourseCommand):
         )
         self.emit(data, text, as_json=o["json"])
 
+    def do_history(self, o: dict[str, Any]) -> None:
+        """The job's audit trail, newest first; a removed job's by the name it had."""
+        name = o["name"]
+        exists = storable(name) and Job.objects.filter(name=name).exists()
+        if exists:
+            job = self._job(o)
+            changes = audit.trail(job_id=job.pk, limit=o["limit"])
+        else:
+            changes = audit.trail(job_name=name, limit=o["limit"]) if storable(name) else []
+            if not changes:
+                raise ValidationError({"name": f"no job named {name!r}, now or removed"})
+        text = "\n".join(audit.lines(changes)) or f"no changes recorded for {name!r}"
+        self.emit([audit.as_dict(c) for c in changes], text, as_json=o["json"])
+
     def do_pause(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        changed = jobs.pause_job(job=job, now=timezone.now())
+        changed = jobs.pause_job(job=job, now=timezone.now(), by=audit.Actor.command_line())
         job.refresh_from_db()
         self.emit(
             selectors.job_summary(job),
@@ -356,7 +415,7 @@ class Command(DuecourseCommand):
     def do_resume(self, o: dict[str, Any]) -> None:
         zone = zone_option(o["tz"])
         job = self._job(o)
-        changed = jobs.resume_job(job=job, now=timezone.now())
+        changed = jobs.resume_job(job=job, now=timezone.now(), by=audit.Actor.command_line())
         job.refresh_from_db()
         self.emit(
             selectors.job_summary(job),
@@ -379,8 +438,12 @@ class Command(DuecourseCommand):
     def do_remove(self, o: dict[str, Any]) -> None:
         job = self._job(o)
         data = selectors.job_summary(job)
-        jobs.remove_job(job=job)
+        jobs.remove_job(job=job, now=timezone.now(), by=audit.Actor.command_line())
         self.emit(data, f"removed {data['name']!r}", as_json=o["json"])
+
+    def do_backfill(self, o: dict[str, Any]) -> None:
+        result, text = backfill.run(self._job(o), o)
+        self.emit(result.as_dict(), text, as_json=o["json"])
 
 
 #: ``job_summary``'s keys that hold an instant (ISO-8601 text, UTC).

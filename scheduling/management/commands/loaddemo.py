@@ -21,7 +21,7 @@ from django.utils.module_loading import module_has_submodule
 from scheduling import conf
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job, Schedule
-from scheduling.stages import jobs
+from scheduling.stages import audit, jobs
 from scheduling.timing.schedules import parse_duration
 
 # (user_id, job_id, is_recurring, interval, max_retry_count): three recurring jobs and a
@@ -85,6 +85,7 @@ class Command(DuecourseCommand):
                     note=f"demo: user {user_id}, {'every ' + interval if recurring else 'once'}",
                 ),
                 now=now,
+                by=audit.Actor.command_line(),
             )
             created.append(name)
         demo, _ = users.get_or_create(username="demo")
@@ -99,6 +100,7 @@ class Command(DuecourseCommand):
                     note="runs every 10 seconds so that something visibly happens",
                 ),
                 now=now,
+                by=audit.Actor.command_line(),
             )
             created.append("quick")
         for app in apps.get_app_configs():

@@ -1,4 +1,5 @@
-"""``manage.py prune_history --older-than DURATION [--keep-last N]``: trim the history."""
+"""``manage.py prune_history --older-than DURATION [--keep-last N]``: trim the history, and
+the audit trail of jobs by its own setting (``SCHEDULING_AUDIT_RETENTION``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from scheduling.stages import retention
 class Command(DuecourseCommand):
     help = (
         "Delete finished executions older than a duration, in small batches, keeping the "
-        "latest N of every job; finished internal one-off jobs (due batches) go whole."
+        "latest N of every job; finished internal one-off jobs (due batches) go whole. Also "
+        "deletes the changes of the jobs' audit trail older than SCHEDULING_AUDIT_RETENTION "
+        "(365 days by default; None keeps them forever), which --older-than does not touch."
     )
     option_names = {"older_than": "--older-than", "keep_last": "--keep-last"}
 
@@ -65,5 +68,12 @@ class Command(DuecourseCommand):
             f"{report.one_offs} finished internal one-off job(s) went whole"
             + ("" if report.finished else "; stopped at --max-seconds, run again to go on")
         ]
+        if report.audit_retention is None:
+            lines.append("audit trail kept forever (SCHEDULING_AUDIT_RETENTION is None)")
+        else:
+            lines.append(
+                f"{verb} {report.audit_changes} audit change(s) older than "
+                f"{report.audit_retention.days} day(s) (SCHEDULING_AUDIT_RETENTION)"
+            )
         lines += [f"  {name}: {count}" for name, count in data["jobs"].items()]  # type: ignore[attr-defined]
         self.emit(data, "\n".join(lines), as_json=o["json"])

@@ -65,6 +65,7 @@ JOB_POLICY_FIELDS = (
     "expires",
     "queue",
     "priority",
+    "pause_after_failures",
 )
 
 

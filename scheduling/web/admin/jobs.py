@@ -25,11 +25,15 @@ from scheduling import api, readable
 from scheduling.admintimes import shown
 from scheduling.models import Execution, Job, JobStatus
 from scheduling.rules import permissions
-from scheduling.stages import jobs, selectors
+from scheduling.stages import audit, jobs, selectors
+from scheduling.web.admin.backfill import backfill_jobs
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
 from scheduling.web.admin.display import badge, describe_target, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
 from scheduling.web.admin.forms import JOB_POLICY_FIELDS, JobForm, PauseForm
+
+#: The most changes of the audit trail the job's page shows (``manage.py jobs history`` has all).
+TRAIL_SHOWN = 50
 
 
 @admin.register(Job)
@@ -56,10 +60,13 @@ class JobAdmin(LedgerAdmin):
         "resume_jobs",
         "retry_failed_executions",
         "cancel_unfinished_executions",
+        backfill_jobs,
     )
     state_fields = (
         "status",
         "pause_reason",
+        "pause_kind",
+        "consecutive_failures",
         "schedule_in_words",
         "failures",
         "retries",
@@ -71,7 +78,7 @@ class JobAdmin(LedgerAdmin):
         "created_at",
         "updated_at",
     )
-    readonly_fields = (*state_fields, "recent_executions")
+    readonly_fields = (*state_fields, "recent_executions", "change_trail")
     policy_fields = JOB_POLICY_FIELDS
 
     # --- who sees what
@@ -136,6 +143,9 @@ class JobAdmin(LedgerAdmin):
             sets.append(("State", {"fields": self.state_fields}))
             if permissions.may_view(request.user, Execution):  # their errors, workers, attempts
                 sets.append(("Recent executions", {"fields": ("recent_executions",)}))
+            # Whoever may see the job's page (view permission on jobs, and its owner or a
+            # superuser) may read its trail; nobody edits it.
+            sets.append(("Changes", {"fields": ("change_trail",), "classes": ("collapse",)}))
         return sets
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any):
@@ -167,6 +177,7 @@ class JobAdmin(LedgerAdmin):
                     note=obj.note, **{name: getattr(obj, name) for name in JOB_POLICY_FIELDS}
                 ),
                 now=now,
+                by=audit.Actor.user(request.user),
             )
             obj.pk = created.pk
             obj.refresh_from_db()
@@ -180,7 +191,12 @@ class JobAdmin(LedgerAdmin):
         if not data.get("cron"):
             timing.pop("timezone", None)  # ignored without cron, as the form validated it
         jobs.edit_job(
-            job=obj, now=now, schedule=existing, timing=None if existing else timing, **changes
+            job=obj,
+            now=now,
+            schedule=existing,
+            timing=None if existing else timing,
+            by=audit.Actor.user(request.user),
+            **changes,
         )
         obj.refresh_from_db()
 
@@ -211,11 +227,12 @@ class JobAdmin(LedgerAdmin):
         return to_delete, model_count, perms_needed, protected
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
-        jobs.remove_job(job=obj)
+        jobs.remove_job(job=obj, now=timezone.now(), by=audit.Actor.user(request.user))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        now, by = timezone.now(), audit.Actor.user(request.user)
         for job in queryset.select_related("schedule"):
-            jobs.remove_job(job=job)
+            jobs.remove_job(job=job, now=now, by=by)
 
     # --- columns
 
@@ -282,6 +299,21 @@ class JobAdmin(LedgerAdmin):
             {"executions": selectors.recent_executions(job, limit=20)},
         )
 
+    @admin.display(description="changes (newest first)")
+    def change_trail(self, job: Job) -> str:
+        if job.pk is None:
+            return "-"
+        return render_to_string(
+            "admin/scheduling/job/change_trail.html",
+            {
+                "changes": [
+                    (change, audit.fields_in_words(change))
+                    for change in audit.trail(job_id=job.pk, limit=TRAIL_SHOWN)
+                ],
+                "shown": TRAIL_SHOWN,
+            },
+        )
+
     # --- actions
 
     def _report(self, request: HttpRequest, count: int, singular: str, plural: str) -> None:
@@ -311,7 +343,9 @@ class JobAdmin(LedgerAdmin):
             now = timezone.now()
             count = 0
             for job in queryset:
-                if jobs.pause_job(job=job, now=now, reason=reason):
+                if jobs.pause_job(
+                    job=job, now=now, reason=reason, by=audit.Actor.user(request.user)
+                ):
                     self.log_change(request, job, f"Paused: {reason}")
                     count += 1
             self._report(request, count, "%(count)d job paused.", "%(count)d jobs paused.")
@@ -331,7 +365,7 @@ class JobAdmin(LedgerAdmin):
         now = timezone.now()
         count = 0
         for job in queryset:
-            if jobs.resume_job(job=job, now=now):
+            if jobs.resume_job(job=job, now=now, by=audit.Actor.user(request.user)):
                 self.log_change(request, job, "Resumed.")
                 count += 1
         self._report(request, count, "%(count)d job resumed.", "%(count)d jobs resumed.")

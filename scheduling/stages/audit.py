@@ -1,0 +1,240 @@
+"""The audit trail of jobs: who changed what, when, from where, field by field.
+
+Every change of a job's definition or state goes through a verb of ``scheduling.stages.jobs``
+(create, edit, pause, resume, remove) or, for a job that pauses itself, through
+``scheduling.stages.failures``; each calls ``record`` inside the transaction of its change,
+so a change and its row commit together or not at all, and the admin, the command line and
+``scheduling.api`` need no writer of their own. Who made the change travels with it as an
+``Actor``: the signed-in user in the admin, the operating system's user on the command line
+(commands have no user option of their own), the given user or ``system`` for code, and
+``system`` for the engine.
+
+Values are stored as JSON (times as ISO-8601 text, lengths of time in seconds, the owner by
+username), each one cut to ``MAX_VALUE_CHARS`` of JSON text so a large ``args`` cannot make
+the trail grow without bound. Execution history is not part of the trail. Old rows go by
+their own retention (``prune_trail``, ``SCHEDULING_AUDIT_RETENTION``), run by
+``manage.py prune_history``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from scheduling.models import ChangeSource, Job, JobChange, JobChangeAction
+
+#: The longest JSON text one value keeps; a longer one is stored as its start and its length.
+MAX_VALUE_CHARS = 1000
+#: Who the engine is in the trail.
+SYSTEM = "system"
+#: The timing fields, read from the job's schedule.
+TIMING = ("interval", "cron", "timezone", "run_at", "starts_at", "ends_at")
+#: The job's own fields the trail follows (its target, its policies, its name and owner).
+FIELDS = (
+    "name",
+    "owner",
+    "task",
+    "args",
+    "kwargs",
+    "task_table",
+    "task_row_id",
+    "misfire",
+    "overlap",
+    "jitter",
+    "timeout",
+    "max_retries",
+    "max_running",
+    "retry_backoff",
+    "retry_backoff_max",
+    "expires",
+    "queue",
+    "priority",
+    "pause_after_failures",
+    "note",
+)
+#: The most rows one pruning transaction deletes.
+PRUNE_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who makes a change and through which door."""
+
+    who: str
+    source: str
+
+    @classmethod
+    def user(cls, user: Any, *, source: str = ChangeSource.ADMIN) -> Actor:
+        """A signed-in user (the admin), or a user that code names (``scheduling.api``)."""
+        return cls(who=str(user.get_username())[:150], source=source)
+
+    @classmethod
+    def command_line(cls) -> Actor:
+        """Whoever runs ``manage.py``: the operating system's user of the process."""
+        try:
+            name = getpass.getuser()
+        except (KeyError, OSError):  # no user name for this uid (a bare container)
+            name = "unknown"
+        return cls(who=name[:150], source=ChangeSource.COMMAND)
+
+
+#: Code calling ``scheduling.api`` without naming a user.
+CODE = Actor(who=SYSTEM, source=ChangeSource.API)
+#: The engine acting on its own (a job paused after failures).
+ENGINE = Actor(who=SYSTEM, source=ChangeSource.SYSTEM)
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as the trail stores it: JSON-ready, and at most ``MAX_VALUE_CHARS`` long."""
+    if isinstance(value, datetime):
+        value = value.isoformat()
+    elif isinstance(value, timedelta):
+        value = value.total_seconds()
+    elif hasattr(value, "get_username"):
+        value = value.get_username()
+    text = json.dumps(value, default=str, sort_keys=True)
+    if len(text) <= MAX_VALUE_CHARS:
+        return json.loads(text)
+    return f"{text[:MAX_VALUE_CHARS]}… ({len(text)} characters in all)"
+
+
+def snapshot(job: Job) -> dict[str, Any]:
+    """The values of ``job`` that the trail follows, as stored (its schedule's timing too)."""
+    values = {name: as_json(getattr(job, name)) for name in FIELDS}
+    schedule = job.schedule
+    values.update({name: as_json(getattr(schedule, name)) for name in TIMING})
+    return values
+
+
+def differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each field whose value differs, as ``{"from": …, "to": …}``."""
+    return {
+        name: {"from": before.get(name), "to": after.get(name)}
+        for name in after
+        if before.get(name) != after.get(name)
+    }
+
+
+def record(
+    *,
+    job: Job,
+    action: str,
+    by: Actor,
+    now: datetime,
+    changes: dict[str, dict[str, Any]],
+) -> JobChange | None:
+    """Write one row of the trail, in the caller's transaction; an edit that changed
+    nothing writes none."""
+    if action == JobChangeAction.CHANGED and not changes:
+        return None
+    return JobChange.objects.create(
+        job_id=job.pk,
+        job_name=job.name,
+        at=now,
+        who=by.who,
+        source=by.source,
+        action=action,
+        changes=changes,
+    )
+
+
+def created(*, job: Job, by: Actor, now: datetime) -> None:
+    """A new job: every followed field from nothing to its first value."""
+    values = snapshot(job)
+    record(
+        job=job,
+        action=JobChangeAction.CREATED,
+        by=by,
+        now=now,
+        changes={name: {"from": None, "to": value} for name, value in values.items()},
+    )
+
+
+def trail(*, job_id: int | None = None, job_name: str = "", limit: int = 500) -> list[JobChange]:
+    """A job's changes, newest first: by id, or a removed job's by the name it had."""
+    rows = (
+        JobChange.objects.filter(job_id=job_id)
+        if job_id is not None
+        else JobChange.objects.filter(job__isnull=True, job_name=job_name)
+    )
+    return list(rows.order_by("-at", "-id")[:limit])
+
+
+def as_dict(change: JobChange) -> dict[str, Any]:
+    """One row as ``jobs history --json`` prints it."""
+    return {
+        "id": change.pk,
+        "job_id": change.job_id,
+        "job": change.job_name,
+        "at": change.at.isoformat(),
+        "who": change.who,
+        "source": change.source,
+        "action": change.action,
+        "changes": change.changes,
+    }
+
+
+def lines(changes: Iterable[JobChange]) -> list[str]:
+    """The trail in words: when (UTC, to the second), who, where, then ``field: from -> to``."""
+    out: list[str] = []
+    for change in changes:
+        out.append(
+            f"{change.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC "
+            f"{change.action} by {change.who} ({change.source})"
+        )
+        for name, values in change.changes.items():
+            out.append(
+                f"  {name}: {value_text(values.get('from'))} -> {value_text(values.get('to'))}"
+            )
+    return out
+
+
+def value_text(value: Any) -> str:
+    """A stored value in one line of text: ``-`` for nothing, else its JSON."""
+    return "-" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def fields_in_words(change: JobChange) -> list[tuple[str, str, str]]:
+    """``(field, from, to)`` of one change, each value as ``value_text`` writes it."""
+    return [
+        (name, value_text(values.get("from")), value_text(values.get("to")))
+        for name, values in change.changes.items()
+    ]
+
+
+def prune_trail(
+    *,
+    now: datetime,
+    older_than: timedelta,
+    batch_size: int = PRUNE_BATCH,
+    dry_run: bool = False,
+    max_seconds: float | None = None,
+) -> int:
+    """Delete the trail's rows older than ``older_than``, a bounded batch per transaction;
+    returns how many went (or, dry, would go). No batch starts once ``max_seconds`` have
+    passed; the next run goes on from the oldest row left."""
+    try:
+        cutoff = now - older_than
+    except OverflowError:
+        return 0
+    old = JobChange.objects.filter(at__lt=cutoff)
+    if dry_run:
+        return old.count()
+    removed = 0
+    started = time.monotonic()
+    while max_seconds is None or time.monotonic() - started <= max_seconds:
+        ids = list(old.order_by("at").values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            return removed
+        with transaction.atomic():
+            removed += JobChange.objects.filter(pk__in=ids).delete()[0]
+        if len(ids) < batch_size:
+            return removed
+    return removed

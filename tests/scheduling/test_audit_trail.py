@@ -1,0 +1,397 @@
+"""The audit trail: every change of a job, from the admin, the command line and the API, is
+recorded with who, when, where from and each field's from and to; ``jobs history`` prints it;
+it outlives the job and goes only by its own retention."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.checks import Error
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.utils import timezone
+
+from scheduling import api, checks, conf
+from scheduling.models import Execution, Job, JobChange
+from scheduling.stages import audit, retention
+from tests.factories import create_job
+
+pytestmark = pytest.mark.django_db
+
+NOOP = "scheduling.diagnostics.noop"
+JOBS = "/admin/scheduling/job/"
+DAY = timedelta(days=1)
+
+
+def form_data(**overrides: Any) -> dict[str, Any]:
+    """What the admin's add form posts for a job running NOOP every ten minutes."""
+    data: dict[str, Any] = {
+        "name": "report",
+        "note": "",
+        "task": NOOP,
+        "args": "[]",
+        "kwargs": "{}",
+        "task_row_id": "",
+        "existing_schedule": "",
+        "interval": "PT10M",
+        "cron": "",
+        "timezone": "UTC",
+        "run_at_0": "",
+        "run_at_1": "",
+        "starts_at_0": "",
+        "starts_at_1": "",
+        "ends_at_0": "",
+        "ends_at_1": "",
+        "misfire": "catch_up",
+        "overlap": "forbid",
+        "jitter": "0",
+        "timeout": "300",
+        "max_retries": "3",
+        "retry_backoff": "",
+        "retry_backoff_max": "",
+        "expires": "",
+        "queue": "celery",
+        "priority": "",
+        "pause_after_failures": "",
+    }
+    data.update(overrides)
+    return data
+
+
+def trail(job: Job) -> list[JobChange]:
+    return list(JobChange.objects.filter(job=job).order_by("at", "id"))
+
+
+def run(*argv: str) -> str:
+    out = StringIO()
+    call_command(*argv, stdout=out)
+    return out.getvalue()
+
+
+# --- the admin --------------------------------------------------------------------------------
+
+
+def test_the_admin_records_creation_edits_pause_and_resume_by_the_signed_in_user(
+    admin_client: Client, admin_user: Any
+) -> None:
+    made = admin_client.post(f"{JOBS}add/", form_data(owner=admin_user.pk))
+    assert made.status_code == 302
+    job = Job.objects.get(name="report")
+
+    data = form_data(
+        owner=admin_user.pk,
+        interval="PT5M",
+        max_retries="5",
+        args="[1, 2]",
+        pause_after_failures="3",
+    )
+    edited = admin_client.post(f"{JOBS}{job.pk}/change/", data)
+    assert edited.status_code == 302
+    admin_client.post(
+        JOBS,
+        {"action": "pause_jobs", "_selected_action": [job.pk], "apply": "yes", "reason": "upgrade"},
+    )
+    admin_client.post(JOBS, {"action": "resume_jobs", "_selected_action": [job.pk]})
+
+    rows = trail(job)
+    assert [(r.action, r.who, r.source) for r in rows] == [
+        ("created", admin_user.username, "admin"),
+        ("changed", admin_user.username, "admin"),
+        ("paused", admin_user.username, "admin"),
+        ("resumed", admin_user.username, "admin"),
+    ]
+    created, changed, paused, resumed = rows
+    assert created.changes["interval"] == {"from": None, "to": "PT10M"}
+    assert created.changes["task"] == {"from": None, "to": NOOP}
+    assert created.changes["owner"] == {"from": None, "to": admin_user.username}
+    assert changed.changes == {
+        "interval": {"from": "PT10M", "to": "PT5M"},
+        "max_retries": {"from": 3, "to": 5},
+        "args": {"from": [], "to": [1, 2]},
+        "pause_after_failures": {"from": None, "to": 3},
+    }
+    assert paused.changes == {
+        "status": {"from": "active", "to": "paused"},
+        "pause_reason": {"from": "", "to": "upgrade"},
+    }
+    assert resumed.changes == {
+        "status": {"from": "paused", "to": "active"},
+        "pause_reason": {"from": "upgrade", "to": ""},
+    }
+
+
+def test_a_save_that_changes_nothing_records_nothing(
+    admin_client: Client, admin_user: Any
+) -> None:
+    admin_client.post(f"{JOBS}add/", form_data(owner=admin_user.pk))
+    job = Job.objects.get(name="report")
+    admin_client.post(f"{JOBS}{job.pk}/change/", form_data(owner=admin_user.pk))
+    assert [r.action for r in trail(job)] == ["created"]
+
+
+def test_the_jobs_page_shows_its_trail_escaped(
+    admin_client: Client, admin_user: Any, now: datetime
+) -> None:
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=now)
+    api.edit(job.pk, note="<script>alert(1)</script>")
+    page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    section = page[page.index('class="duecourse-changes"') :]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section
+    assert "<script>alert(1)" not in page
+    assert "changed" in section and "created" in section
+
+
+def test_only_users_who_may_view_the_job_see_its_trail(
+    admin_user: Any, django_user_model: Any, now: datetime
+) -> None:
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=now)
+    viewer = django_user_model.objects.create_user("viewer", is_staff=True, is_superuser=False)
+    client = Client()
+    client.force_login(viewer)
+    assert client.get(f"{JOBS}{job.pk}/change/").status_code in (302, 403, 404)
+    viewer.user_permissions.set(
+        Permission.objects.filter(codename="view_job", content_type__app_label="scheduling")
+    )
+    mine = create_job(owner=viewer, name="mine", task=NOOP, every="PT1H", now=now)
+    page = client.get(f"{JOBS}{mine.pk}/change/").content.decode()
+    assert 'class="duecourse-changes"' in page
+    assert client.get(f"{JOBS}{job.pk}/change/").status_code in (302, 403, 404)
+
+
+def test_a_removed_jobs_trail_stays_with_its_name(admin_client: Client, admin_user: Any) -> None:
+    admin_client.post(f"{JOBS}add/", form_data(owner=admin_user.pk))
+    job = Job.objects.get(name="report")
+    deleted = admin_client.post(f"{JOBS}{job.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 302 and not Job.objects.filter(pk=job.pk).exists()
+    rows = list(JobChange.objects.filter(job_name="report").order_by("at", "id"))
+    assert [(r.action, r.job_id, r.who) for r in rows] == [
+        ("created", None, admin_user.username),
+        ("removed", None, admin_user.username),
+    ]
+    history = json.loads(run("jobs", "history", "report", "--json"))
+    assert [h["action"] for h in history] == ["removed", "created"]
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_commands_record_the_operating_systems_user(admin_user: Any) -> None:
+    me = getpass.getuser()
+    run(
+        "jobs", "add", "nightly", "--task", NOOP, "--every", "PT1H", "--pause-after-failures", "2"
+    )
+    run("jobs", "edit", "nightly", "--cron", "0 3 * * *", "--tz", "Europe/Paris", "--queue", "x")
+    run("jobs", "edit", "nightly", "--pause-after-failures", "0")
+    run("jobs", "pause", "nightly")
+    run("jobs", "resume", "nightly")
+    job = Job.objects.get(name="nightly")
+    rows = trail(job)
+    assert [(r.action, r.who, r.source) for r in rows] == [
+        ("created", me, "command"),
+        ("changed", me, "command"),
+        ("changed", me, "command"),
+        ("paused", me, "command"),
+        ("resumed", me, "command"),
+    ]
+    assert rows[0].changes["pause_after_failures"] == {"from": None, "to": 2}
+    assert rows[1].changes == {
+        "interval": {"from": "PT1H", "to": ""},
+        "cron": {"from": "", "to": "0 3 * * *"},
+        "timezone": {"from": "UTC", "to": "Europe/Paris"},
+        "queue": {"from": "celery", "to": "x"},
+    }
+    assert rows[2].changes == {"pause_after_failures": {"from": 2, "to": None}}
+
+
+def test_pause_after_failures_below_zero_is_refused_naming_the_option() -> None:
+    with pytest.raises(CommandError, match="--pause-after-failures"):
+        run("jobs", "add", "x", "--task", NOOP, "--every", "PT1H", "--pause-after-failures", "-1")
+
+
+def test_jobs_show_says_the_setting_and_the_count(admin_user: Any, now: datetime) -> None:
+    create_job(
+        owner=admin_user, name="report", task=NOOP, every="PT1H", now=now, pause_after_failures=3
+    )
+    Job.objects.filter(name="report").update(consecutive_failures=2)
+    assert "pause after failures: 3 in a row (2 so far)" in run("jobs", "show", "report")
+    shown = json.loads(run("jobs", "show", "report", "--json"))
+    assert (shown["pause_after_failures"], shown["consecutive_failures"]) == (3, 2)
+
+
+def test_jobs_history_prints_the_trail_newest_first(admin_user: Any) -> None:
+    run("jobs", "add", "nightly", "--task", NOOP, "--every", "PT1H")
+    run("jobs", "edit", "nightly", "--max-retries", "7")
+    job = Job.objects.get(name="nightly")
+    at = datetime(2031, 2, 3, 4, 5, 6, 789, tzinfo=UTC)
+    JobChange.objects.filter(job=job, action="changed").update(at=at)
+    text = run("jobs", "history", "nightly").splitlines()
+    me = getpass.getuser()
+    assert text[0] == f"2031-02-03 04:05:06 UTC changed by {me} (command)"
+    assert text[1] == "  max_retries: 3 -> 7"
+    assert text[2].endswith(f"UTC created by {me} (command)")
+    assert '  task: - -> "scheduling.diagnostics.noop"' in text
+
+    listed = json.loads(run("jobs", "history", "nightly", "--json"))
+    assert [row["action"] for row in listed] == ["changed", "created"]
+    assert listed[0] == {
+        "id": listed[0]["id"],
+        "job_id": job.pk,
+        "job": "nightly",
+        "at": "2031-02-03T04:05:06.000789+00:00",
+        "who": me,
+        "source": "command",
+        "action": "changed",
+        "changes": {"max_retries": {"from": 3, "to": 7}},
+    }
+
+
+def test_jobs_history_of_an_unknown_job_names_the_field() -> None:
+    with pytest.raises(CommandError, match="name"):
+        run("jobs", "history", "nothing-by-that-name")
+
+
+# --- the API --------------------------------------------------------------------------------------
+
+
+def test_the_api_records_the_user_it_is_given_or_system(admin_user: Any) -> None:
+    made = api.schedule_task(NOOP, timing=api.Every("PT1H"), name="from-code", by=admin_user)
+    api.edit(made, max_retries=1, timing=api.Every("PT2H"))
+    api.pause(made, reason="quiet", by=admin_user)
+    api.resume(made)
+    rows = trail(Job.objects.get(pk=made.id))
+    assert [(r.action, r.who, r.source) for r in rows] == [
+        ("created", admin_user.username, "api"),
+        ("changed", "system", "api"),
+        ("paused", admin_user.username, "api"),
+        ("resumed", "system", "api"),
+    ]
+    assert rows[1].changes == {
+        "interval": {"from": "PT1H", "to": "PT2H"},
+        "max_retries": {"from": 3, "to": 1},
+    }
+    assert [h["action"] for h in api.history(made)] == ["resumed", "paused", "changed", "created"]
+
+
+def test_a_large_value_is_kept_cut_to_its_bound(admin_user: Any) -> None:
+    big = ["x" * 100] * 50
+    made = api.schedule_task(NOOP, timing=api.Every("PT1H"), args=big, name="big")
+    [created] = trail(Job.objects.get(pk=made.id))
+    kept = created.changes["args"]["to"]
+    assert isinstance(kept, str) and len(kept) < audit.MAX_VALUE_CHARS + 50
+    assert kept.endswith(f"… ({len(json.dumps(big, sort_keys=True))} characters in all)")
+
+
+def test_a_refused_change_records_nothing(admin_user: Any, now: datetime) -> None:
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=now)
+    with pytest.raises(ValidationError):
+        api.edit(job.pk, timeout=0)
+    assert [r.action for r in trail(job)] == ["created"]
+
+
+# --- retention --------------------------------------------------------------------------------
+
+
+def aged(job: Job, days: int) -> JobChange:
+    return JobChange.objects.create(
+        job=job,
+        job_name=job.name,
+        at=timezone.now() - days * DAY,
+        who="someone",
+        source="admin",
+        action="changed",
+        changes={"note": {"from": "", "to": f"{days} days ago"}},
+    )
+
+
+def test_prune_history_prunes_the_trail_by_its_own_setting_only(
+    admin_user: Any, settings: Any
+) -> None:
+    settings.SCHEDULING_AUDIT_RETENTION = 30
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=timezone.now())
+    old, recent = aged(job, 40), aged(job, 20)
+    execution = Execution.objects.create(
+        job=job, task=NOOP, scheduled_for=timezone.now() - 40 * DAY, status="completed"
+    )
+    out = json.loads(run("prune_history", "--older-than", "3650d", "--keep-last", "0", "--json"))
+    assert out["audit_changes"] == 1 and out["audit_retention_days"] == 30
+    assert not JobChange.objects.filter(pk=old.pk).exists()
+    assert JobChange.objects.filter(pk=recent.pk).exists()
+    assert Execution.objects.filter(pk=execution.pk).exists()  # executions keep their own age
+
+    # --older-than reaches executions, never the trail.
+    run("prune_history", "--older-than", "1d", "--keep-last", "0")
+    assert not Execution.objects.filter(pk=execution.pk).exists()
+    assert JobChange.objects.filter(pk=recent.pk).exists()
+
+
+def test_a_dry_run_counts_old_changes_and_deletes_none(admin_user: Any, settings: Any) -> None:
+    settings.SCHEDULING_AUDIT_RETENTION = 30
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=timezone.now())
+    old = aged(job, 40)
+    out = json.loads(run("prune_history", "--older-than", "1d", "--dry-run", "--json"))
+    assert out["audit_changes"] == 1
+    assert JobChange.objects.filter(pk=old.pk).exists()
+
+
+def test_a_trail_without_retention_is_kept_forever(admin_user: Any, settings: Any) -> None:
+    settings.SCHEDULING_AUDIT_RETENTION = None
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=timezone.now())
+    ancient = aged(job, 5000)
+    text = run("prune_history", "--older-than", "1d")
+    assert "audit trail kept forever" in text
+    assert JobChange.objects.filter(pk=ancient.pk).exists()
+
+
+def test_the_default_retention_is_a_year(admin_user: Any) -> None:
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=timezone.now())
+    old, kept = aged(job, 400), aged(job, 300)
+    report = retention.prune_history(older_than=DAY, keep_last=0, now=timezone.now())
+    assert report.audit_changes == 1
+    assert not JobChange.objects.filter(pk=old.pk).exists()
+    assert JobChange.objects.filter(pk=kept.pk).exists()
+
+
+@pytest.mark.parametrize("value", [0, "soon", -3, 10**9])
+def test_a_bad_retention_is_refused_by_the_check(settings: Any, value: Any) -> None:
+    settings.SCHEDULING_AUDIT_RETENTION = value
+    [message] = checks.check_settings()
+    assert isinstance(message, Error) and message.id == "scheduling.E008"
+    assert message.msg.startswith(f"SCHEDULING_AUDIT_RETENTION = {value!r} ")
+    with pytest.raises(ImproperlyConfigured):
+        conf.get("AUDIT_RETENTION")
+
+
+def test_a_retention_may_be_given_as_a_timedelta(settings: Any) -> None:
+    settings.SCHEDULING_AUDIT_RETENTION = timedelta(days=90)
+    assert checks.check_settings() == []
+    assert conf.get("AUDIT_RETENTION") == timedelta(days=90)
+
+
+# --- in a real browser ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_reads_the_trail_on_the_jobs_page(page: Any, admin_user: Any) -> None:
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=timezone.now())
+    api.edit(job.pk, note="<b>not bold</b>", max_retries=5, by=admin_user)
+    page.goto(f"{page.base}{JOBS}{job.pk}/change/")
+    page.get_by_text("Changes", exact=True).click()
+    table = page.locator("table.duecourse-changes")
+    table.wait_for()
+    rows = table.locator("tbody tr")
+    assert rows.count() == 2
+    first = rows.nth(0).inner_text()
+    assert "changed" in first and admin_user.username in first and "api" in first
+    assert 'max_retries: 3 → 5' in first
+    assert 'note: "" → "<b>not bold</b>"' in first  # shown as text, never as markup
+    assert table.locator("b").count() == 0
+    assert "created" in rows.nth(1).inner_text()
+    assert page.csp_violations == []

@@ -39,10 +39,10 @@ from emailer.models import (
 from scheduling.api import (
     ADMIN_STYLESHEET,
     ContentSecurityPolicyAdmin,
+    ReadableTimesAdmin,
     TaskTableAdmin,
-    ago,
-    instant,
     jobs_for_row,
+    shown_time,
 )
 
 
@@ -54,10 +54,9 @@ class EngineStyles:
 
 
 def _when(moment: Any) -> str:
-    """A time as the engine's pages show it: relative, with the exact instant on hover."""
-    if moment is None:
-        return "-"
-    return format_html('<span title="{}">{}</span>', instant(moment), ago(moment, timezone.now()))
+    """A time as the engine's pages show it: the instant to the second, its zone named, and
+    the time from now beside it (``scheduling.api.shown_time``)."""
+    return shown_time(moment)
 
 
 def _outcome(history: SendEmailHistory | None) -> str:
@@ -116,7 +115,7 @@ INLINE_LIMIT = 200
 SHOWN_REFUSALS = 50
 
 
-class ParticipantInline(admin.TabularInline):
+class ParticipantInline(ReadableTimesAdmin, admin.TabularInline):
     model = Participant
     fields = ("email", "name", "status", "unsubscribed_at")
     readonly_fields = ("unsubscribed_at",)
@@ -164,7 +163,9 @@ class ImportForm(forms.Form):
 
 
 @admin.register(Project)
-class ProjectAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin):
+class ProjectAdmin(
+    ReadableTimesAdmin, ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin
+):
     Media = EngineStyles
     list_display = ("name", "state", "participant_count", "task_count", "created_at")
     list_filter = ("state",)
@@ -300,7 +301,7 @@ class ProjectAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin)
 
 
 @admin.register(Participant)
-class ParticipantAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class ParticipantAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
     Media = EngineStyles
     list_display = ("email", "name", "status", "project", "unsubscribed_at")
     list_filter = ("project", "status", ("unsubscribed_at", admin.EmptyFieldListFilter))
@@ -348,7 +349,9 @@ class SendEmailTaskForm(forms.ModelForm):
 
 
 @admin.register(SendEmailTask)
-class SendEmailTaskAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin):
+class SendEmailTaskAdmin(
+    ReadableTimesAdmin, ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin
+):
     form = SendEmailTaskForm
 
     class Media:
@@ -501,7 +504,7 @@ class SendEmailTaskAdmin(ContentSecurityPolicyAdmin, TaskTableAdmin, admin.Model
 
 
 @admin.register(SendEmailHistory)
-class SendEmailHistoryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class SendEmailHistoryAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """One row per run, with live counts; read-only, like all history."""
 
     Media = EngineStyles
@@ -558,7 +561,7 @@ class SendEmailHistoryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class DeliveryAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
     """The per-participant ledger; read-only."""
 
     Media = EngineStyles

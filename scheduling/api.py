@@ -24,8 +24,11 @@ a worked example.
   (an ISO-8601 instant with an offset, naming the field when it is not), ``positive_int`` and
   ``error_line`` (a ``ValidationError`` as one line, each field named with the option that set
   it), the same as the engine's own commands use; ``add_timing_options``,
-  ``parse_timing_options`` and ``timing_of`` read ``--every | --cron | --at``, ``--tz``,
-  ``--start``, ``--end`` and ``--allow-past`` exactly as ``jobs add`` does, with its refusals.
+  ``parse_timing_options`` and ``timing_of`` read ``--every | --cron | --rrule | --at``,
+  ``--tz``, ``--start``, ``--end`` and ``--allow-past`` exactly as ``jobs add`` does, with its
+  refusals; ``text_table`` (rows under headers, each column as wide as its longest value:
+  nothing cut) and ``shown_value`` (a value as text: JSON as compact JSON, never a Python
+  repr).
 - Run it: a runner receives its row and a ``RunContext`` (ids, the occurrence's due time, the
   attempt number, the last checkpoint, ``save_checkpoint``, ``progress`` and
   ``report_failures``), never the ledger's ORM rows or Celery objects. Raise
@@ -38,8 +41,15 @@ a worked example.
   (mixed into a ``ModelAdmin``) and
   ``with_content_security_policy`` (around a view) give them the apps' Content-Security-Policy
   where the host sends none, never replacing the host's (``scheduling.csp``).
-- Show times as the engine does: ``ago`` ("12 s ago", "in 3 min"), ``instant`` (to the
-  second, UTC), ``span`` (a length of time) and ``describe_interval`` ("every 10 seconds").
+- Show times as the engine does (``scheduling.readable``, docs/operations.md, *Times and
+  names*): ``instant`` (to the second, in the project's ``TIME_ZONE`` with the zone named:
+  "2030-01-31 04:00:05 EST"), ``ago`` ("12 s ago", "in 3 min", a date beyond 30 days),
+  ``when`` (both: "… EST (in 3 min)"), ``caption`` ("Times in America/New_York"), ``span``
+  (a length of time), ``describe_interval`` ("every 10 seconds") and ``describe_cron``
+  ("at 09:00, Monday through Friday"). In admin pages: ``ReadableTimesAdmin`` (mixed into a
+  ``ModelAdmin`` or an inline, first) shows every date-time field of the model by that rule,
+  in lists and on pages, and edits them with ``ZonedSplitDateTime``; ``shown_time`` is one
+  time as those pages write it (HTML).
 - Statements of your own: ``ledger`` (``Statement``, ``rows``, ``row``, ``value``,
   ``execute``, ``dialect``, ``on_postgresql``) runs an app's hand-written SQL the way the
   engine runs its own: named parameters, a SQLite form beside the PostgreSQL one, rows decoded
@@ -65,12 +75,16 @@ from django.utils import timezone
 from django.utils.text import capfirst
 
 from scheduling import ledger
+from scheduling.admintimes import ReadableTimesAdmin, ZonedSplitDateTime
+from scheduling.admintimes import shown as shown_time
 from scheduling.celeryapp import celery_app
 from scheduling.cli import (
     OneLineCommand,
     add_timing_options,
     parse_timing_options,
     positive_int,
+    shown_value,
+    text_table,
     timing_of,
 )
 from scheduling.csp import ContentSecurityPolicyAdmin
@@ -78,7 +92,7 @@ from scheduling.csp import with_csp as with_content_security_policy
 from scheduling.djangotasks.options import task_options
 from scheduling.errors import Fenced
 from scheduling.models import ChangeSource, Job, Schedule
-from scheduling.readable import ago, describe_interval, instant, span
+from scheduling.readable import ago, caption, describe_cron, describe_interval, instant, span, when
 from scheduling.rules import permissions, tasktables
 from scheduling.rules.registry import PermanentError
 from scheduling.rules.validation import first_error as error_line
@@ -110,14 +124,18 @@ __all__ = [
     "OneLineCommand",
     "PermanentError",
     "Policies",
+    "ReadableTimesAdmin",
     "RunContext",
     "ScheduledTask",
     "TaskTableAdmin",
     "Timing",
+    "ZonedSplitDateTime",
     "add_timing_options",
     "ago",
     "backfill",
     "cancel",
+    "caption",
+    "describe_cron",
     "describe_interval",
     "edit",
     "error_line",
@@ -137,12 +155,16 @@ __all__ = [
     "schedulable_task",
     "schedule_row",
     "schedule_task",
+    "shown_time",
+    "shown_value",
     "span",
     "task_options",
     "task_table",
+    "text_table",
     "timing_of",
     "unschedule",
     "unschedule_row",
+    "when",
     "with_content_security_policy",
 ]
 
@@ -170,7 +192,11 @@ JobRef = int | _jobs.JobInfo
 
 
 def task_table(
-    model: Any, *, internal: bool = False, owner: str | None = None
+    model: Any,
+    *,
+    internal: bool = False,
+    owner: str | None = None,
+    describe: tasktables.RowWords | None = None,
 ) -> Callable[[R], R]:
     """Declare ``model`` a task table whose rows jobs may run, with the decorated runner.
 
@@ -182,10 +208,18 @@ def task_table(
     ``owner="field"`` (or a lookup such as ``"project__owner"``) narrows that to the row's
     owner, and ``internal=True`` keeps the table for jobs your app's code makes (never one made
     in the admin or for an ``owner``).
+
+    ``describe(rows)`` says what each row is, in words, wherever the engine names a run of it
+    (the admin's lists, the dashboard, ``manage.py jobs`` and ``executions``): given a queryset
+    of some rows, it returns each row's id with its words, as pairs or a mapping, in one query
+    (``rows.select_related(...)``), e.g. ``{t.pk: f"email {t.name!r} of {t.project}" for t in
+    rows.select_related("project")}``. Without it a row reads as "verbose name: str(row)".
+    A job made with ``schedule_row`` and no ``name`` is named by these words, never by its
+    stored ``app.Model:id:n``.
     """
 
     def declare(runner: R) -> R:
-        tasktables.register(model, runner, internal=internal, owner=owner or "")
+        tasktables.register(model, runner, internal=internal, owner=owner or "", describe=describe)
         post_delete.connect(
             _unschedule_deleted_row, sender=model, weak=False, dispatch_uid=f"duecourse:{model}"
         )

@@ -11,15 +11,18 @@ command refuses alike; ``--help`` still prints the full usage.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, tzinfo
 from typing import Any, NoReturn
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from scheduling import readable
 from scheduling.rules.validation import first_error, past_run_at_error
 from scheduling.timing.schedules import zone_error
 from scheduling.timing.values import Calendar, Cron, Every, Once, Timing, parse_instant
@@ -88,6 +91,61 @@ def positive_int(raw: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number of 1 or more")
     return value
+
+
+def shown_value(value: Any) -> str:
+    """A value as a command prints it in text: lists and mappings as compact JSON in their
+    own order, compact (``{"sku":"COF","amount":1}``), never Python's repr; ``None`` as "-"."""
+    if value is None:
+        return "-"
+    if isinstance(value, (dict, list, tuple, bool)):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return str(value)
+
+
+def iso_instant(text: str | None, zone: tzinfo | None = None) -> str:
+    """An instant of a command's JSON (ISO 8601) as its text prints it, by ``readable``'s
+    rule; "-" for none, and the ledger's words for a time past the calendar's ends
+    ("infinity", ``scheduling.ledger.pgtimes``) as they are."""
+    if not text:
+        return "-"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    return readable.instant(moment, zone)
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows under their headers, each column as wide as its widest value: nothing is cut."""
+    cells = [[str(h) for h in headers], *([shown_value(v) for v in row] for row in rows)]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in cells
+    )
+
+
+def add_zone_option(parser: argparse.ArgumentParser) -> None:
+    """``--tz ZONE``: the zone a listing prints its times in (the project's ``TIME_ZONE``
+    by default; ``--json`` always gives ISO-8601 in UTC)."""
+    parser.add_argument(
+        "--tz",
+        dest="tz",
+        metavar="ZONE",
+        help="IANA time zone to print times in (default: the project's TIME_ZONE).",
+    )
+
+
+def zone_option(name: str | None) -> tzinfo:
+    """The zone ``--tz`` names, or the project's; a ``ValidationError`` on ``timezone``
+    (shown as ``--tz``) when it names none."""
+    if name is None:
+        return readable.current_zone()
+    try:
+        return readable.zone_named(name)
+    except ValueError as exc:
+        raise ValidationError({"timezone": str(exc)}) from None
 
 
 def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

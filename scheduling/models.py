@@ -374,7 +374,8 @@ class Job(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.name
+        # Its name in words where a page read it (``selectors.titled``), else its name.
+        return self.__dict__.get("title") or self.name
 
     @property
     def targets_task_row(self) -> bool:
@@ -570,8 +571,9 @@ class Execution(models.Model):
         ordering = ["-scheduled_for", "-id"]
 
     def __str__(self) -> str:
-        job = self.job.name if self.job_id and self.job else self.task
-        return f"{job} @ {self.scheduled_for:%Y-%m-%d %H:%M:%S}"
+        # Named as a page named it (``selectors.titled``), else by its job or task.
+        named = self.__dict__.get("title") or (str(self.job) if self.job_id else self.task)
+        return f"{named} @ {readable.instant(self.scheduled_for)}"
 
 
 class AttemptOutcome(models.TextChoices):

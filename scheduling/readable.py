@@ -1,25 +1,144 @@
-"""Times and durations as people read them: one format for the admin, the dashboard and the
-commands.
+"""Times, lengths and schedules as people read them: the one rule for the admin, the
+dashboard, the domain apps' pages and the commands.
 
-- an instant relative to now: "12 s ago", "in 3 min", "2 h ago", "5 d ago" (seconds below
-  ninety seconds, so a job that runs every ten seconds reads in seconds);
-- an instant exactly: "2030-01-31 09:00:05 UTC", to the second, never with microseconds;
+Times follow one rule everywhere:
+
+- an instant exactly, to the second, never with microseconds, in one zone that the text names:
+  "2030-01-31 04:00:05 EST". The zone is Django's current time zone, which is the project's
+  ``TIME_ZONE`` unless the host activated another for the request; a command's ``--tz`` passes
+  its own (``zone_named``);
+- beside it, where it helps, the instant relative to now: "12 s ago", "in 3 min", "2 h ago"
+  (seconds below ninety seconds, so a job that runs every ten seconds reads in seconds);
+- an instant further than ``FAR`` (30 days) from now has no relative words: "in 2912114 d"
+  says nothing a date does not say better, so ``ago`` gives the date and ``when`` the instant
+  alone.
+
+And the rest:
+
 - a length of time: "0.412 s", "12 s", "3 min 5 s", "2 h 10 min";
-- an interval: "every 10 seconds", "every hour", "every 1 hour 30 minutes", never "every PT10S".
+- an interval: "every 10 seconds", "every hour", "every 1 hour 30 minutes", never "every PT10S";
+- a cron expression: "at 09:00, Monday through Friday". Schedules read as lower-case sentence
+  fragments, interval and cron alike, so they sit in a sentence or a column the same way.
 
-Pure: plain values in, text out; nothing here reads the clock or the database.
+Pure apart from one question: the zone, when none is given, is Django's current one. Nothing
+here reads the clock or the database.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+import zoneinfo
+from datetime import datetime, timedelta, tzinfo
+
+from cron_descriptor import Options, get_description
+from django.utils import timezone
 
 from scheduling.timing.schedules import ScheduleError, parse_duration
 
 _CALENDAR = re.compile(r"^P(\d+)([YM])$")
 _CALENDAR_UNITS = {"Y": "year", "M": "month"}
 _UNITS = (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+
+#: Beyond this distance from now an instant reads as a date, without "in N d" or "N d ago".
+FAR = timedelta(days=30)
+
+
+# --- zones -----------------------------------------------------------------------------------
+
+
+def current_zone() -> tzinfo:
+    """The zone pages and commands show times in: Django's current time zone (``TIME_ZONE``
+    unless the host activated another)."""
+    return timezone.get_current_timezone()
+
+
+def zone_named(name: str) -> tzinfo:
+    """The IANA zone ``name`` ("Europe/Berlin", "UTC"); ValueError saying why it is not one."""
+    try:
+        return zoneinfo.ZoneInfo((name or "").strip())
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ValueError(
+            f"{name!r} is not an IANA time zone (such as Europe/Berlin or UTC)"
+        ) from None
+
+
+def zone_name(zone: tzinfo | None = None) -> str:
+    """The zone's full name, for a caption: "America/New_York"."""
+    zone = zone or current_zone()
+    return str(getattr(zone, "key", None) or zone)
+
+
+def caption(zone: tzinfo | None = None) -> str:
+    """The line a page shows once, above its times: "Times in America/New_York"."""
+    return f"Times in {zone_name(zone)}"
+
+
+# --- instants --------------------------------------------------------------------------------
+
+
+def instant(moment: datetime | None, zone: tzinfo | None = None) -> str:
+    """``moment`` exactly, to the second, in ``zone`` (the current one when not given), with
+    the zone's abbreviation: "2030-01-31 04:00:05 EST"; "-" for none."""
+    if moment is None:
+        return "-"
+    zone = zone or current_zone()
+    try:
+        local = moment.astimezone(zone)
+        return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or zone_name(zone)}"
+    except (OverflowError, ValueError):  # the ends of the range (``pgtimes``): kept in UTC
+        return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def day(moment: datetime, zone: tzinfo | None = None) -> str:
+    """The date of ``moment`` in ``zone``: "9999-12-31"."""
+    try:
+        return f"{moment.astimezone(zone or current_zone()):%Y-%m-%d}"
+    except (OverflowError, ValueError):
+        return f"{moment:%Y-%m-%d}"
+
+
+def is_far(moment: datetime, now: datetime) -> bool:
+    """Whether ``moment`` is further than ``FAR`` from ``now`` (either way)."""
+    try:
+        return abs(moment - now) > FAR
+    except OverflowError:
+        return True
+
+
+def _coarse(seconds: float) -> str:
+    value = abs(seconds)
+    if value < 90:
+        return f"{round(value)} s"
+    if value < 90 * 60:
+        return f"{round(value / 60)} min"
+    if value < 36 * 3600:
+        return f"{round(value / 3600)} h"
+    return f"{round(value / 86400)} d"
+
+
+def ago(moment: datetime | None, now: datetime, zone: tzinfo | None = None) -> str:
+    """``moment`` relative to ``now``: "12 s ago", "in 3 min", "now" (within a second); its
+    date ("9999-12-31") when it is further than ``FAR`` away."""
+    if moment is None:
+        return "-"
+    if is_far(moment, now):
+        return day(moment, zone)
+    seconds = (now - moment).total_seconds()
+    if abs(seconds) < 1:
+        return "now"
+    return f"{_coarse(seconds)} ago" if seconds > 0 else f"in {_coarse(seconds)}"
+
+
+def when(moment: datetime | None, now: datetime, zone: tzinfo | None = None) -> str:
+    """The instant with the relative words beside it: "2030-01-31 04:00:05 EST (in 3 min)";
+    the instant alone when it is further than ``FAR`` away; "-" for none."""
+    if moment is None:
+        return "-"
+    exact = instant(moment, zone)
+    return exact if is_far(moment, now) else f"{exact} ({ago(moment, now, zone)})"
+
+
+# --- lengths ---------------------------------------------------------------------------------
 
 
 def span(seconds: float) -> str:
@@ -38,41 +157,13 @@ def span(seconds: float) -> str:
     return f"{round(value / 86400)} d"
 
 
-def _coarse(seconds: float) -> str:
-    value = abs(seconds)
-    if value < 90:
-        return f"{round(value)} s"
-    if value < 90 * 60:
-        return f"{round(value / 60)} min"
-    if value < 36 * 3600:
-        return f"{round(value / 3600)} h"
-    return f"{round(value / 86400)} d"
-
-
-def ago(moment: datetime | None, now: datetime) -> str:
-    """``moment`` relative to ``now``: "12 s ago", "in 3 min", "now" (within a second)."""
-    if moment is None:
-        return "-"
-    seconds = (now - moment).total_seconds()
-    if abs(seconds) < 1:
-        return "now"
-    return f"{_coarse(seconds)} ago" if seconds > 0 else f"in {_coarse(seconds)}"
-
-
-def instant(moment: datetime | None) -> str:
-    """``moment`` exactly, to the second, in UTC: "2030-01-31 09:00:05 UTC"."""
-    if moment is None:
-        return "-"
-    try:
-        return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-    except (OverflowError, ValueError):  # the ends of the range (``pgtimes``)
-        return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
-
-
 def lag(delta: timedelta) -> str:
     """A start minus due time, signed: "+0.4 s", "+12 s", "+3 min"."""
     seconds = delta.total_seconds()
     return ("-" if seconds < 0 else "+") + span(seconds)
+
+
+# --- schedules -------------------------------------------------------------------------------
 
 
 def describe_interval(text: str) -> str:
@@ -94,3 +185,46 @@ def describe_interval(text: str) -> str:
     if len(parts) == 1 and parts[0].startswith("1 "):
         return f"every {parts[0][2:]}"
     return "every " + " ".join(parts)
+
+
+_CRON_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def describe_cron(expression: str) -> str:
+    """A cron expression in English, as a lower-case fragment like ``describe_interval``'s:
+    "at 09:00, Monday through Friday", "every 5 minutes"; the expression itself if the
+    describer cannot read it."""
+    text = _CRON_MACROS.get(expression.strip().lower(), expression)
+    options = Options()
+    options.use_24hour_time_format = True
+    try:
+        words = str(get_description(text, options))
+    except Exception:  # the describer knows fewer spellings than our parser
+        return expression
+    return words[:1].lower() + words[1:]
+
+
+__all__ = [
+    "FAR",
+    "ago",
+    "caption",
+    "current_zone",
+    "day",
+    "describe_cron",
+    "describe_interval",
+    "instant",
+    "is_far",
+    "lag",
+    "span",
+    "when",
+    "zone_name",
+    "zone_named",
+]

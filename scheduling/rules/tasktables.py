@@ -10,7 +10,7 @@ with ``@schedulable_task`` before a job may target it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,15 @@ from django.db.models import Q
 TASK_ROW_TASK = "scheduling.run_task_row"
 
 
+#: A task table's own words for its rows: given a queryset of some of them, each row's id
+#: and a few words that say which row it is ("email \"welcome\" of project Acme"). Given the
+#: queryset, not one row, so a page of runs costs the domain app one query, not one per row.
+RowWords = Callable[[Any], Iterable[tuple[Any, str]] | Mapping[Any, str]]
+
+#: The longest description of a row the engine shows; a longer one ends in "…".
+MAX_ROW_WORDS = 200
+
+
 @dataclass(frozen=True)
 class TaskTable:
     """One registered task table: its label (``app_label.Model``), model and runner.
@@ -27,7 +36,8 @@ class TaskTable:
     ``internal`` tables (subscriptions' due batches) are run only by jobs their app's code
     makes, never by a job made by hand; ``owner`` names the field (a lookup path such as
     ``project__owner`` is allowed) holding the user a row belongs to, so that only its owner
-    may point a job at it (``scheduling.rules.permissions``).
+    may point a job at it (``scheduling.rules.permissions``). ``describe`` is how its rows
+    read in the engine's lists (``describe_rows``).
     """
 
     label: str
@@ -35,6 +45,7 @@ class TaskTable:
     runner: Callable[..., Any]
     internal: bool = False
     owner: str = ""
+    describe: RowWords | None = None
 
 
 _tables: dict[str, TaskTable] = {}
@@ -46,7 +57,12 @@ def label_of(model: Any) -> str:
 
 
 def register(
-    model: Any, runner: Callable[..., Any], *, internal: bool = False, owner: str = ""
+    model: Any,
+    runner: Callable[..., Any],
+    *,
+    internal: bool = False,
+    owner: str = "",
+    describe: RowWords | None = None,
 ) -> TaskTable:
     """Allow jobs to run rows of ``model`` with ``runner(row, run)``.
 
@@ -62,7 +78,14 @@ def register(
             f"task table {label} is already registered to "
             f"{known.runner.__module__}.{known.runner.__qualname__}"
         )
-    table = TaskTable(label=label, model=model, runner=runner, internal=internal, owner=owner)
+    table = TaskTable(
+        label=label,
+        model=model,
+        runner=runner,
+        internal=internal,
+        owner=owner,
+        describe=describe,
+    )
     _tables[label] = table
     return table
 
@@ -79,6 +102,34 @@ def get(label: str) -> TaskTable:
         raise LookupError(f"{label!r} is not a task table (use app_label.ModelName)")
     choices = ", ".join(sorted(_tables)) or "none are registered"
     raise LookupError(f"{label!r} is not a registered task table (registered: {choices})")
+
+
+def describe_rows(label: str, row_ids: Collection[Any]) -> dict[Any, str]:
+    """The rows ``row_ids`` of the task table ``label`` in words, by id, as the table's app
+    declared them (``@task_table(Model, describe=...)``), else as "verbose name: str(row)".
+
+    Rows that no longer exist, and tables no longer registered, are left out: the caller keeps
+    the job's own name for them. One query for the rows (the app's ``describe`` may add its
+    own), whatever their number.
+    """
+    try:
+        table = get(label)
+    except LookupError:
+        return {}
+    if not row_ids:
+        return {}
+    rows = table.model._default_manager.filter(pk__in=list(row_ids))
+    if table.describe is not None:
+        found = table.describe(rows)
+        pairs = found.items() if isinstance(found, Mapping) else found
+    else:
+        name = table.model._meta.verbose_name
+        pairs = ((row.pk, f"{name}: {row}") for row in rows)
+    return {pk: _bounded(" ".join(str(words).split())) for pk, words in pairs}
+
+
+def _bounded(words: str) -> str:
+    return words if len(words) <= MAX_ROW_WORDS else words[: MAX_ROW_WORDS - 1] + "…"
 
 
 def registered() -> list[TaskTable]:

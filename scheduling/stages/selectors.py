@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+import re
+from collections.abc import Iterable
+from datetime import datetime, timedelta, tzinfo
+from typing import Any, TypeVar
 
-from cron_descriptor import Options, get_description
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import (
@@ -27,6 +28,7 @@ from scheduling.ledger.probe import Probe as Probe  # the idle tick's answers, r
 from scheduling.ledger.probe import scheduler_probe as scheduler_probe
 from scheduling.models import Execution, ExecutionStatus, Job, Schedule, job_due_index
 from scheduling.readable import describe_interval
+from scheduling.rules import tasktables
 from scheduling.rules.validation import storable
 from scheduling.timing.calendar_words import describe_calendar
 
@@ -52,11 +54,80 @@ def find_job(name: str, *, owner: str | None = None) -> Job:
     return found[0]
 
 
-def job_summary(job: Job) -> dict[str, Any]:
+# --- runs named for what they are --------------------------------------------------------------
+
+#: The name ``schedule_row`` gives a job when its app gives none: ``app.Model:row id[:n]``.
+_ROW_JOB_NAME = re.compile(r"^(?P<label>[\w.]+):(?P<row>\d+)(?::(?P<n>\d+))?$")
+
+
+def _row_job_number(job: Job) -> int | None:
+    """For a job still called by the name ``schedule_row`` made up for it, its number among
+    the row's jobs (1 for ``app.Model:7`` and ``app.Model:7:1``); None for any other job."""
+    if not job.task_table:
+        return None
+    found = _ROW_JOB_NAME.match(job.name)
+    if found is None or found["label"] != job.task_table or int(found["row"]) != job.task_row_id:
+        return None
+    return int(found["n"] or 1)
+
+
+def job_titles(jobs: Iterable[Job]) -> dict[int, str]:
+    """Each job's name as people read it, by job id, in one query per task table.
+
+    A job someone named keeps its name. A job a domain app made without one (stored as
+    ``app.Model:7:1``) is called by the row it serves, in the words its app declared
+    (``@task_table(..., describe=...)``): "email 'welcome' of project Acme"; a row's second
+    job "… (schedule 2)". A row that is gone leaves the stored name.
+    """
+    jobs = list(jobs)
+    wanted: dict[str, set[int]] = {}
+    for job in jobs:
+        if _row_job_number(job) is not None:
+            wanted.setdefault(job.task_table, set()).add(int(job.task_row_id))
+    words = {label: tasktables.describe_rows(label, ids) for label, ids in wanted.items()}
+    titles: dict[int, str] = {}
+    for job in jobs:
+        number = _row_job_number(job)
+        found = words.get(job.task_table, {}).get(job.task_row_id) if number else None
+        if found is None:
+            titles[job.pk] = job.name
+        else:
+            titles[job.pk] = found if number == 1 else f"{found} (schedule {number})"
+    return titles
+
+
+def run_titles(executions: Iterable[Execution]) -> dict[int, str]:
+    """Each execution named for what it runs, by execution id: its job's title
+    (``job_titles``), or, for a run without a job (enqueued through Django's Tasks
+    framework, or an ad-hoc call), its task's path. Read ``job`` with ``select_related``."""
+    executions = list(executions)
+    jobs = {e.job_id: e.job for e in executions if e.job_id is not None and e.job is not None}
+    by_job = job_titles(jobs.values())
+    return {e.pk: by_job.get(e.job_id, e.task) if e.job_id else e.task for e in executions}
+
+
+Named = TypeVar("Named", Job, Execution)
+
+
+def titled(rows: Iterable[Named]) -> list[Named]:
+    """``rows`` (jobs or executions) as a list, each with ``title`` set to its name in
+    words (``job_titles``, ``run_titles``), for a page or a panel that lists them."""
+    found: list[Any] = list(rows)
+    jobs = [row for row in found if isinstance(row, Job)]
+    runs = [row for row in found if isinstance(row, Execution)]
+    titles = {("job", pk): t for pk, t in job_titles(jobs).items()}
+    titles.update({("run", pk): t for pk, t in run_titles(runs).items()})
+    for row in found:
+        row.title = titles["job" if isinstance(row, Job) else "run", row.pk]
+    return found
+
+
+def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
     schedule = job.schedule
     return {
         "id": job.pk,
         "name": job.name,
+        "title": job_titles([job])[job.pk] if title is None else title,
         "owner": job.owner.get_username(),
         "status": job.status,
         "task": job.task,
@@ -101,10 +172,15 @@ def list_jobs() -> QuerySet[Job]:
     return Job.objects.select_related("schedule", "owner").order_by("name", "owner__username")
 
 
-def execution_summary(execution: Execution, *, attempts: bool = False) -> dict[str, Any]:
+def execution_summary(
+    execution: Execution, *, attempts: bool = False, title: str | None = None
+) -> dict[str, Any]:
+    """The execution as the command line and ``api`` show it; ``title`` is its name in words
+    (``run_titles``, read for a page at once), read here when not given."""
     data: dict[str, Any] = {
         "id": execution.pk,
         "job": execution.job.name if execution.job_id and execution.job else None,
+        "title": run_titles([execution])[execution.pk] if title is None else title,
         "task": execution.task,
         "scheduled_for": _iso(execution.scheduled_for),
         "status": execution.status,
@@ -188,30 +264,15 @@ def task_row_target(execution_id: int) -> tuple[str, int] | None:
 
 # --- the schedule in words, and the job list's health columns --------------------------------
 
-_CRON_MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-
 
 def describe_cron(expression: str) -> str:
-    """A cron expression in English ("At 09:00, Monday through Friday"), or itself if odd."""
-    text = _CRON_MACROS.get(expression.strip().lower(), expression)
-    options = Options()
-    options.use_24hour_time_format = True
-    try:
-        return str(get_description(text, options))
-    except Exception:  # the describer knows fewer spellings than our parser
-        return expression
+    """A cron expression in words ("at 09:00, Monday through Friday"): ``readable``'s rule."""
+    return readable.describe_cron(expression)
 
 
-def describe_schedule(schedule: Schedule) -> str:
-    """The schedule as a person reads it: kind, zone and window."""
+def describe_schedule(schedule: Schedule, zone: tzinfo | None = None) -> str:
+    """The schedule as a person reads it: kind, zone and window (its instants in ``zone``,
+    the current one when not given)."""
     if schedule.interval:
         text = describe_interval(schedule.interval)
     elif schedule.cron:
@@ -219,13 +280,13 @@ def describe_schedule(schedule: Schedule) -> str:
     elif schedule.rrule:
         text = describe_calendar(schedule.rrule, schedule.timezone)
     elif schedule.run_at:
-        text = f"once at {readable.instant(schedule.run_at)}"
+        text = f"once at {readable.instant(schedule.run_at, zone)}"
     else:
         text = "once"
     if schedule.starts_at:
-        text += f", from {schedule.starts_at:%Y-%m-%d %H:%M} UTC"
+        text += f", from {readable.instant(schedule.starts_at, zone)}"
     if schedule.ends_at:
-        text += f", until {schedule.ends_at:%Y-%m-%d %H:%M} UTC"
+        text += f", until {readable.instant(schedule.ends_at, zone)}"
     return text
 
 
@@ -245,9 +306,9 @@ def with_health(jobs: QuerySet[Job], *, now: datetime) -> QuerySet[Job]:
     (pending and queued ones have not run yet).
     """
     history = Execution.objects.filter(job=OuterRef("pk"))
-    last = history.exclude(
-        status__in=[ExecutionStatus.PENDING, ExecutionStatus.QUEUED]
-    ).order_by("-scheduled_for", "-id")
+    last = history.exclude(status__in=[ExecutionStatus.PENDING, ExecutionStatus.QUEUED]).order_by(
+        "-scheduled_for", "-id"
+    )
     failures = (
         history.filter(status=ExecutionStatus.FAILED, scheduled_for__gte=now - timedelta(days=1))
         .order_by()

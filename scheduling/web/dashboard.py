@@ -22,7 +22,7 @@ from scheduling import conf, readable
 from scheduling.csp import with_csp
 from scheduling.models import Execution, ExecutionStatus, Job
 from scheduling.rules import permissions
-from scheduling.stages import ticks
+from scheduling.stages import selectors, ticks
 from scheduling.web import overview
 
 CHART_HEIGHT = 120
@@ -107,12 +107,30 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
     items = overview.item_failures(now=now, owner_id=owner_id)
     failed = failures.count + items.count
     lag_warn, lag_alert = conf.get("DASHBOARD_LAG_WARN"), conf.get("DASHBOARD_LAG_ALERT")
+    due_soon = overview.due_soon(now=now, owner_id=owner_id, internal=internal)
+    running = overview.running(now=now, owner_id=owner_id)
+    waiting = overview.waiting(now=now, owner_id=owner_id)
+    stale = overview.stale(now=now, owner_id=owner_id)
+    late = overview.late(now=now, owner_id=owner_id, internal=internal)
+    # Every job and run a panel lists, named for what it is (one query per task table).
+    selectors.titled(
+        [
+            *due_soon.rows,
+            *running.rows,
+            *waiting.rows,
+            *stale.rows,
+            *late.jobs.rows,
+            *late.executions.rows,
+            *failures.rows,
+            *items.runs.rows,
+        ]
+    )
     return {
-        "due_soon": overview.due_soon(now=now, owner_id=owner_id, internal=internal),
-        "running": overview.running(now=now, owner_id=owner_id),
-        "waiting": overview.waiting(now=now, owner_id=owner_id),
-        "stale": overview.stale(now=now, owner_id=owner_id),
-        "late": overview.late(now=now, owner_id=owner_id, internal=internal),
+        "due_soon": due_soon,
+        "running": running,
+        "waiting": waiting,
+        "stale": stale,
+        "late": late,
         "failures": failures,
         "item_failures": items,
         "paused_after_failures": overview.paused_after_failures(owner_id=owner_id),
@@ -158,6 +176,7 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
         "last_tick": last_tick,
         "tick_age": (now - last_tick).total_seconds() if last_tick else None,
         "tick_ago": readable.ago(last_tick, now),
+        "times_caption": readable.caption(),
         "internal": internal,
         "tick_age_limit": conf.get("HEALTH_TICK_AGE"),
         "queue_idle_after": readable.span(conf.get("QUEUE_IDLE_WARN")),

@@ -10,15 +10,13 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
-from django.utils.html import format_html
 
 from scheduling.api import (
     ADMIN_STYLESHEET,
     ContentSecurityPolicyAdmin,
     IdSelectionAdmin,
-    ago,
-    instant,
+    ReadableTimesAdmin,
+    shown_time,
 )
 from subscriptions.models import JobStep, SubscriptionJob, SubscriptionJobStatus
 
@@ -31,10 +29,9 @@ def plural(count: int, noun: str) -> str:
 
 
 def when(moment: Any) -> str:
-    """A time as the engine's pages show it: relative, with the exact instant on hover."""
-    if moment is None:
-        return "-"
-    return format_html('<span title="{}">{}</span>', instant(moment), ago(moment, timezone.now()))
+    """A time as the engine's pages show it: the instant to the second, its zone named, and
+    the time from now beside it (``scheduling.api.shown_time``)."""
+    return shown_time(moment)
 
 
 def status_text(job: SubscriptionJob) -> str:
@@ -49,7 +46,7 @@ def step_text(parameter: str) -> str:
         return parameter
 
 
-class LatestInline(admin.TabularInline):
+class LatestInline(ReadableTimesAdmin, admin.TabularInline):
     """Only the subscription's latest ``LATEST`` rows; ``SubscriptionAdmin`` links to the rest."""
 
     newest_first: tuple[str, ...] = ("-pk",)
@@ -68,8 +65,11 @@ class LatestInline(admin.TabularInline):
         return rows.filter(pk__in=latest)
 
 
-class ModelAdmin(IdSelectionAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
-    """Every page of this app: a list action posted with a selection that holds something
+class ModelAdmin(
+    ReadableTimesAdmin, IdSelectionAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin
+):
+    """Every page of this app: its times read as the engine's do (``ReadableTimesAdmin``);
+    a list action posted with a selection that holds something
     other than ids (a hand-made POST) is refused with a message and changes nothing, where
     Django would filter by it as it came and answer 500."""
 

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from scheduling.api import describe_interval, instant
+from scheduling.api import ReadableTimesAdmin, describe_interval, instant
 from subscriptions import pricing, services
 from subscriptions.admin.common import (
     LATEST,
@@ -88,10 +88,10 @@ class ItemFormSet(forms.BaseInlineFormSet):
 
 def _period_text(subscription: Subscription, number: int) -> str:
     start = subscription.period_bounds(number)[0]
-    return f"period {number}, which starts {start:%Y-%m-%d %H:%M} UTC"
+    return f"period {number}, which starts {instant(start)}"
 
 
-class ItemInline(admin.TabularInline):
+class ItemInline(ReadableTimesAdmin, admin.TabularInline):
     model = SubscriptionItem
     formset = ItemFormSet
     template = "admin/subscriptions/edit_inline/items.html"

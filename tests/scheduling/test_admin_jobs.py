@@ -144,7 +144,7 @@ def test_a_job_is_made_with_a_cron_schedule_in_its_zone_on_its_own_page(
     assert job.next_due_at is not None
     assert job.next_due_at.astimezone(job.schedule.timing().zone).hour == 9
     page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
-    assert "At 09:00, Monday through Friday (Europe/Paris)" in page
+    assert "at 09:00, Monday through Friday (Europe/Paris)" in page
 
 
 def test_bad_timing_is_refused_beside_its_field(admin_client: Client, admin_user: Any) -> None:
@@ -169,7 +169,7 @@ def test_a_typed_cron_expression_is_read_back_in_words(admin_client: Client, adm
     form = form_of(response)
     assert "name" in form.errors and "interval" in form.errors  # two kinds given, no name
     page = response.content.decode()
-    assert "Reads: Every 15 minutes, between 09:00 and 17:59, Monday through Friday." in page
+    assert "Reads: every 15 minutes, between 09:00 and 17:59, Monday through Friday." in page
 
 
 def test_a_task_table_target_needs_an_existing_row(admin_client: Client, admin_user: Any):

@@ -118,7 +118,7 @@ def test_an_operator_makes_pauses_resumes_and_runs_a_cron_job(
     page.wait_for_selector(".messagelist .success")
     job = Job.objects.select_related("schedule").get(name="weekday report")
     assert (job.schedule.cron, job.schedule.timezone) == ("0 9 * * 1-5", "Europe/Paris")
-    assert "At 09:00, Monday through Friday (Europe/Paris)" in page.content()
+    assert "at 09:00, Monday through Friday (Europe/Paris)" in page.content()
 
     choose_action(page, job, "pause_jobs")
     page.fill("#id_reason", "quarter close")

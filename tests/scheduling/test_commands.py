@@ -168,7 +168,8 @@ def test_jobs_list_shows_every_job(make_job: MakeJob, django_user_model: Any) ->
     data = call_json("jobs", "list")
     assert [(j["name"], j["status"]) for j in data] == [("a-job", "paused"), ("b-job", "active")]
     text = call("jobs", "list").splitlines()
-    assert text[0].split() == ["NAME", "OWNER", "STATUS", "SCHEDULE", "NEXT", "DUE", "RUNS"]
+    headers = ["NAME", "OWNER", "STATUS", "SCHEDULE", "NEXT", "DUE", "RUNS", "TARGET"]
+    assert text[0].split() == headers
     assert text[1].split()[1] == "owner"
     assert text[1].startswith("a-job") and "paused" in text[1] and "Europe/Berlin" in text[1]
     assert text[2].startswith("b-job") and "every 3 hours" in text[2]

@@ -11,7 +11,12 @@ from scheduling.api import PermanentError, RunContext, schedulable_task, task_ta
 from tests.tasktable_app.models import Chore, ChoreBatch, TeamChore
 
 
-@task_table(Chore)
+def describe_chores(rows: Any) -> dict[int, str]:
+    """How a chore's runs read in the engine's lists, as its app declares it."""
+    return {chore.pk: f"chore {chore.name!r}" for chore in rows}
+
+
+@task_table(Chore, describe=describe_chores)
 def run_chore(chore: Chore, run: RunContext) -> dict[str, Any]:
     """Record what the run context says, save a checkpoint, and fail as often as asked."""
     entry = {

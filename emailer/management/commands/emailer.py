@@ -26,9 +26,11 @@ from emailer.models import (
 from scheduling.api import (
     OneLineCommand,
     add_timing_options,
+    instant,
     jobs_for_row,
     parse_timing_options,
     positive_int,
+    text_table,
     timing_of,
 )
 
@@ -207,8 +209,9 @@ class Command(OneLineCommand):
         project = services.get_project(o["project"])
         participant = services.get_participant(project=project, email=o["email"])
         changed = services.unsubscribe_participant(participant=participant, now=timezone.now())
+        since = instant(participant.unsubscribed_at)
         text = f"{participant.email} unsubscribed" if changed else (
-            f"{participant.email} was already unsubscribed at {participant.unsubscribed_at}"
+            f"{participant.email} was already unsubscribed at {since}"
         )
         data = {
             "email": participant.email,
@@ -260,7 +263,8 @@ class Command(OneLineCommand):
             "schedule": job.schedule,
             "next_due_at": job.next_due_at,
         }
-        return data, f"job {job.name} runs {task.name} {job.schedule}; next at {job.next_due_at}"
+        next_at = instant(job.next_due_at)
+        return data, f"job {job.name} runs {task.name} {job.schedule}; next at {next_at}"
 
     def do_task_preview(self, o: dict[str, Any]) -> tuple[Any, str]:
         task = services.get_task(o["name"], field="name")
@@ -307,13 +311,23 @@ class Command(OneLineCommand):
             }
             for h in runs[: o["limit"]]
         ]
-        lines = [
-            f"{r['scheduled_batch_start_time']:%Y-%m-%d %H:%M} {r['task']:<20} {r['status']:<11} "
-            f"sent {r['sent']} failed {r['failed']} deferred {r['deferred']} "
-            f"uncertain {r['uncertain']}" + (f"  ({r['note']})" if r["note"] else "")
-            for r in rows
-        ]
-        return rows, "\n".join(lines) or "no runs yet"
+        table = text_table(
+            ("DUE", "TASK", "STATUS", "SENT", "FAILED", "DEFERRED", "UNCERTAIN", "NOTE"),
+            [
+                (
+                    instant(r["scheduled_batch_start_time"]),
+                    r["task"],
+                    r["status"],
+                    r["sent"],
+                    r["failed"],
+                    r["deferred"],
+                    r["uncertain"],
+                    r["note"],
+                )
+                for r in rows
+            ],
+        )
+        return rows, table if rows else "no runs yet"
 
     def do_deliveries_show(self, o: dict[str, Any]) -> tuple[Any, str]:
         task = services.get_task(o["task"])
@@ -331,8 +345,8 @@ class Command(OneLineCommand):
             }
             for d in found[: o["limit"]]
         ]
-        lines = [
-            f"{r['occurrence']:%Y-%m-%d %H:%M} {r['email']:<32} {r['state']:<9} {r['reply']}"
-            for r in rows
-        ]
-        return rows, "\n".join(lines) or "no deliveries"
+        table = text_table(
+            ("OCCURRENCE", "EMAIL", "STATE", "REPLY"),
+            [(instant(r["occurrence"]), r["email"], r["state"], r["reply"]) for r in rows],
+        )
+        return rows, table if rows else "no deliveries"

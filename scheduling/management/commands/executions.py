@@ -8,12 +8,14 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from scheduling import readable
+from scheduling.cli import add_zone_option, iso_instant, zone_option
 from scheduling.management.base import DuecourseCommand
 from scheduling.stages import selectors
 
 
 class Command(DuecourseCommand):
     help = "List executions, newest first."
+    option_names = {"timezone": "--tz"}
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
@@ -24,32 +26,44 @@ class Command(DuecourseCommand):
         parser.add_argument("--status", help="Only executions in this status.")
         parser.add_argument("--limit", type=int, default=50, help="At most N rows (50).")
         parser.add_argument("--attempts", action="store_true", help="Include every attempt.")
+        add_zone_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
+        zone = zone_option(o["tz"])
         job = selectors.find_job(o["job"], owner=o["owner"]) if o["job"] else None
-        rows = selectors.list_executions(
-            job=job, owner=o["owner"], status=o["status"], limit=o["limit"]
+        rows = list(
+            selectors.list_executions(
+                job=job, owner=o["owner"], status=o["status"], limit=o["limit"]
+            )
         )
-        data = [selectors.execution_summary(e, attempts=o["attempts"]) for e in rows]
+        titles = selectors.run_titles(rows)
+        data = [
+            selectors.execution_summary(e, attempts=o["attempts"], title=titles[e.pk]) for e in rows
+        ]
+        # Each run is named for what it runs, whole: the column is as wide as its longest.
+        width = max((len(e["title"]) for e in data), default=0)
         lines = []
         for e in data:
             # The error's first line, whole: its end (the name that was missing) is the news.
             error = e["last_error"].splitlines()[0] if e["last_error"] else ""
             due = _moment(e["scheduled_for"])
             lines.append(
-                f"{readable.instant(due)} {e['job'] or e['task']:24.24} {e['status']:9} "
+                f"{iso_instant(e['scheduled_for'], zone)} {e['title']:{width}} {e['status']:9} "
                 f"retries={e['retry_count']} worker={e['worker'] or '-'} "
                 f"started={_after(e['started_at'], due)} "
                 f"finished={_after(e['finished_at'], due)} "
                 f"heartbeat={_after(e['last_heartbeat_at'], due)} task_id={e['task_id']}"
-                f"{f' failed_items={n}' if (n := e['item_failures']) else ''} {error}"
+                f"{f' failed_items={n}' if (n := e['item_failures']) else ''} {error}".rstrip()
             )
             lines.extend(_attempt_line(a, due) for a in e.get("attempts", ()))
         self.emit(data, "\n".join(lines) or "no executions", as_json=o["json"])
 
 
 def _moment(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text) if text else None
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:  # a time past the calendar's ends ("infinity"): no lag to say
+        return None
 
 
 def _after(text: str | None, due: datetime | None) -> str:

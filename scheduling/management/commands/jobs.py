@@ -14,7 +14,16 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import api, readable
-from scheduling.cli import PAST_AT_HINT, add_timing_options, parse_timing_options
+from scheduling.cli import (
+    PAST_AT_HINT,
+    add_timing_options,
+    add_zone_option,
+    iso_instant,
+    parse_timing_options,
+    shown_value,
+    text_table,
+    zone_option,
+)
 from scheduling.management import backfill
 from scheduling.management.base import DuecourseCommand, positive_int
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap, Schedule
@@ -62,6 +71,7 @@ class Command(DuecourseCommand):
         listing = sub.add_parser("list", help="List jobs with their owners.")
         super().add_arguments(listing)
         listing.add_argument("--owner", help="Only this user's jobs.")
+        add_zone_option(listing)
         history = sub.add_parser(
             "history",
             help="Show who changed a job, when, from where, and each field from and to "
@@ -98,6 +108,8 @@ class Command(DuecourseCommand):
             super().add_arguments(command)
             command.add_argument("name")
             command.add_argument("--owner", help="Owner's username, when names collide.")
+            if action in ("show", "resume"):
+                add_zone_option(command)
         backfilling = sub.add_parser(
             "backfill",
             help="Make the past occurrences of a range that the ledger does not hold; the "
@@ -252,7 +264,8 @@ class Command(DuecourseCommand):
         job = selectors.find_job(job.name, owner=job.owner.get_username())
         self.emit(
             selectors.job_summary(job),
-            f"created job {job.name!r} ({job.schedule.describe()}), next due {job.next_due_at}",
+            f"created job {job.name!r} ({job.schedule.describe()}), "
+            f"next due {readable.instant(job.next_due_at)}",
             as_json=o["json"],
         )
 
@@ -301,24 +314,35 @@ class Command(DuecourseCommand):
         job = selectors.find_job(job.name, owner=job.owner.get_username())
         self.emit(
             selectors.job_summary(job),
-            f"changed job {job.name!r} ({job.schedule.describe()}), next due {job.next_due_at}",
+            f"changed job {job.name!r} ({job.schedule.describe()}), "
+            f"next due {readable.instant(job.next_due_at)}",
             as_json=o["json"],
         )
 
     def do_list(self, o: dict[str, Any]) -> None:
+        zone = zone_option(o["tz"])
         listed = selectors.list_jobs()
         if o["owner"]:  # a user who does not exist is an error, as for ``executions --owner``
             listed = listed.filter(owner=jobs.owner_for(o["owner"]))
         found = list(listed)
-        rows = [selectors.job_summary(job) for job in found]
-        lines = [f"{'NAME':30} {'OWNER':16} {'STATUS':10} {'SCHEDULE':32} {'NEXT DUE':26} RUNS"]
-        for job in found:
-            due = readable.instant(job.next_due_at)
-            lines.append(
-                f"{job.name[:30]:30} {job.owner.get_username()[:16]:16} {job.status:10} "
-                f"{job.schedule.describe()[:32]:32} {due:26} {job.execute_count}"
-            )
-        self.emit(rows, "\n".join(lines), as_json=o["json"])
+        titles = selectors.job_titles(found)
+        rows = [selectors.job_summary(job, title=titles[job.pk]) for job in found]
+        table = text_table(
+            ("NAME", "OWNER", "STATUS", "SCHEDULE", "NEXT DUE", "RUNS", "TARGET"),
+            [
+                (
+                    job.name,
+                    job.owner.get_username(),
+                    job.status,
+                    selectors.describe_schedule(job.schedule, zone),
+                    readable.instant(job.next_due_at, zone),
+                    job.execute_count,
+                    titles[job.pk] if titles[job.pk] != job.name else job.task,
+                )
+                for job in found
+            ],
+        )
+        self.emit(rows, table, as_json=o["json"])
 
     def _job(self, o: dict[str, Any]) -> Job:
         """The job named on the command line; a name several owners use needs ``--owner``."""
@@ -335,13 +359,18 @@ class Command(DuecourseCommand):
         return selectors.find_job(name, owner=owner)
 
     def do_show(self, o: dict[str, Any]) -> None:
+        zone = zone_option(o["tz"])
         job = self._job(o)
         data = selectors.job_summary(job)
+        executions = list(selectors.list_executions(job=job, limit=10))
+        titles = selectors.run_titles(executions)
         data["recent_executions"] = [
-            selectors.execution_summary(e) for e in selectors.list_executions(job=job, limit=10)
+            selectors.execution_summary(e, title=titles[e.pk]) for e in executions
         ]
         text = "\n".join(
-            f"{key}: {value}" for key, value in data.items() if key != "recent_executions"
+            f"{key}: {_shown(key, value, zone, job.schedule)}"
+            for key, value in data.items()
+            if key != "recent_executions"
         )
         text += "\npause after failures: " + (
             f"{job.pause_after_failures} in a row ({job.consecutive_failures} so far)"
@@ -349,9 +378,9 @@ class Command(DuecourseCommand):
             else f"never ({job.consecutive_failures} failed in a row)"
         )
         text += "\nrecent executions:\n" + "\n".join(
-            f"  {readable.instant(datetime.fromisoformat(e['scheduled_for']))} {e['status']:9} "
-            f"retries={e['retry_count']} "
-            f"{(e['last_error'] or '').splitlines()[0] if e['last_error'] else ''}"
+            f"  {iso_instant(e['scheduled_for'], zone)} {e['status']} "
+            f"retries={e['retry_count']}"
+            f"{' ' + e['last_error'].splitlines()[0] if e['last_error'] else ''}"
             for e in data["recent_executions"]
         )
         self.emit(data, text, as_json=o["json"])
@@ -418,12 +447,13 @@ class Command(DuecourseCommand):
         )
 
     def do_resume(self, o: dict[str, Any]) -> None:
+        zone = zone_option(o["tz"])
         job = self._job(o)
         changed = jobs.resume_job(job=job, now=timezone.now(), by=audit.Actor.command_line())
         job.refresh_from_db()
         self.emit(
             selectors.job_summary(job),
-            f"resumed {job.name!r}, next due {job.next_due_at}"
+            f"resumed {job.name!r}, next due {readable.instant(job.next_due_at, zone)}"
             if changed
             else f"{job.name!r} is {job.status}; unchanged",
             as_json=o["json"],
@@ -448,3 +478,17 @@ class Command(DuecourseCommand):
     def do_backfill(self, o: dict[str, Any]) -> None:
         result, text = backfill.run(self._job(o), o)
         self.emit(result.as_dict(), text, as_json=o["json"])
+
+
+#: ``job_summary``'s keys that hold an instant (ISO-8601 text, UTC).
+_INSTANTS = ("next_due_at", "next_occurrence_at", "last_keepalive_at", "created_at")
+
+
+def _shown(key: str, value: Any, zone: Any, schedule: Schedule) -> str:
+    """One line of ``jobs show``: an instant by ``readable``'s rule in ``--tz``; the schedule
+    in words, then as JSON; every other value as ``shown_value`` prints it."""
+    if key in _INSTANTS:
+        return iso_instant(value, zone)
+    if key == "schedule":
+        return f"{selectors.describe_schedule(schedule, zone)} {shown_value(value)}"
+    return shown_value(value)

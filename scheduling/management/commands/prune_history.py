@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
+from scheduling import readable
 from scheduling.management.base import DuecourseCommand, positive_int, positive_seconds
 from scheduling.stages import retention
 
@@ -62,7 +63,7 @@ class Command(DuecourseCommand):
         verb = "would remove" if o["dry_run"] else "removed"
         lines = [
             f"{verb} {report.executions} execution(s) and {report.attempts} attempt(s) due "
-            f"before {report.cutoff:%Y-%m-%d %H:%M:%S %Z} in {report.batches} batch(es), "
+            f"before {readable.instant(report.cutoff)} in {report.batches} batch(es), "
             f"keeping the latest {report.keep_last} of every job; "
             f"{report.one_offs} finished internal one-off job(s) went whole"
             + ("" if report.finished else "; stopped at --max-seconds, run again to go on")

@@ -17,6 +17,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from scheduling.admintimes import ReadableTimesAdmin
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import Job, Schedule
 from scheduling.rules import validation
@@ -42,8 +43,11 @@ def usable_schedules(request: HttpRequest) -> QuerySet[Schedule]:
 LAST_LISTED_YEAR = 9998
 
 
-class LedgerAdmin(IdSelectionAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
-    """The engine's admin pages: whatever a list's URL or an action's POST holds, the answer
+class LedgerAdmin(
+    ReadableTimesAdmin, IdSelectionAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin
+):
+    """The engine's admin pages: their times read by ``scheduling.readable``'s rule
+    (``scheduling.admintimes``); whatever a list's URL or an action's POST holds, the answer
     is the admin's own (a list with its error flag, a message), never a database error; and
     every page carries the apps' Content-Security-Policy where the host sends none
     (``scheduling.csp``), with the engine's styles from its static files.

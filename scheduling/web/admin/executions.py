@@ -14,14 +14,15 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 
 from scheduling import readable
+from scheduling.admintimes import ReadableTimesAdmin, shown
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
 from scheduling.rules import permissions
-from scheduling.stages import attempts, jobs
+from scheduling.stages import attempts, jobs, selectors
 from scheduling.web.admin.base import LedgerAdmin, sees_everything
 from scheduling.web.admin.display import badge, say
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(ReadableTimesAdmin, admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
@@ -45,7 +46,7 @@ WHY_SHOWN = frozenset(
 class ExecutionAdmin(LedgerAdmin):
     # What decides a click; the worker, the exact times and the heartbeat are on its page.
     list_display = (
-        "job",
+        "run",
         "due",
         "status_badge",
         "retries",
@@ -62,6 +63,20 @@ class ExecutionAdmin(LedgerAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Execution]:
         rows = super().get_queryset(request)
         return rows if sees_everything(request) else rows.filter(job__owner=request.user)
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        """The execution of a page, named for what it is in its title and breadcrumbs."""
+        found = super().get_object(request, object_id, from_field)
+        if found is not None:
+            selectors.titled([found])
+        return found
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The page's runs, each named for what it runs (``selectors.titled``: one query per
+        task table on the page)."""
+        changelist = super().get_changelist_instance(request)
+        selectors.titled(changelist.result_list)
+        return changelist
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         allowed = super().has_view_permission(request, obj)
@@ -100,12 +115,15 @@ class ExecutionAdmin(LedgerAdmin):
             Truncator(execution.last_error).chars(80),
         )
 
+    @admin.display(description="run", ordering="job__name")
+    def run(self, execution: Execution) -> str:
+        """What the execution runs: its job's title, or a Django task run's task path."""
+        title = getattr(execution, "title", None)
+        return title if title is not None else selectors.run_titles([execution])[execution.pk]
+
     @admin.display(description="due", ordering="scheduled_for")
     def due(self, execution: Execution) -> str:
-        when = execution.scheduled_for
-        return format_html(
-            '<span title="{}">{}</span>', readable.instant(when), readable.ago(when, timezone.now())
-        )
+        return shown(execution.scheduled_for)
 
     @admin.display(description="retries", ordering="retry_count")
     def retries(self, execution: Execution) -> int:

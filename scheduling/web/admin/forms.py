@@ -13,14 +13,13 @@ import zoneinfo
 from typing import Any
 
 from django import forms
-from django.contrib.admin.widgets import AdminSplitDateTime
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db.models import QuerySet
 from django.forms.fields import InvalidJSONInput
-from django.utils import timezone
 from django.utils.html import format_html
 
+from scheduling.admintimes import ZonedSplitDateTime
 from scheduling.models import Job, Schedule
 from scheduling.rules import permissions, tasktables, validation
 from scheduling.rules.arguments import ArgumentsFormField
@@ -166,15 +165,15 @@ class JobForm(forms.ModelForm):
     )
     run_at = forms.SplitDateTimeField(
         required=False,
-        widget=AdminSplitDateTime,
+        widget=ZonedSplitDateTime,
         label="Once at",
         help_text="A single instant, instead of an interval, a cron expression or a calendar.",
     )
     starts_at = forms.SplitDateTimeField(
-        required=False, widget=AdminSplitDateTime, label="Start", help_text="No occurrence before."
+        required=False, widget=ZonedSplitDateTime, label="Start", help_text="No occurrence before."
     )
     ends_at = forms.SplitDateTimeField(
-        required=False, widget=AdminSplitDateTime, label="End", help_text="No occurrence after."
+        required=False, widget=ZonedSplitDateTime, label="End", help_text="No occurrence after."
     )
 
     class Meta:
@@ -202,9 +201,6 @@ class JobForm(forms.ModelForm):
         self.fields["task"].choices = target_choices(job if job.pk else None, self.user)
         self.fields["existing_schedule"].queryset = self.schedule_queryset
         self.fields["existing_schedule"].label_from_instance = _schedule_label
-        zone = timezone.get_current_timezone_name()
-        for name in ("run_at", "starts_at", "ends_at"):
-            self.fields[name].help_text += f" In {zone}."
         if job.pk is None and self.owner_for_new is not None:
             job.owner = self.owner_for_new
         if job.task_table:

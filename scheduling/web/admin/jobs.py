@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from scheduling import api, readable
+from scheduling.admintimes import shown
 from scheduling.csp import DATA_POLICY, with_csp
 from scheduling.models import Execution, Job, JobStatus
 from scheduling.rules import permissions
@@ -49,14 +50,14 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
     change_list_template = "admin/scheduling/job/change_list.html"
     # What decides a click; failures in 24 h and the last run's retries are on the job's page.
     list_display = (
-        "name",
+        "job_name",
         "target",
         "status_badge",
         "schedule_in_words",
         "next_due",
         "last_run",
     )
-    list_display_links = ("name",)
+    list_display_links = ("job_name",)
     search_fields = ("name", "task", "note", "owner__username")
     list_select_related = ("owner", "schedule")
     ordering = ("name",)
@@ -95,6 +96,19 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         mine = owned_jobs(request, super().get_queryset(request))
         return selectors.with_health(mine, now=timezone.now())
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        """The job of a page, named for what it is in its title and breadcrumbs."""
+        found = super().get_object(request, object_id, from_field)
+        if found is not None:
+            selectors.titled([found])
+        return found
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The page's jobs, each named for what it is (``selectors.titled``)."""
+        changelist = super().get_changelist_instance(request)
+        selectors.titled(changelist.result_list)
+        return changelist
 
     def _owns(self, request: HttpRequest, obj: Job | None) -> bool:
         return obj is None or sees_everything(request) or obj.owner_id == request.user.pk
@@ -247,6 +261,12 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
             return badge("late", title="an occurrence is overdue")
         return badge(job.status)
 
+    @admin.display(description="name", ordering="name")
+    def job_name(self, job: Job) -> str:
+        """The job's name; a job its app made without one, by the row it serves in words."""
+        title = getattr(job, "title", None)
+        return title if title is not None else selectors.job_titles([job])[job.pk]
+
     @admin.display(description="schedule")
     def schedule_in_words(self, job: Job) -> str:
         return selectors.describe_schedule(job.schedule)
@@ -256,8 +276,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         due = job.next_due_at
         if due is None or job.status != JobStatus.ACTIVE:
             return "-"
-        words = readable.ago(due, timezone.now())
-        return format_html('<span title="{}">{}</span>', readable.instant(due), words)
+        return shown(due)
 
     @admin.display(description="last run", ordering="last_scheduled_for")
     def last_run(self, job: Job) -> str:
@@ -267,13 +286,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         due: datetime = job.last_scheduled_for
         started: datetime | None = job.last_started_at
         lag = f" · lag {readable.lag(started - due)}" if started else ""
-        return format_html(
-            '{} <span title="{}">{}</span>{}',
-            badge(status),
-            readable.instant(due),
-            readable.ago(due, timezone.now()),
-            lag,
-        )
+        return format_html("{} {}{}", badge(status), shown(due), lag)
 
     @admin.display(description="runs")
     def target(self, job: Job) -> str:

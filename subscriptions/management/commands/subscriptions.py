@@ -7,13 +7,14 @@ the option that set it) with the reason, and nothing is saved.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling.api import OneLineCommand, parse_timing_options
+from scheduling.api import OneLineCommand, instant, parse_timing_options, text_table
 from subscriptions import payments, pricing, selectors, services
 from subscriptions.models import SubscriptionJobStatus
 
@@ -160,12 +161,21 @@ class Command(OneLineCommand):
 
     def do_list(self, o: dict[str, Any]) -> tuple[Any, str]:
         data = [selectors.subscription_row(s) for s in selectors.subscriptions()]
-        lines = [
-            f"{s['id']:>6} {s['customer']:20.20} {s['status']:15} every {s['interval']:8} "
-            f"from {s['starts_at']} to {s['ends_at'] or '-'}"
-            for s in data
-        ]
-        return data, "\n".join(lines) or "no subscriptions"
+        table = text_table(
+            ("ID", "CUSTOMER", "STATUS", "EVERY", "FROM", "TO"),
+            [
+                (
+                    s["id"],
+                    s["customer"],
+                    s["status"],
+                    s["interval"],
+                    _at(s["starts_at"]),
+                    _at(s["ends_at"]),
+                )
+                for s in data
+            ],
+        )
+        return data, table if data else "no subscriptions"
 
     def do_jobs(self, o: dict[str, Any]) -> tuple[Any, str]:
         subscription_id = None
@@ -188,11 +198,11 @@ class Command(OneLineCommand):
         data = [
             selectors.charge_summary(c) for c in selectors.charges(subscription_id=subscription_id)
         ]
-        lines = [
-            f"{c['reference']} {c['amount']:>14} {c['customer']:20.20} {c['idempotency_key']}"
-            for c in data
-        ]
-        return data, "\n".join(lines) or "no charges"
+        table = text_table(
+            ("REFERENCE", "AMOUNT", "CUSTOMER", "IDEMPOTENCY KEY"),
+            [(c["reference"], c["amount"], c["customer"], c["idempotency_key"]) for c in data],
+        )
+        return data, table if data else "no charges"
 
     def do_gateway(self, o: dict[str, Any]) -> tuple[Any, str]:
         declines = parse_int(o["decline"], field="decline") or 0
@@ -214,7 +224,7 @@ class Command(OneLineCommand):
     def _job_line(j: dict[str, Any]) -> str:
         return (
             f"{j['scheduled_id']:>6} sub={j['subscription_id']:<6} {j['action']:16} "
-            f"at {j['action_date']} status={j['status']} ({j['status_name']}) "
+            f"at {_at(j['action_date'])} status={j['status']} ({j['status_name']}) "
             f"parameter={j['parameter'] or '-'} retries={j['retry_count']} "
             f"opt={j['opt_counter']}"
         )
@@ -222,21 +232,26 @@ class Command(OneLineCommand):
     def _describe(self, data: dict[str, Any]) -> str:
         lines = [
             f"subscription {data['id']} of {data['customer']}: {data['status']}, every "
-            f"{data['interval']} from {data['starts_at']} to {data['ends_at'] or '-'}",
+            f"{data['interval']} from {_at(data['starts_at'])} to {_at(data['ends_at'])}",
             *(f"  item {i['quantity']} x {i['sku']} at {i['unit_price']}" for i in data["items"]),
             *(
                 f"  order {r['id']} {r['kind']} period={r['period_number']} "
-                f"{r['period_start'] or ''} {r['amount']} {r['status']} {r['charge_reference']}"
+                f"{_at(r['period_start'])} {r['amount']} {r['status']} {r['charge_reference']}"
                 for r in data["orders"]
             ),
             *(f"  job {self._job_line(j)}" for j in data["jobs"]),
             *(f"  charge {c['reference']} {c['amount']}" for c in data["charges"]),
             *(
-                f"  skipped periods {k['first_period']}-{k['last_period']} ({k['starts_at']} to "
-                f"{k['ends_at']}): {k['reason']}"
+                f"  skipped periods {k['first_period']}-{k['last_period']} "
+                f"({_at(k['starts_at'])} to {_at(k['ends_at'])}): {k['reason']}"
                 for k in data["skipped"]
             ),
         ]
         if data["attention_reason"]:
             lines.append(f"  needs attention: {data['attention_reason']}")
         return "\n".join(lines)
+
+
+def _at(text: str | None) -> str:
+    """An ISO-8601 instant of the JSON output as the apps' one rule prints it in text."""
+    return instant(datetime.fromisoformat(text)) if text else "-"

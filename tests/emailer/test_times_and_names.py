@@ -1,0 +1,90 @@
+"""The emailer's pages and runs under the apps' one rule for times and names
+(docs/operations.md, *Times and names*), in a project that runs in New York."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+from django.utils import timezone
+
+from emailer import services
+from emailer.models import SendEmailHistory
+from scheduling.api import Every, instant
+from scheduling.models import Execution, ExecutionStatus, Job
+
+pytestmark = pytest.mark.django_db
+
+#: Django's own date-time format ("Nov. 25, 2026, 11:35 a.m."), to the minute, no zone.
+DJANGOS_FORMAT = re.compile(r"\b\d{1,2}:\d\d [ap]\.m\.|\bmidnight\b|\bnoon\b")
+NAMED = 'email "invite" of project survey'
+
+
+@pytest.fixture(autouse=True)
+def in_new_york(settings: Any) -> None:
+    settings.TIME_ZONE = "America/New_York"
+
+
+@pytest.fixture
+def scheduled(make_project: Any, make_task: Any) -> Job:
+    """The task's job, made without a name: stored as ``emailer.SendEmailTask:N:1``."""
+    task = make_task(make_project())
+    info = services.schedule_task(task=task, timing=Every("PT1M"))
+    return Job.objects.get(pk=info.id)
+
+
+def test_an_email_tasks_runs_are_named_by_the_email_and_its_project(
+    admin_client: Any, scheduled: Job
+) -> None:
+    assert scheduled.name.startswith("emailer.SendEmailTask:")
+    now = timezone.now()
+    Execution.objects.create(
+        job=scheduled,
+        task=scheduled.task,
+        scheduled_for=now - timedelta(minutes=2),
+        finished_at=now - timedelta(minutes=1),
+        status=ExecutionStatus.FAILED,
+        last_error="SMTP refused",
+    )
+    for url in (
+        reverse("admin:scheduling_execution_changelist"),
+        reverse("admin:scheduling_job_changelist"),
+        "/dashboard/",
+    ):
+        page = admin_client.get(url).content.decode()
+        assert NAMED.replace('"', "&quot;") in page, url
+        assert "emailer.SendEmailTask:" not in page, url
+    out = StringIO()
+    call_command("executions", stdout=out)
+    assert f" {NAMED} failed " in out.getvalue()
+    out = StringIO()
+    call_command("jobs", "list", "--json", stdout=out)
+    [job] = json.loads(out.getvalue())
+    assert (job["name"], job["title"]) == (scheduled.name, NAMED)
+
+
+def test_the_history_shows_its_times_to_the_second_in_the_named_zone(
+    admin_client: Any, scheduled: Job
+) -> None:
+    due = timezone.now().replace(microsecond=250000)
+    history = SendEmailHistory.objects.create(
+        task_id=scheduled.task_row_id,
+        execution_id=1,
+        job_id=scheduled.pk,
+        scheduled_batch_start_time=due,
+        started_at=due + timedelta(seconds=1),
+        updated_at=due + timedelta(seconds=2),
+    )
+    page = admin_client.get(reverse("admin:emailer_sendemailhistory_changelist")).content
+    assert instant(history.scheduled_batch_start_time) in page.decode()
+    detail = reverse("admin:emailer_sendemailhistory_change", args=[history.pk])
+    text = admin_client.get(detail).content.decode()
+    assert instant(history.scheduled_batch_start_time) in text
+    assert instant(history.started_at) in text
+    assert not DJANGOS_FORMAT.search(text), DJANGOS_FORMAT.search(text)

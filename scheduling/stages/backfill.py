@@ -132,7 +132,7 @@ def backfill_job(
     if refused:
         raise ValidationError({"task": refused})
     cap = conf.get("BACKFILL_MAX")
-    anchor = job.created_at
+    anchor = ranges.grid_anchor(timing, anchor=job.created_at, start=start)
     found = ranges.occurrences_in(timing, anchor=anchor, start=start, end=end, limit=cap)
     if len(found) > cap:
         counted = ranges.count_interval(timing, anchor=anchor, start=start, end=end)

@@ -18,6 +18,24 @@ from scheduling.timing.schedules import FiringRule, ScheduleError
 _EPSILON = timedelta(microseconds=1)
 
 
+def grid_anchor(rule: FiringRule, *, anchor: datetime, start: datetime) -> datetime:
+    """The anchor a backfill of a range from ``start`` counts an interval from.
+
+    An interval without a start of its own counts from the job's creation, so taken as it is
+    it has no occurrence before the job existed, and a backfill of the week before an hourly
+    job was made would make nothing. A backfill asks what the job would have run had it been
+    there: the same grid, counted back (``anchor - k * interval``). A rule with a start of its
+    own, a cron expression, a calendar or a one-off keeps its anchor.
+    """
+    if rule.interval is None or rule.start is not None or start >= anchor:
+        return anchor
+    steps = -((start - anchor) // rule.interval)  # ceil((anchor - start) / interval)
+    try:
+        return anchor - rule.interval * steps
+    except OverflowError:
+        return anchor
+
+
 def occurrences_in(
     rule: FiringRule, *, anchor: datetime, start: datetime, end: datetime, limit: int
 ) -> list[datetime]:

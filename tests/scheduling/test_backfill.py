@@ -63,6 +63,17 @@ def test_an_interval_s_instants_are_those_of_the_range_start_included_end_exclud
     assert between == [ANCHOR + HOUR], "off the grid: only the step inside"
 
 
+def test_an_interval_counts_back_on_its_own_grid_before_the_job_existed() -> None:
+    rule = FiringRule(interval=HOUR)
+    before = ranges.grid_anchor(rule, anchor=ANCHOR, start=ANCHOR - 3 * HOUR - HOUR / 2)
+    assert ranges.occurrences_in(
+        rule, anchor=before, start=ANCHOR - 3 * HOUR - HOUR / 2, end=ANCHOR, limit=100
+    ) == [ANCHOR - 3 * HOUR, ANCHOR - 2 * HOUR, ANCHOR - HOUR]
+    assert ranges.count_interval(rule, anchor=before, start=ANCHOR - 3 * HOUR, end=ANCHOR) == 3
+    started = FiringRule(interval=HOUR, start=ANCHOR)
+    assert ranges.grid_anchor(started, anchor=ANCHOR, start=ANCHOR - 5 * HOUR) == ANCHOR
+
+
 def test_a_daily_cron_follows_its_wall_clock_across_a_change_of_the_clocks() -> None:
     # Berlin moves from UTC+1 to UTC+2 on 31 March 2030: 09:00 there is 08:00, then 07:00 UTC.
     rule = FiringRule(cron=CronExpression.parse("0 9 * * *"), zone=ZoneInfo("Europe/Berlin"))

@@ -32,9 +32,12 @@ def create_job(
     task_row_id: int | None = None,
     schedule: Schedule | None = None,
     now: datetime,
+    allow_past: bool = False,
     **policies: Any,
 ) -> Job:
-    """A saved job; ``schedule`` shares an existing one, else the timing flags make one."""
+    """A saved job; ``schedule`` shares an existing one, else the timing flags make one.
+
+    ``allow_past`` lets ``at`` be already past (a one-off made back then, say)."""
     if schedule is None:
         schedule = Schedule(
             interval=every or "",
@@ -45,6 +48,7 @@ def create_job(
             starts_at=start,
             ends_at=end,
         )
+        schedule.allow_past = allow_past
     return jobs.create_job(
         owner=owner,
         name=name,

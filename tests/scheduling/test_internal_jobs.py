@@ -106,7 +106,7 @@ def test_prune_history_removes_finished_internal_one_offs_with_their_history(
     recent = internal_one_off("done today", at=timezone.now() - timedelta(hours=1))
     ran(recent, at=timezone.now() - timedelta(hours=1))
     Job.objects.filter(pk=recent.pk).update(status="completed")
-    mine = make_job(name="my-one-off", at=old + timedelta(seconds=1), now=old)
+    mine = make_job(name="my-one-off", at=old + timedelta(seconds=1), now=old, allow_past=True)
     ran(mine, at=old)
     Job.objects.filter(pk=mine.pk).update(status="completed")
 

@@ -216,10 +216,16 @@ def preview_of(client: Client, url: str, **fields: str) -> Any:
     return client.get(url, query)
 
 
+def preview_list(page: str) -> str:
+    """The job page's list of upcoming occurrences (other times on the page are not in it)."""
+    start = page.index('<ol class="duecourse-preview-list">')
+    return page[start : page.index("</ol>", start)]
+
+
 def test_the_job_page_lists_the_next_ten_occurrences(admin_client: Client, owner: Any) -> None:
     job = calendar_job(owner)
     page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
-    assert page.count('<time datetime="') == 10
+    assert preview_list(page).count('<time datetime="') == 10
     assert f"{JOBS}{job.pk}/preview/" in page
     assert "scheduling/timing_preview.js" in page
     assert "the last day of every month at 09:00 (Europe/Berlin)" in page
@@ -232,7 +238,7 @@ def test_a_paused_job_s_page_says_it_runs_them_only_if_resumed(
     jobs.pause_job(job=job, now=timezone.now(), reason="audit")
     page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
     assert "The job is paused: it runs these only if it is resumed." in page
-    assert page.count('<time datetime="') == 10
+    assert preview_list(page).count('<time datetime="') == 10
     answer = preview_of(admin_client, f"{JOBS}{job.pk}/preview/", cron="0 9 * * *").json()
     assert answer["notes"] == ["The job is paused: it runs these only if it is resumed."]
 

@@ -176,7 +176,7 @@ def test_the_admin_says_from_which_period_an_added_item_applies_and_keeps_to_it(
     page = response.content.decode()
     start = subscription.period_bounds(1)[0]
     assert "Items added now apply from the next period: period 1, which starts " in page
-    assert f"{start:%Y-%m-%d %H:%M} UTC" in page
+    assert f"{start:%Y-%m-%d %H:%M:%S} UTC" in page
     assert "keep the items and the price they were charged with" in page
 
     data = change_form_data(response)

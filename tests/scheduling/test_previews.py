@@ -95,6 +95,9 @@ def cron_occurrence(expression: str, moment: datetime, zone: ZoneInfo) -> bool:
     """Whether ``moment`` is an occurrence of a cron expression in ``zone``: its wall time
     matches; or (a fixed-time expression) a matching wall time was skipped by the clocks
     right before it."""
+    # In UTC first: a minute subtracted from a zoned datetime is wall-clock arithmetic, which
+    # lands inside a spring gap instead of before the jump.
+    moment = moment.astimezone(UTC)
     wall = moment.astimezone(zone).replace(tzinfo=None)
     if wall.second or wall.microsecond:
         return False

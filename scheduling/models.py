@@ -220,6 +220,24 @@ def job_due_index() -> Q:
     )
 
 
+#: A job's policies: how it runs, not what or when. The job form edits them, the audit trail
+#: follows them.
+JOB_POLICY_FIELDS = (
+    "misfire",
+    "overlap",
+    "jitter",
+    "timeout",
+    "max_retries",
+    "max_running",
+    "retry_backoff",
+    "retry_backoff_max",
+    "expires",
+    "queue",
+    "priority",
+    "pause_after_failures",
+)
+
+
 class Job(models.Model):
     """*What + when*: a schedule joined to a target, with its next due time and policies.
 

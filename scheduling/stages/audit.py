@@ -28,7 +28,7 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduling.models import ChangeSource, Job, JobChange, JobChangeAction
+from scheduling.models import JOB_POLICY_FIELDS, ChangeSource, Job, JobChange, JobChangeAction
 
 #: The longest JSON text one value keeps; a longer one is stored as its start and its length.
 MAX_VALUE_CHARS = 1000
@@ -45,18 +45,7 @@ FIELDS = (
     "kwargs",
     "task_table",
     "task_row_id",
-    "misfire",
-    "overlap",
-    "jitter",
-    "timeout",
-    "max_retries",
-    "max_running",
-    "retry_backoff",
-    "retry_backoff_max",
-    "expires",
-    "queue",
-    "priority",
-    "pause_after_failures",
+    *JOB_POLICY_FIELDS,
     "note",
 )
 #: The most rows one pruning transaction deletes.

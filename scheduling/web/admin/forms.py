@@ -20,7 +20,7 @@ from django.forms.fields import InvalidJSONInput
 from django.utils.html import format_html
 
 from scheduling.admintimes import ZonedSplitDateTime
-from scheduling.models import Job, Schedule
+from scheduling.models import JOB_POLICY_FIELDS, Job, Schedule
 from scheduling.rules import permissions, tasktables, validation
 from scheduling.rules.arguments import ArgumentsFormField
 from scheduling.rules.tasktables import TASK_ROW_TASK
@@ -77,20 +77,6 @@ def _zone_choices() -> list[tuple[str, str]]:
     return [(name, name) for name in sorted(zoneinfo.available_timezones())]
 
 
-JOB_POLICY_FIELDS = (
-    "misfire",
-    "overlap",
-    "jitter",
-    "timeout",
-    "max_retries",
-    "max_running",
-    "retry_backoff",
-    "retry_backoff_max",
-    "expires",
-    "queue",
-    "priority",
-    "pause_after_failures",
-)
 
 
 def _schedule_label(schedule: Schedule) -> str:

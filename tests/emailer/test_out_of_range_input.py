@@ -55,7 +55,8 @@ def test_the_task_form_refuses_each_out_of_range_value_beside_its_field(
     )
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
-    assert list(errors) == [field] and reason in errors[field][0]
+    assert list(errors) == [field], errors.as_json()  # and no other field: say which did
+    assert reason in errors[field][0]
     assert not SendEmailTask.objects.exists()
 
 

@@ -366,6 +366,15 @@ KNOBS: dict[str, Knob] = {
         64,
         16 * 1024 * 1024,
     ),
+    "HISTORY_PARTITION_DAYS": Knob(
+        7,
+        int,
+        "On PostgreSQL, the days of scheduled_for each partition of the executions and "
+        "attempts tables holds (the scheduler makes them ahead; prune_history drops them whole); "
+        "choose about a twelfth of the history you keep.",
+        1,
+        366,
+    ),
     "AUDIT_RETENTION": Knob(
         timedelta(days=365),
         timedelta,

@@ -478,7 +478,9 @@ class Execution(models.Model):
         max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.PENDING
     )
     retry_count = models.PositiveIntegerField(default=0)
-    task_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # Unique by its making (random bits); an index, not a constraint, since a constraint on a
+    # partitioned table must hold the partition key (``scheduling.ledger.partitions``).
+    task_id = models.UUIDField(default=uuid.uuid4, db_index=True, editable=False)
     worker = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(default=current_time)
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -615,6 +617,10 @@ class Attempt(models.Model):
         db_index=False,  # the unique (execution, number) index serves execution lookups
     )
     number = models.PositiveIntegerField(help_text="1 for the first try.")
+    scheduled_for = models.DateTimeField(
+        help_text="The execution's, copied: the key both tables are partitioned by, so an "
+        "attempt sits in the same period as its execution."
+    )
     worker = models.CharField(max_length=255, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField()
@@ -632,6 +638,13 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.execution_id}: {self.outcome}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """The execution's ``scheduled_for`` is copied in when not given: it is the key the
+        attempt is stored under beside its execution (``ledger.partitions``)."""
+        if self.scheduled_for is None:
+            self.scheduled_for = self.execution.scheduled_for
+        super().save(*args, **kwargs)
 
     def as_dict(self) -> dict[str, Any]:
         return {

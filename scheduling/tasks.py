@@ -48,6 +48,7 @@ def prune_history(
     keep_last: int = 10,
     batch_size: int = 1000,
     max_seconds: float = 240.0,
+    partitions_only: bool = False,
 ) -> dict[str, Any]:
     """Trim the execution history as a job of its own (``manage.py prune_history`` as a task).
 
@@ -65,6 +66,7 @@ def prune_history(
             older_than=retention.parse_age(older_than),
             now=timezone.now(),
             max_seconds=seconds,
+            partitions_only=bool(partitions_only),
             **numbers,
         )
     except ValidationError as exc:

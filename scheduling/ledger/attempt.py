@@ -94,10 +94,10 @@ START = ledger.Statement(
      RETURNING id, job_id, checkpoint, scheduled_for
     ), attempt AS (
         INSERT INTO {ATTEMPT}
-               (execution_id, number, worker, pid, started_at, outcome, error)
-        SELECT s.id,
+               (execution_id, scheduled_for, number, worker, pid, started_at, outcome, error)
+        SELECT s.id, s.scheduled_for,
                1 + (SELECT count(*) FROM {ATTEMPT} a
-                     WHERE a.execution_id = s.id),
+                     WHERE a.execution_id = s.id AND a.scheduled_for = s.scheduled_for),
                %(worker)s, %(pid)s, %(now)s, %(attempt_running)s, ''
           FROM started s
      RETURNING number
@@ -197,7 +197,12 @@ def _start_with_orm(
         )
         number = Attempt.objects.filter(execution_id=execution_id).count() + 1
         Attempt.objects.create(
-            execution_id=execution_id, number=number, worker=worker, pid=pid, started_at=now
+            execution_id=execution_id,
+            scheduled_for=found["scheduled_for"],
+            number=number,
+            worker=worker,
+            pid=pid,
+            started_at=now,
         )
     return Started(
         execution_id, found["job_id"], number, found["checkpoint"], found["scheduled_for"], now

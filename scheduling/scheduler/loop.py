@@ -23,6 +23,7 @@ from django.utils import timezone
 from scheduling import conf, ledger
 from scheduling.doorbell import Doorbell
 from scheduling.scheduler.lanes import Lanes
+from scheduling.scheduler.periods import PeriodKeeper
 from scheduling.scheduler.publisher import Publisher
 from scheduling.scheduler.stopper import stop_bodies
 from scheduling.stages import attempts, claims, limits, liveness, publishing, selectors, ticks
@@ -83,6 +84,7 @@ class Dispatcher:
         self._reap_from = clock() + conf.get("STALE_AFTER")
         self._broker_identity: str | None = None
         self.stats = {"claimed": 0, "published": 0, "republished": 0, "reaped": 0}
+        self.periods = PeriodKeeper(clock)
 
     def close(self) -> None:
         if self._lanes is not None:
@@ -100,6 +102,7 @@ class Dispatcher:
         try:
             close_old_connections()
             sleep = self._tick(now or timezone.now(), database_clock=now is None)
+            self.periods.maybe(timezone.now())
             ticks.record_tick(stats=self.stats, seconds=time.monotonic() - started)
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1

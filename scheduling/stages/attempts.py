@@ -185,6 +185,7 @@ def restore_start(*, execution_id: int, started: Started, worker: str, pid: int)
             return False
         Attempt.objects.create(
             execution_id=execution_id,
+            scheduled_for=started.scheduled_for,
             number=started.attempt,
             worker=worker,
             pid=pid,

@@ -19,12 +19,14 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from scheduling import conf
 from scheduling.models import (
     EXECUTION_UNFINISHED,
+    Attempt,
     Execution,
     ExecutionStatus,
     Job,
@@ -348,9 +350,7 @@ def edit_job(
             values.update(interval="", cron="", rrule="", run_at=None)
             if not (timing.get("cron") or timing.get("rrule")) and "timezone" not in timing:
                 values["timezone"] = "UTC"  # the zone belongs to cron and calendars alone
-        values.update(
-            {k: "" if v is None and k in _TEXT_TIMING else v for k, v in timing.items()}
-        )
+        values.update({k: "" if v is None and k in _TEXT_TIMING else v for k, v in timing.items()})
         values["timezone"] = values["timezone"] or "UTC"
         if any(values[name] != getattr(old_schedule, name) for name in TIMING_FIELDS):
             shared = old_schedule.jobs.exclude(pk=job.pk).exists()
@@ -623,7 +623,18 @@ def remove_jobs_for_row(task_table: str, task_row_id: int) -> int:
 
 
 def executions(job_id: int, *, limit: int, status: str | None) -> list[ExecutionInfo]:
-    rows = Execution.objects.filter(job_id=job_id).annotate(attempt_count=Count("attempts"))
+    # A subquery, not a GROUP BY: on the partitioned history the primary key is (id,
+    # scheduled_for), and grouping by id alone no longer covers the other columns.
+    tries = (
+        Attempt.objects.filter(execution_id=OuterRef("pk"), scheduled_for=OuterRef("scheduled_for"))
+        .order_by()
+        .values("execution_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    rows = Execution.objects.filter(job_id=job_id).annotate(
+        attempt_count=Coalesce(Subquery(tries), 0)
+    )
     selectors.check_execution_status(status)
     if status:
         rows = rows.filter(status=status)

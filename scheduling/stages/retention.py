@@ -33,8 +33,10 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from scheduling import conf
+from scheduling.ledger import partitions
 from scheduling.models import (
     EXECUTION_FINISHED,
+    EXECUTION_UNFINISHED,
     Attempt,
     Execution,
     Job,
@@ -88,6 +90,8 @@ class PruneReport:
     batches: int = 0
     finished: bool = True
     one_offs: int = 0
+    #: Periods of the partitioned history dropped whole (PostgreSQL).
+    periods: int = 0
     #: Rows of the audit trail older than ``SCHEDULING_AUDIT_RETENTION`` (None: kept forever).
     audit_changes: int = 0
     audit_retention: timedelta | None = None
@@ -102,6 +106,7 @@ class PruneReport:
             "batches": self.batches,
             "finished": self.finished,
             "one_offs": self.one_offs,
+            "periods_dropped": self.periods,
             "audit_changes": self.audit_changes,
             "audit_retention_days": (
                 None
@@ -168,9 +173,13 @@ def prune_history(
     batch_size: int = 1000,
     max_seconds: float | None = None,
     dry_run: bool = False,
+    partitions_only: bool = False,
 ) -> PruneReport:
     """Delete prunable executions (and their attempts) one batch per transaction.
 
+    On PostgreSQL's partitioned history, every period that ends before the cutoff goes first,
+    whole (``drop_periods``); the batches then delete what is left before the cutoff (in the
+    period the cutoff falls in, and in the default partition), unless ``partitions_only``.
     Stops when nothing is left, or before starting a batch once ``max_seconds`` have passed
     (``finished`` is then false; the next run goes on where this one stopped).
     """
@@ -206,8 +215,11 @@ def prune_history(
         report.attempts = Attempt.objects.filter(execution__in=rows).count()
         return report
     started = time.monotonic()
+    if partitions.is_partitioned():
+        drop_periods(report, cutoff=cutoff, keep_last=keep_last, started=started,
+                     max_seconds=max_seconds)  # fmt: skip
     since: datetime | None = None
-    while True:
+    while report.finished and not partitions_only:
         if max_seconds is not None and time.monotonic() - started > max_seconds:
             report.finished = False
             break
@@ -260,6 +272,56 @@ def prune_history(
         keep_last,
     )
     return report
+
+
+#: The executions of a period retention keeps when it drops the period: the unfinished (one
+#: statement per status, each read through its partial index), a job's current run, and, with
+#: ``keep_last``, each job's latest (the ``keep``-th newest of its occurrences, read backwards
+#: along the one-per-occurrence index, for the jobs the period holds).
+_UNFINISHED_IN_PERIOD = " UNION ".join(
+    f"SELECT e.id FROM {{partition}} e WHERE e.status = '{status.value}'"
+    for status in EXECUTION_UNFINISHED
+)
+_CURRENT_IN_PERIOD = (
+    "SELECT e.id FROM {partition} e JOIN scheduling_job j ON j.current_execution_id = e.id"
+)
+_LATEST_IN_PERIOD = """
+    SELECT e.id FROM {partition} e JOIN (
+        SELECT j.id AS job_id,
+               (SELECT x.scheduled_for FROM scheduling_execution x WHERE x.job_id = j.id
+                 ORDER BY x.scheduled_for DESC OFFSET %(keep)s - 1 LIMIT 1) AS nth
+          FROM scheduling_job j
+         WHERE EXISTS (SELECT 1 FROM {partition} p WHERE p.job_id = j.id)
+    ) k ON k.job_id = e.job_id AND (k.nth IS NULL OR e.scheduled_for >= k.nth)
+"""
+
+
+def drop_periods(
+    report: PruneReport,
+    *,
+    cutoff: datetime,
+    keep_last: int,
+    started: float,
+    max_seconds: float | None,
+) -> None:
+    """Drop every period of the partitioned history that ends before ``cutoff``, oldest first,
+    keeping what ``prunable`` would keep (moved to the default partition)."""
+    keepers = [_UNFINISHED_IN_PERIOD, _CURRENT_IN_PERIOD]
+    if keep_last > 0:
+        keepers.append(_LATEST_IN_PERIOD)
+    for period in partitions.periods():
+        if period.end > cutoff:
+            break
+        if max_seconds is not None and time.monotonic() - started > max_seconds:
+            report.finished = False
+            return
+        dropped = partitions.drop_period(
+            period, keepers=" UNION ".join(keepers), params={"keep": keep_last}
+        )
+        report.executions += dropped.executions
+        report.attempts += dropped.attempts
+        report.by_job.update(dropped.by_job)
+        report.periods += 1
 
 
 def job_names(job_ids: list[int | None]) -> dict[int, str]:

@@ -15,8 +15,9 @@ from scheduling.stages import retention
 
 class Command(DuecourseCommand):
     help = (
-        "Delete finished executions older than a duration, in small batches, keeping the "
-        "latest N of every job; finished internal one-off jobs (due batches) go whole. Also "
+        "Delete finished executions older than a duration, in small batches (on PostgreSQL, "
+        "whole periods of the partitioned history first), keeping the latest N of every job; "
+        "finished internal one-off jobs (due batches) go whole. Also "
         "deletes the changes of the jobs' audit trail older than SCHEDULING_AUDIT_RETENTION "
         "(365 days by default; None keeps them forever), which --older-than does not touch."
     )
@@ -49,6 +50,12 @@ class Command(DuecourseCommand):
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would go; delete nothing."
         )
+        parser.add_argument(
+            "--partitions-only",
+            action="store_true",
+            help="On PostgreSQL's partitioned history, only drop whole periods that end before "
+            "the cutoff; the rows of the period it falls in wait until that period has passed.",
+        )
 
     def handle(self, *args: Any, **o: Any) -> None:
         report = retention.prune_history(
@@ -58,12 +65,15 @@ class Command(DuecourseCommand):
             batch_size=o["batch_size"],
             max_seconds=o["max_seconds"],
             dry_run=o["dry_run"],
+            partitions_only=o["partitions_only"],
         )
         data = report.as_dict(retention.job_names(list(report.by_job)))
         verb = "would remove" if o["dry_run"] else "removed"
         lines = [
             f"{verb} {report.executions} execution(s) and {report.attempts} attempt(s) due "
-            f"before {readable.instant(report.cutoff)} in {report.batches} batch(es), "
+            f"before {readable.instant(report.cutoff)} in {report.batches} batch(es)"
+            + (f" and {report.periods} whole period(s)" if report.periods else "")
+            + ", "
             f"keeping the latest {report.keep_last} of every job; "
             f"{report.one_offs} finished internal one-off job(s) went whole"
             + ("" if report.finished else "; stopped at --max-seconds, run again to go on")

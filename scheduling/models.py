@@ -8,7 +8,6 @@ indexes, each of which names the query that needs it.
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +19,7 @@ from django.db.models import Max, Q
 from django.utils.timezone import now as current_time
 
 from scheduling import readable
+from scheduling.ids import uuid7
 from scheduling.rules import validation
 from scheduling.rules.arguments import ArgumentsField
 from scheduling.timing import calendars, schedules
@@ -478,7 +478,9 @@ class Execution(models.Model):
         max_length=16, choices=ExecutionStatus.choices, default=ExecutionStatus.PENDING
     )
     retry_count = models.PositiveIntegerField(default=0)
-    task_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # Time-ordered (UUIDv7): new rows land on the unique index's right edge, not at a random
+    # leaf of a long history (docs/architecture.md, *Writes that stay cheap*).
+    task_id = models.UUIDField(default=uuid7, unique=True, editable=False)
     worker = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(default=current_time)
     queued_at = models.DateTimeField(null=True, blank=True)

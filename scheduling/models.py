@@ -479,7 +479,7 @@ class Execution(models.Model):
     )
     retry_count = models.PositiveIntegerField(default=0)
     # Time-ordered (UUIDv7): new rows land on the unique index's right edge, not at a random
-    # leaf of a long history (docs/architecture.md, *Writes that stay cheap*).
+    # leaf of a long history (docs/architecture.md, *Writes that stay cheap on a long history*).
     task_id = models.UUIDField(default=uuid7, unique=True, editable=False)
     worker = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(default=current_time)

@@ -18,6 +18,7 @@ from typing import Any
 from django.utils import timezone
 
 from scheduling.doorbell import Doorbell
+from scheduling.ids import uuid7
 from scheduling.ledger import runs as runs_ledger
 from scheduling.models import Attempt, Execution, ExecutionStatus
 from scheduling.stages.publishing import doorbell_of_call
@@ -56,7 +57,7 @@ def write_run(*, task: str, call: dict[str, Any], run_after: datetime | None) ->
         "task": task,
         "scheduled_for": run_after if deferred else now,
         "status": ExecutionStatus.RETRY if deferred else ExecutionStatus.QUEUED,
-        "task_id": uuid.uuid4(),
+        "task_id": uuid7(),
         "queued_at": None if deferred else now,
         "retry_at": run_after if deferred else None,
         "call": call,

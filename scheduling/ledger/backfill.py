@@ -9,14 +9,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import transaction
 
 from scheduling import ledger
-from scheduling.ids import uuid4_text
+from scheduling.ids import uuid7, uuid7_text
 from scheduling.models import Execution, ExecutionStatus
 
 EXECUTION = Execution._meta.db_table
@@ -76,8 +75,9 @@ def insert_waiting(
             "waiting": ExecutionStatus.WAITING.value,
             "reason": reason,
             "now": now,
-            "instants": list(instants),
-            "task_ids": [uuid4_text() for _ in instants],
+            # Oldest first, as the rows go in, so their time-ordered task ids rise with them.
+            "instants": sorted(instants),
+            "task_ids": [uuid7_text() for _ in instants],
         },
     )
     return sorted(row["scheduled_for"] for row in written)
@@ -97,7 +97,7 @@ def _insert_waiting_with_orm(
                     task=task,
                     scheduled_for=at,
                     status=ExecutionStatus.WAITING,
-                    task_id=uuid.uuid4(),
+                    task_id=uuid7(),
                     last_error=reason,
                     created_at=now,
                     updated_at=now,

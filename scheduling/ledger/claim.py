@@ -147,14 +147,35 @@ LOCK_DUE = ledger.Statement(
          ORDER BY j.next_due_at
          LIMIT %(limit)s
            FOR NO KEY UPDATE OF j SKIP LOCKED
+    ), clock AS (
+        -- The task ids' time, read once: six bytes of Unix milliseconds, then version 7
+        -- (x'7000' = 28672) and the millisecond's fraction in 1/4096, as ids.uuid7_text.
+        SELECT substring(int8send(c.ms) FROM 3)
+               || substring(int4send(28672 + c.fraction) FROM 3) AS prefix
+          FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us) AS t
+         CROSS JOIN LATERAL (
+               SELECT t.us / 1000 AS ms, (mod(t.us, 1000) * 4096 / 1000)::int AS fraction
+               ) AS c
     ), inserted AS (
+        -- Task ids are UUIDv7 (ids.uuid7_text): the clock's eight bytes, the variant and the
+        -- row's number in 22 bits (x'800000' = 8388608: the ids of one statement rise in
+        -- insertion order), and five bytes of gen_random_uuid()'s randomness. Time-ordered
+        -- ids land on the unique index's right edge; random ones each cost a leaf read on a
+        -- long history.
         INSERT INTO {EXECUTION}
                (job_id, task, scheduled_for, status, task_id, last_error, created_at,
                 queued_at, finished_at, retry_count, worker, duplicates, updated_at)
-        SELECT d.id, d.task, d.occurrence, %(pending)s, gen_random_uuid(), '', %(now)s,
-               %(now)s, NULL, 0, '', 0, %(now)s
-          FROM due AS d
-         WHERE d.planned
+        SELECT d.id, d.task, d.occurrence, %(pending)s,
+               encode(overlay(uuid_send(gen_random_uuid())
+                              PLACING k.prefix || substring(int4send(8388608 + d.n::int) FROM 2)
+                              FROM 1 FOR 11), 'hex')::uuid,
+               '', %(now)s, %(now)s, NULL, 0, '', 0, %(now)s
+          FROM (SELECT id, task, occurrence,
+                       row_number() OVER (ORDER BY next_due_at, id) AS n
+                  FROM due
+                 WHERE planned) AS d
+         CROSS JOIN clock AS k
+         ORDER BY d.n
             ON CONFLICT (job_id, scheduled_for) DO NOTHING
         RETURNING id, job_id, task_id
     ), made AS (
@@ -275,6 +296,8 @@ WRITE_CLAIM = ledger.Statement(
           FROM json_to_recordset(%(executions)s::json) AS v(
                job_id bigint, task varchar, scheduled_for timestamptz, status varchar,
                task_id uuid, last_error text)
+         -- In the order of their time-ordered task ids, which then rise with the rows' ids.
+         ORDER BY v.task_id
             ON CONFLICT (job_id, scheduled_for) DO NOTHING
         RETURNING id, job_id, task_id, status, scheduled_for
     ), first_pending AS (
@@ -379,7 +402,8 @@ def _write_claim_with_orm(
                 finished_at=None if row["status"] == ExecutionStatus.PENDING else now,
                 updated_at=now,
             )
-            for row in fresh
+            # In the order of their time-ordered task ids, as in WRITE_CLAIM.
+            for row in sorted(fresh, key=lambda row: row["task_id"])
         ]
     )
     ids = {

@@ -26,7 +26,7 @@ from django.db import transaction
 
 from scheduling import conf
 from scheduling.doorbell import Doorbell
-from scheduling.ids import uuid4_text
+from scheduling.ids import uuid7_text
 from scheduling.ledger import claim as claim_ledger
 from scheduling.models import OVERLAP_BACKLOG, OVERLAP_HOLDS, ExecutionStatus, JobStatus, Overlap
 from scheduling.rules import arguments
@@ -375,7 +375,7 @@ def _execution(row: dict[str, Any], at: datetime, status: str) -> dict[str, Any]
         "task": row["task"],
         "scheduled_for": at,
         "status": status,
-        "task_id": uuid4_text(),
+        "task_id": uuid7_text(),
         "last_error": "",
     }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -193,6 +194,21 @@ def test_a_backfill_makes_each_missing_occurrence_waiting_and_a_second_makes_non
     again = api.backfill(job.pk, start=first, end=first + 5 * HOUR, now=now)
     assert again.count == 0 and again.held == 5
     assert Execution.objects.filter(job=job).count() == 5
+
+
+@db
+def test_a_backfill_s_task_ids_are_uuidv7_rising_oldest_occurrence_first(owner: Any) -> None:
+    job = hourly(owner)
+    first = job.schedule.starts_at
+    api.backfill(job.pk, start=first, end=first + 50 * HOUR, now=first + 50 * HOUR)
+    drawn = list(
+        Execution.objects.filter(job=job)
+        .order_by("scheduled_for")
+        .values_list("task_id", flat=True)
+    )
+    assert len(drawn) == 50
+    assert all(u.version == 7 and u.variant == uuid.RFC_4122 for u in drawn)
+    assert drawn == sorted(set(drawn))
 
 
 @db

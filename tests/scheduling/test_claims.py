@@ -6,6 +6,7 @@ Every test drives ``claims.claim_due_jobs`` with an explicit ``now``; no broker 
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -776,3 +777,39 @@ def test_a_batch_plans_its_common_jobs_in_sql_and_every_other_row_alone(
     assert history(unregistered) == []  # left for a process that knows its task
     assert "kwargs: must be a JSON object" in Execution.objects.get(job=bad_args).last_error
     assert claims._STEPS.known == {"PT1M": 60_000_000, "PT60S": 60_000_000}
+
+
+# --- task ids -------------------------------------------------------------------------------
+
+
+def task_ids(jobs: list[Job]) -> list[uuid.UUID]:
+    """The task ids of these jobs' executions, in the order the rows were inserted."""
+    return list(
+        Execution.objects.filter(job__in=jobs).order_by("pk").values_list("task_id", flat=True)
+    )
+
+
+def test_a_claims_task_ids_are_uuidv7_rising_in_insertion_order(
+    make_job: MakeJob, now: datetime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Time-ordered ids put every new row on the unique index's right edge. On PostgreSQL the
+    common jobs are planned and written by the locking statement, the cron ones in Python;
+    on SQLite all of them in Python. Each path draws its ids in the order it inserts."""
+    monkeypatch.setattr(claims, "_STEPS", claims._Steps())
+    claims._STEPS.learn("PT1M", MINUTE)
+    planned_in_python = jobs_planned_in_python(monkeypatch)
+    common = [make_job(every="PT1M") for _ in range(40)]
+    cron = [make_job(cron="* * * * *") for _ in range(40)]
+
+    bells = claim(now + MINUTE)
+
+    on_postgresql = connection.vendor == "postgresql"
+    assert sorted(planned_in_python) == sorted(
+        job.pk for job in (cron if on_postgresql else common + cron)
+    )
+    for group in (common, cron):
+        drawn = task_ids(group)
+        assert len(drawn) == len(group)
+        assert all(u.version == 7 and u.variant == uuid.RFC_4122 for u in drawn)
+        assert drawn == sorted(set(drawn))
+    assert {b.task_id for b in bells} == {str(u) for u in task_ids(common + cron)}

@@ -19,6 +19,7 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.W009 | warning | executions of a queue wait while nothing of it starts: no consumer |
 | scheduling.W010 | warning | jobs saved before the queue rules use a queue name they refuse |
 | scheduling.W011 | warning | occurrences of a task unknown here wait for a process that knows it |
+| scheduling.W012 | warning | the partitioned history has no period made for now (PostgreSQL) |
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from scheduling import conf, ledger
 from scheduling.celeryapp import celery_app, is_fallback
+from scheduling.ledger import partitions
 from scheduling.models import Job, SchedulerState
 from scheduling.rules import tasktables
 from scheduling.rules.validation import queue_error, visibility_timeout
@@ -354,4 +356,30 @@ def check_awaiting_tasks(**_: Any) -> list[CheckMessage]:
         )
         for each in found
         if not each.known_here
+    ]
+
+
+@register("scheduling")
+def check_history_periods(**_: Any) -> list[CheckMessage]:
+    """The partitioned history (PostgreSQL) has the current period made: schedulers make it
+    ahead of time, so its absence means none has run for a while, and the rows of now go to
+    the default partition, which retention can only delete row by row."""
+    if "HISTORY_PARTITION_DAYS" in conf.refusals() or not _ledger_ready():
+        return []
+    try:
+        if not partitions.is_partitioned():
+            return []
+        now = timezone.now()
+        if any(p.start <= now < p.end for p in partitions.periods()):
+            return []
+    except DatabaseError:
+        return []
+    return [
+        Warning(
+            f"The executions table has no partition for now ({now:%Y-%m-%d %H:%M} UTC): its "
+            "rows go to the default partition.",
+            hint="Start a scheduler (manage.py runscheduler): it makes the current period and "
+            "the next ones within a minute (docs/operations.md, Partitions).",
+            id="scheduling.W012",
+        )
     ]

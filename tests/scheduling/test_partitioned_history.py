@@ -20,6 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.migrations.loader import MigrationLoader
 from django.utils import timezone
 
+from scheduling.checks import check_history_periods
 from scheduling.ledger import partitions
 from scheduling.models import Attempt, Execution, ExecutionStatus, Job, JobStatus
 from scheduling.scheduler.periods import PeriodKeeper
@@ -236,3 +237,20 @@ def test_the_move_to_partitions_and_back_with_workers_and_a_scheduler_running_lo
         outcomes = list(run.attempts.values_list("outcome", flat=True))
         assert outcomes.count("completed") == 1, f"{run.scheduled_for}: {outcomes}"
     assert Attempt.objects.filter(execution__job=job).count() >= len(runs)
+
+
+@pytest.mark.django_db
+def test_check_warns_while_no_period_holds_now_and_a_scheduler_makes_it(make_job: Any) -> None:
+    now = timezone.now()
+    current = partitions.period_of(now, DAYS)
+    with connection.cursor() as cursor:
+        for table in (partitions.ATTEMPT, partitions.EXECUTION):  # as if none ran for weeks
+            cursor.execute(f"ALTER TABLE {table} DETACH PARTITION {current.name(table)}")
+            cursor.execute(f"DROP TABLE {current.name(table)}")
+    [warning] = check_history_periods()
+    assert warning.id == "scheduling.W012" and "no partition for now" in warning.msg
+
+    made = PeriodKeeper().maybe(now)
+
+    assert current in made and check_history_periods() == []
+    assert relation_of(execution(make_job(every="PT1M"), now)) == current.name(partitions.EXECUTION)

@@ -111,7 +111,7 @@ def test_completions_written_during_an_outage_are_kept_until_the_database_is_bac
         SELECT e.id, e.retry_count, e.duplicates, count(a.id),
                count(a.id) FILTER (WHERE a.outcome = 'completed')
           FROM scheduling_execution e LEFT JOIN scheduling_attempt a ON a.execution_id = e.id
-         GROUP BY e.id ORDER BY e.id
+         GROUP BY e.id, e.scheduled_for ORDER BY e.id
         """,
     )
     assert [row[1:4] for row in rows] == [(0, 0, 1)] * TASKS, rows

@@ -419,7 +419,7 @@ def assert_all_done_once(cluster: Cluster) -> None:
         SELECT e.id, e.status, count(a.id) FILTER (WHERE a.outcome = 'completed'),
                count(a.id) FILTER (WHERE a.outcome = 'running')
           FROM scheduling_execution e LEFT JOIN scheduling_attempt a ON a.execution_id = e.id
-         GROUP BY e.id ORDER BY e.id
+         GROUP BY e.id, e.scheduled_for ORDER BY e.id
         """
     )
     assert rows, "no execution at all"

@@ -496,7 +496,7 @@ def test_the_database_restarting_under_a_running_worker(
         SELECT e.scheduled_for, e.status,
                count(a.id) FILTER (WHERE a.outcome = 'completed'), e.last_heartbeat_at
           FROM scheduling_execution e LEFT JOIN scheduling_attempt a ON a.execution_id = e.id
-         WHERE e.job_id = %s GROUP BY e.id ORDER BY e.scheduled_for
+         WHERE e.job_id = %s GROUP BY e.id, e.scheduled_for ORDER BY e.scheduled_for
         """,
         job_of["ticker"],
     )
@@ -516,7 +516,7 @@ def test_the_database_restarting_under_a_running_worker(
         """
         SELECT e.retry_count, e.last_heartbeat_at, count(a.id)
           FROM scheduling_execution e JOIN scheduling_attempt a ON a.execution_id = e.id
-         WHERE e.job_id = %s GROUP BY e.id
+         WHERE e.job_id = %s GROUP BY e.id, e.scheduled_for
         """,
         job_of["sleeper"],
     )

@@ -180,8 +180,9 @@ def load_jobs(
         " RESTART IDENTITY CASCADE"
     )
     conn.execute(
-        "INSERT INTO scheduling_schedule (owner_id, name, interval, cron, timezone, run_at,"
-        " starts_at, ends_at, created_at) SELECT %s, '', %s, '', 'UTC', NULL, NULL, NULL, now()"
+        "INSERT INTO scheduling_schedule (owner_id, name, interval, cron, rrule, timezone,"
+        " run_at, starts_at, ends_at, created_at)"
+        " SELECT %s, '', %s, '', '', 'UTC', NULL, NULL, NULL, now()"
         " FROM generate_series(1, %s)",
         [owner, interval, count],
     )

@@ -59,8 +59,8 @@ def load(conn: Any, *, jobs: int, executions: int, days: float, now: datetime) -
         " RESTART IDENTITY CASCADE"
     )
     conn.execute(
-        "INSERT INTO scheduling_schedule (owner_id, name, interval, cron, timezone, created_at)"
-        " SELECT %s, '', 'PT1H', '', 'UTC', now() FROM generate_series(1, %s)",
+        "INSERT INTO scheduling_schedule (owner_id, name, interval, cron, rrule, timezone,"
+        " created_at) SELECT %s, '', 'PT1H', '', '', 'UTC', now() FROM generate_series(1, %s)",
         [owner, jobs],
     )
     # Columns not named take their database defaults or NULL; Django's defaults are spelled

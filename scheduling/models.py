@@ -576,11 +576,21 @@ class Execution(models.Model):
                 fields=["finished_at"], name="execution_failed_idx", condition=Q(status="failed")
             ),
             # overview.item_failures: "runs due in the last 24 h that reported failed items";
-            # partial, so it holds only those rows.
+            # partial, so it holds only those rows, and it carries their counts, so the sum
+            # reads the index alone, never the table.
             models.Index(
-                fields=["scheduled_for"],
+                fields=["scheduled_for", "item_failures"],
                 name="execution_item_failures_idx",
                 condition=Q(item_failures__gt=0),
+            ),
+            # overview.recent_by_status(enqueued_only=True) (/metrics): "runs enqueued
+            # through Django's Tasks framework, due in the last hour, by status"; partial, so
+            # a job's executions (no call) never enter it, and it holds the status, so the
+            # count reads the index alone.
+            models.Index(
+                fields=["scheduled_for", "status"],
+                name="execution_task_runs_idx",
+                condition=Q(call__isnull=False),
             ),
             # overview.awaiting_tasks: "executions handed back for a process that knows their
             # task"; partial, so it is empty but during a rolling deploy.

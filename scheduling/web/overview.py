@@ -9,8 +9,10 @@ and ``stale`` read ``execution_running_idx``; ``late`` reads ``job_due_idx`` and
 ``paused_after_failures`` reads ``job_paused_failures_idx``;
 ``unconsumed_queues`` reads ``execution_waiting_idx`` and, only for a queue whose work has
 waited too long, ``execution_running_idx`` and the newest attempts by primary key;
-``awaiting_tasks`` reads ``job_task_unknown_idx`` and ``execution_task_unknown_idx``.
-bench/dashboard.py times each with a million executions.
+``awaiting_tasks`` reads ``job_task_unknown_idx`` and ``execution_task_unknown_idx``;
+``recent_by_status`` reads ``execution_recent_idx`` alone, or ``execution_task_runs_idx`` for
+the Django task runs. bench/dashboard.py times each with a million executions, and
+bench/history.py cold with ten million.
 
 ``owner_id`` limits a read to one owner's jobs (staff users who are not superusers).
 """

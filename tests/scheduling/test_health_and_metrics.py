@@ -241,6 +241,21 @@ def test_metrics_expose_executions_lag_and_scheduler_counters(
 
 
 @db
+def test_metrics_count_django_task_runs_apart_from_job_executions(
+    client: Any, make_job: Callable[..., Job]
+) -> None:
+    job = make_job()
+    due = timezone.now() - timedelta(minutes=10)
+    Execution.objects.create(job=job, task=job.task, scheduled_for=due, status="completed")
+    Execution.objects.create(
+        task="reports.build", scheduled_for=due, status="completed", call={"queue": "default"}
+    )
+    metrics = scrape(client)
+    assert metrics["duecourse_executions_last_hour"][(("status", "completed"),)] == 2
+    assert metrics["duecourse_django_task_runs_last_hour"][(("status", "completed"),)] == 1
+
+
+@db
 def test_metrics_are_read_at_scrape_time(client: Any, make_job: Callable[..., Job]) -> None:
     job = make_job()
     assert scrape(client)["duecourse_executions_unfinished"][(("status", "running"),)] == 0

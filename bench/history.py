@@ -205,10 +205,10 @@ def ensure_partitions(conn: Any, table: str, start: dt.datetime, end: dt.datetim
     while period.start <= end:
         try:
             with conn.transaction():
-                conn.execute(
+                conn.execute(  # DDL takes no parameters: the bounds as literals
                     f'CREATE TABLE "{period.name(table)}" PARTITION OF {table}'
-                    f" FOR VALUES FROM (%s) TO (%s){storage}",
-                    [period.start, period.end],
+                    f" FOR VALUES FROM ('{period.start.isoformat()}')"
+                    f" TO ('{period.end.isoformat()}'){storage}"
                 )
             made += 1
         except Exception:  # made already (the current period and those ahead)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -52,6 +52,16 @@ def relation_of(row: Execution) -> str:
             "SELECT tableoid::regclass::text FROM scheduling_execution WHERE id = %s", [row.pk]
         )
         return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("days", [1, 7, 30])
+def test_periods_start_on_a_monday_at_midnight_utc_and_follow_each_other(days: int) -> None:
+    at = datetime(2027, 3, 28, 1, 30, tzinfo=UTC)  # a Sunday, the night Europe's clocks change
+    period = partitions.period_of(at, days)
+    assert period.start <= at < period.end == period.start + timedelta(days=days)
+    assert (period.start.hour, period.start.minute) == (0, 0)
+    assert days != 7 or period.start.weekday() == 0
+    assert partitions.period_of(period.end, days).start == period.end
 
 
 @pytest.mark.django_db

@@ -8,13 +8,16 @@ rows and a ``VACUUM`` that never gives the space back. A ``DEFAULT`` partition o
 what no period holds (a run deferred by years, a backfill of a period already dropped).
 
 The keys hold across partitions because each contains ``scheduled_for``: the primary key is
-``(id, scheduled_for)``, one execution per occurrence is ``(job_id, scheduled_for)``, an
-attempt's number is unique per ``(execution_id, number, scheduled_for)``, and an attempt
-refers to its execution by ``(execution_id, scheduled_for)`` (a composite foreign key, which
-follows an execution moved to another period). ``task_id`` is a plain index: its uniqueness
-comes from its making (122 random bits, or a UUIDv7's time and 74 random bits). A job's
-``current_execution`` has no constraint in the database (it would need a unique ``id`` alone);
-the row it names is never in a partition retention drops (``droppable``).
+``(id, scheduled_for)``, one execution per occurrence is ``(job_id, scheduled_for)``, and an
+attempt's number is unique per ``(execution_id, number, scheduled_for)``. ``task_id`` is a
+plain index: its uniqueness comes from its making (122 random bits, or a UUIDv7's time and 74
+random bits). Neither an attempt's execution nor a job's ``current_execution`` is a foreign key
+in the database: a key to a partitioned table makes every detach of one of its partitions
+scan the referencing table (half a second per million attempts, measured), which would turn
+a drop back into a scan. What stands in for it: an attempt is only ever written by the
+statement that starts its execution (the same row, locked), both tables' periods are made,
+moved and dropped together in one transaction, deletes through the ORM cascade as the models
+declare, and the plain tables of the move back get the foreign keys again.
 
 - ``is_partitioned``: whether this database's executions table is partitioned.
 - ``periods``: the periods that exist, oldest first.
@@ -247,11 +250,14 @@ def drop_period(
             f"CREATE TEMP TABLE _kept_attempts ON COMMIT DROP AS SELECT * FROM {a_part} "
             "WHERE execution_id IN (SELECT id FROM _kept_ids)"
         )
-        cursor.execute(
-            f"SELECT e.job_id, count(*) FROM {e_part} e "
-            "WHERE NOT EXISTS (SELECT 1 FROM _kept_ids k WHERE k.id = e.id) GROUP BY e.job_id"
-        )
-        by_job = {job_id: count for job_id, count in cursor.fetchall()}
+        # All the period's rows by job (read from the one-per-occurrence index), less the
+        # few kept: one pass, not a filter of every row against the kept ones.
+        cursor.execute(f"SELECT job_id, count(*) FROM {e_part} GROUP BY job_id")
+        by_job = dict(cursor.fetchall())
+        cursor.execute("SELECT job_id, count(*) FROM _kept_executions GROUP BY job_id")
+        for job_id, count in cursor.fetchall():
+            by_job[job_id] -= count
+        by_job = {job_id: count for job_id, count in by_job.items() if count}
         cursor.execute(f"SELECT count(*) FROM {a_part}")
         attempts = cursor.fetchone()[0]
         cursor.execute("SELECT count(*) FROM _kept_executions")
@@ -332,11 +338,6 @@ def partition(schema_editor: Any, execution: Any, attempt: Any, job: Any, *, day
         f"ALTER TABLE {q(ATTEMPT)} ADD CONSTRAINT attempt_number_unique "
         "UNIQUE (execution_id, number, scheduled_for)"
     )
-    cursor.execute(
-        f"ALTER TABLE {q(ATTEMPT)} ADD CONSTRAINT scheduling_attempt_execution_fk "
-        f"FOREIGN KEY (execution_id, scheduled_for) REFERENCES {q(EXECUTION)} (id, scheduled_for) "
-        "ON DELETE CASCADE ON UPDATE CASCADE DEFERRABLE INITIALLY DEFERRED"
-    )
 
 
 def unpartition(schema_editor: Any, execution: Any, attempt: Any, job: Any) -> None:
@@ -363,6 +364,10 @@ def unpartition(schema_editor: Any, execution: Any, attempt: Any, job: Any) -> N
     cursor.execute(f"ALTER TABLE {q(EXECUTION)} ADD PRIMARY KEY (id)")
     cursor.execute(f"ALTER TABLE {q(ATTEMPT)} ADD PRIMARY KEY (id)")
     _django_keys(schema_editor, execution, skip_fields=())
+    cursor.execute(  # none should be: the foreign key below refuses any
+        f"DELETE FROM {q(ATTEMPT)} a WHERE NOT EXISTS "
+        f"(SELECT 1 FROM {q(EXECUTION)} e WHERE e.id = a.execution_id)"
+    )
     _django_keys(schema_editor, attempt, skip_fields=())
     field = job._meta.get_field("current_execution")
     cursor.execute(

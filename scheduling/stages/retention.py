@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from scheduling import conf
@@ -286,13 +286,19 @@ _CURRENT_IN_PERIOD = (
     "SELECT e.id FROM {partition} e JOIN scheduling_job j ON j.current_execution_id = e.id"
 )
 _LATEST_IN_PERIOD = """
-    SELECT e.id FROM {partition} e JOIN (
-        SELECT j.id AS job_id,
-               (SELECT x.scheduled_for FROM scheduling_execution x WHERE x.job_id = j.id
-                 ORDER BY x.scheduled_for DESC OFFSET %(keep)s - 1 LIMIT 1) AS nth
-          FROM scheduling_job j
-         WHERE EXISTS (SELECT 1 FROM {partition} p WHERE p.job_id = j.id)
-    ) k ON k.job_id = e.job_id AND (k.nth IS NULL OR e.scheduled_for >= k.nth)
+    SELECT e.id FROM {partition} e
+      JOIN unnest(%(jobs)s::bigint[], %(nth)s::timestamptz[]) AS k(job_id, nth)
+        ON k.job_id = e.job_id AND (k.nth IS NULL OR e.scheduled_for >= k.nth)
+"""
+#: Each job's ``keep``-th newest occurrence (NULL: it has fewer), read once per prune: one
+#: backwards step along the one-per-occurrence index of each partition per job.
+_NTH_NEWEST = """
+    SELECT j.id,
+           (SELECT x.scheduled_for FROM scheduling_execution x WHERE x.job_id = j.id
+             ORDER BY x.scheduled_for DESC OFFSET %(keep)s - 1 LIMIT 1)
+      FROM scheduling_job j
+     WHERE EXISTS (SELECT 1 FROM scheduling_execution x
+                    WHERE x.job_id = j.id AND x.scheduled_for < %(cutoff)s)
 """
 
 
@@ -306,18 +312,26 @@ def drop_periods(
 ) -> None:
     """Drop every period of the partitioned history that ends before ``cutoff``, oldest first,
     keeping what ``prunable`` would keep (moved to the default partition)."""
+    due = [period for period in partitions.periods() if period.end <= cutoff]
+    if not due:
+        return
     keepers = [_UNFINISHED_IN_PERIOD, _CURRENT_IN_PERIOD]
+    params: dict[str, object] = {}
     if keep_last > 0:
         keepers.append(_LATEST_IN_PERIOD)
-    for period in partitions.periods():
-        if period.end > cutoff:
-            break
+        with connection.cursor() as cursor:
+            cursor.execute(_NTH_NEWEST, {"keep": keep_last, "cutoff": due[-1].end})
+            found = cursor.fetchall()
+    for period in due:
         if max_seconds is not None and time.monotonic() - started > max_seconds:
             report.finished = False
             return
-        dropped = partitions.drop_period(
-            period, keepers=" UNION ".join(keepers), params={"keep": keep_last}
-        )
+        if keep_last > 0:
+            # Only a job whose keep-th newest is in or before the period (or that has fewer)
+            # can have one of its latest in it: most jobs ran since, and are left out.
+            latest = [(job, nth) for job, nth in found if nth is None or nth < period.end]
+            params = {"jobs": [job for job, _ in latest], "nth": [nth for _, nth in latest]}
+        dropped = partitions.drop_period(period, keepers=" UNION ".join(keepers), params=params)
         report.executions += dropped.executions
         report.attempts += dropped.attempts
         report.by_job.update(dropped.by_job)

@@ -283,7 +283,8 @@ _UNFINISHED_IN_PERIOD = " UNION ".join(
     for status in EXECUTION_UNFINISHED
 )
 _CURRENT_IN_PERIOD = (
-    "SELECT e.id FROM {partition} e JOIN scheduling_job j ON j.current_execution_id = e.id"
+    "SELECT e.id FROM {partition} e WHERE e.id IN (SELECT j.current_execution_id"
+    " FROM scheduling_job j WHERE j.current_execution_id IS NOT NULL)"
 )
 _LATEST_IN_PERIOD = """
     SELECT e.id FROM {partition} e

@@ -26,8 +26,8 @@ Then, round by round (``--rounds``, default 3), alternating which ledger goes fi
 - **reads**: every dashboard panel, the whole dashboard's reads, ``/health/``'s checks and a
   ``/metrics`` scrape, as the views call them, each COLD and then WARM. Cold: PostgreSQL is
   not restarted and the OS page cache cannot be dropped here, so "cold" means *not in
-  shared_buffers*: before each cold read the reads get a new database session, Django's
-  cache is cleared, and ``pg_prewarm`` reads a ballast table of five times ``shared_buffers``
+  shared_buffers*: before each cold read the reads get a new database session and
+  ``pg_prewarm`` reads a ballast table of five times ``shared_buffers``
   into the buffer pool, which the clock sweep must give whole passes over every buffer
   (``pg_buffercache`` counts what is left of the ledger's pages; the report says it). The
   pages then come from the OS cache, as on a server whose RAM holds the database but whose
@@ -538,9 +538,11 @@ def worker(db: str, args: Any) -> dict[str, Any]:
 # --- the reads, in a child on one ledger ----------------------------------------------------
 
 
-#: Reads timed a second time with Django's cache emptied: the first page after a start.
+#: Reads timed a second time with no settled hour kept (``scheduling.stages.hours``): the first
+#: page on a ledger no scheduler has counted yet, a one-time cost; the rows then stay.
 NOTHING_KEPT = ("executions per hour, 24 h", "whole dashboard (all panels)")
-FIRST_PAGE = ", first page after a start"
+FIRST_PAGE = ", no settled hour kept yet"
+SETTLE_ONE = "the scheduler's count of the hour that settled"
 
 
 def read_calls(now: dt.datetime) -> dict[str, Any]:
@@ -583,34 +585,46 @@ SELECT count(*) FROM pg_buffercache b JOIN pg_database d ON d.oid = b.reldatabas
 def child_reads(p: dict[str, Any]) -> dict[str, Any]:
     """Each read cold (its pages evicted from shared_buffers, a new session), then warm.
 
-    Django's cache is the web process's memory, not the database's: a cold read keeps what
-    the same read left there before (the hourly chart's settled hours), and the reads in
-    ``NOTHING_KEPT`` are timed once more with it emptied, as on the first page after a start.
+    The settled hours of the hourly chart are counted first, as the scheduler counts them
+    while it runs (``scheduling.scheduler.hours``), and are kept in the ledger for every page;
+    the reads in ``NOTHING_KEPT`` are timed once more with none kept (a ledger no scheduler
+    has counted yet), and ``SETTLE_ONE`` is the scheduler's own count of one hour.
     """
     import psycopg
 
     common.setup_django()
-    from django.core.cache import cache
     from django.db import connection
 
+    from scheduling.models import SettledHour
+    from scheduling.stages import hours
+
     now = dt.datetime.fromisoformat(p["now"])
+    hours.settle_due(now=now)
+    newest = SettledHour.objects.order_by("-hour").values_list("hour", flat=True).first()
     calls = read_calls(now)
     evictor = psycopg.connect(p["ballast_url"], autocommit=True)
     left: list[int] = []
     out: dict[str, dict[str, float]] = {}
-    runs = [(label, call, False) for label, call in calls.items()]
-    runs += [(label + FIRST_PAGE, calls[label], True) for label in NOTHING_KEPT]
-    for label, call, empty_cache in runs:
-        cache.clear()
-        if not empty_cache:
-            call()  # what an earlier page left in Django's cache
+    runs: list[tuple[str, Any, Any]] = [(label, call, None) for label, call in calls.items()]
+    runs += [
+        (label + FIRST_PAGE, calls[label], lambda: SettledHour.objects.all().delete())
+        for label in NOTHING_KEPT
+    ]
+    runs.append(
+        (
+            SETTLE_ONE,
+            lambda: hours.settle_due(now=now),
+            lambda: SettledHour.objects.filter(hour=newest).delete(),
+        )
+    )
+    for label, call, prepare in runs:
+        if prepare is not None:
+            prepare()
         evictor.execute("SELECT pg_prewarm('bench_ballast', 'buffer')")
         left.append(int(evictor.execute(LEDGER_BUFFERS, [p["db"]]).fetchone()[0]))
         # A new session (nothing prepared, nothing planned), set up before the clock starts.
         connection.close()
         connection.ensure_connection()
-        if empty_cache:
-            cache.clear()
         started = time.perf_counter()
         call()
         cold = (time.perf_counter() - started) * 1000
@@ -897,7 +911,9 @@ def read_rows(data: dict[str, Any]) -> list[list[Any]]:
         rows.append(
             [
                 label,
-                data["ranges"]["big"].get(label.removesuffix(FIRST_PAGE), "—"),
+                data["ranges"]["big"].get(
+                    label.removesuffix(FIRST_PAGE), "1 hour" if label == SETTLE_ONE else "—"
+                ),
                 min(cold),
                 common.median(cold),
                 common.median(warm),
@@ -1047,10 +1063,12 @@ def section(data: dict[str, Any]) -> list[str]:
         "*Cold* reads: PostgreSQL is not restarted and the OS page cache is not dropped (this"
         " machine's RAM holds the whole database), so cold means *not in shared_buffers*: before"
         " each cold read `pg_prewarm` reads a ballast table of five times `shared_buffers`,"
-        " and the read gets a new database session. Django's cache is the web process's"
-        " memory, not the database's: a cold read keeps what the same read left there before"
-        " (the hourly chart's settled hours), and the chart and the whole page are timed once"
-        f" more with it emptied (*first page after a start*). At most {left:,} buffers of the"
+        " and the read gets a new database session. The hourly chart's settled hours are"
+        " counted first, as a running scheduler counts each hour once it settles, and kept in"
+        " the ledger for every page and every restart; the chart and the whole page are timed"
+        " once more with none kept (*no settled hour kept yet*: a ledger no scheduler has"
+        " counted, a one-time cost), and the scheduler's own count of one hour is timed too."
+        f" At most {left:,} buffers of the"
         " ledger's database were left in shared_buffers after an eviction. Warm: the same read"
         " again at once. Each round's executions are deleted after it and nothing vacuums"
         " them on a server with autovacuum off, so the empty ledger carries the dead rows of"

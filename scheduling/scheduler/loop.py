@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from scheduling import conf, ledger
 from scheduling.doorbell import Doorbell
+from scheduling.scheduler.hours import HourKeeper
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.periods import PeriodKeeper
 from scheduling.scheduler.publisher import Publisher
@@ -85,6 +86,7 @@ class Dispatcher:
         self._broker_identity: str | None = None
         self.stats = {"claimed": 0, "published": 0, "republished": 0, "reaped": 0}
         self.periods = PeriodKeeper(clock)
+        self.hours = HourKeeper(clock)
 
     def close(self) -> None:
         if self._lanes is not None:
@@ -103,6 +105,7 @@ class Dispatcher:
             close_old_connections()
             sleep = self._tick(now or timezone.now(), database_clock=now is None)
             self.periods.maybe(timezone.now())
+            self.hours.maybe(timezone.now())
             ticks.record_tick(stats=self.stats, seconds=time.monotonic() - started)
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1

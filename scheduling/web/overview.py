@@ -5,7 +5,8 @@ recent work, never the size of the history: ``due_soon`` reads ``job_due_idx``; 
 and ``stale`` read ``execution_running_idx``; ``late`` reads ``job_due_idx`` and
 ``execution_waiting_idx`` / ``execution_retry_idx``; ``recent_failures`` reads
 ``execution_failed_idx``; ``item_failures`` reads ``execution_item_failures_idx``;
-``executions_per_hour`` and ``lag_percentiles`` read ``execution_recent_idx`` alone;
+``lag_percentiles`` reads ``execution_recent_idx`` alone; ``executions_per_hour`` reads the
+settled hours' rows and ``execution_recent_idx`` for the rest;
 ``paused_after_failures`` reads ``job_paused_failures_idx``;
 ``unconsumed_queues`` reads ``execution_waiting_idx`` and, only for a queue whose work has
 waited too long, ``execution_running_idx`` and the newest attempts by primary key;
@@ -24,11 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.cache import cache
 from django.db.models import CharField, Count, Min, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Coalesce, TruncHour
-from django.utils import timezone
+from django.db.models.functions import Coalesce
 
 from scheduling import conf, readable
 from scheduling.ledger import reads
@@ -43,13 +42,11 @@ from scheduling.models import (
 )
 from scheduling.rules import tasktables
 from scheduling.rules.validation import unknown_target
+from scheduling.stages import hours as settled_hours
 
 DAY = timedelta(hours=24)
 HOUR = timedelta(hours=1)
 LAG_QUANTILES = (0.5, 0.95, 0.99)
-#: An hour this long past its end is counted once and kept (see ``executions_per_hour``).
-SETTLED_AFTER = timedelta(hours=1)
-DAY_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -229,41 +226,11 @@ def executions_per_hour(
 ) -> list[tuple[datetime, dict[str, int]]]:
     """Executions due in each of the last ``hours`` hours, by status, oldest hour first.
 
-    An hour that ended more than ``SETTLED_AFTER`` ago rarely changes any more, so its counts
-    are kept in Django's cache for a day; a page then counts only the latest hours, and its
-    cost no longer grows with how many executions a day brings. The first page after a start
-    (or in a new hour) counts the hours it lacks, in the same one statement.
+    Settled hours come from their ``SettledHour`` rows, counted once (``stages.hours``); a
+    page counts only the hours that have not settled, so its cost does not grow with how many
+    executions a day brings, nor on the first page after a start.
     """
-    end = timezone.localtime(now).replace(minute=0, second=0, microsecond=0) + HOUR
-    start = end - hours * HOUR
-    every = [start + step * HOUR for step in range(hours)]
-    settled = [hour for hour in every if hour + HOUR <= now - SETTLED_AFTER]
-    keys = {hour: _hour_key(hour, owner_id) for hour in settled}
-    kept = cache.get_many(list(keys.values()))
-    counts: dict[datetime, dict[str, int]] = {
-        hour: kept[key] for hour, key in keys.items() if key in kept
-    }
-    first_missing = next((hour for hour in every if hour not in counts), end)
-    rows = (
-        _executions(owner_id)
-        .filter(scheduled_for__gte=first_missing, scheduled_for__lt=end)
-        .annotate(hour=TruncHour("scheduled_for"))
-        .values("hour", "status")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
-    fresh: dict[datetime, dict[str, int]] = {hour: {} for hour in every if hour >= first_missing}
-    for row in rows:
-        fresh.setdefault(row["hour"], {})[row["status"]] = row["n"]
-    cache.set_many(
-        {keys[hour]: value for hour, value in fresh.items() if hour in keys}, timeout=DAY_SECONDS
-    )
-    counts.update(fresh)
-    return [(hour, counts.get(hour, {})) for hour in every]
-
-
-def _hour_key(hour: datetime, owner_id: int | None) -> str:
-    return f"duecourse:hour:{hour.timestamp():.0f}:{owner_id or 'all'}"
+    return settled_hours.per_hour(now=now, hours=hours, owner_id=owner_id)
 
 
 def lag_percentiles(
@@ -401,9 +368,7 @@ def unconsumed_queues(
         waiting.setdefault(queue, []).append((began, job))
     if not waiting:
         return []
-    running = Execution.objects.running().annotate(
-        on_queue=_queue_of()
-    )
+    running = Execution.objects.running().annotate(on_queue=_queue_of())
     newest = Attempt.objects.order_by("-id").values("id")[:STARTS_READ]
     started = Attempt.objects.filter(id__in=Subquery(newest), started_at__gte=since).annotate(
         on_queue=_queue_of("execution__")

@@ -7,11 +7,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduling.models import Execution, Job
+from scheduling.models import Execution, Job, SettledHour
+from scheduling.scheduler.hours import HourKeeper
+from scheduling.stages import hours as settled_hours
 from scheduling.web import overview
 
 db = pytest.mark.django_db
@@ -23,12 +24,6 @@ def execution(job: Job, *, due: datetime, status: str, **fields: Any) -> Executi
     return Execution.objects.create(
         job=job, task=job.task, scheduled_for=due, status=status, **fields
     )
-
-
-@pytest.fixture(autouse=True)
-def no_kept_hours() -> None:
-    """Hour counts kept by an earlier test must not leak into this one."""
-    cache.clear()
 
 
 @pytest.fixture
@@ -124,8 +119,57 @@ def test_settled_hours_are_counted_once_and_kept(
     second = dict(overview.executions_per_hour(now=now))
     assert second[now - 5 * HOUR] == first[now - 5 * HOUR] == {}
     assert second[now - HOUR]["completed"] == first[now - HOUR]["completed"] + 1
-    cache.clear()
+    SettledHour.objects.all().delete()
     assert dict(overview.executions_per_hour(now=now))[now - 5 * HOUR] == {"completed": 1}
+
+
+@db
+def test_settled_hours_are_kept_in_the_ledger_for_every_process(ledger: Any, now: datetime) -> None:
+    """A page counts the settled hours it lacks into rows; the next page (another process, or
+    after a restart) reads them and counts only the hours that have not settled."""
+    overview.executions_per_hour(now=now)
+    kept = dict(SettledHour.objects.values_list("hour", "counts"))
+    assert len(kept) == 22  # 24 hours less the current one and the one that just ended
+    assert kept[now - 3 * HOUR] == {str(ledger["worker"].owner_id): {"failed": 1}}
+    with CaptureQueriesContext(connection) as captured:
+        overview.executions_per_hour(now=now)
+    assert len(captured.captured_queries) == 2  # the kept rows; the two latest hours
+
+
+@db
+def test_an_owner_sees_only_their_jobs_in_settled_hours(
+    ledger: Any, now: datetime, make_job: Callable[..., Job], django_user_model: Any
+) -> None:
+    other = django_user_model.objects.create_user("other-owner")
+    theirs = make_job(name="theirs", owner=other)
+    execution(theirs, due=now - 4 * HOUR, status="completed")
+    execution(theirs, due=now - 4 * HOUR + MINUTE, status="failed")
+    everyone = dict(overview.executions_per_hour(now=now))
+    assert everyone[now - 4 * HOUR] == {"completed": 1, "failed": 1}
+    assert everyone[now - 3 * HOUR] == {"failed": 1}
+    mine = dict(overview.executions_per_hour(now=now, owner_id=other.pk))
+    assert mine[now - 4 * HOUR] == {"completed": 1, "failed": 1}
+    assert mine[now - 3 * HOUR] == {}
+
+
+@db
+def test_the_scheduler_counts_each_hour_once_it_settles(ledger: Any, now: datetime) -> None:
+    clock = [0.0]
+    keeper = HourKeeper(clock=lambda: clock[0])
+    assert keeper.maybe(now) == 22
+    clock[0] = 10.0
+    assert keeper.maybe(now + HOUR) == 0  # not yet time to look again
+    clock[0] = HOUR.total_seconds()
+    assert keeper.maybe(now + HOUR) == 1  # the hour that settled since
+    assert SettledHour.objects.count() == 23
+
+
+@db
+def test_settled_hours_past_two_days_are_forgotten(ledger: Any, now: datetime) -> None:
+    settled_hours.settle_due(now=now - 3 * 24 * HOUR)
+    assert SettledHour.objects.filter(hour__lt=now - 2 * 24 * HOUR).exists()
+    settled_hours.settle_due(now=now)
+    assert not SettledHour.objects.filter(hour__lt=now - 2 * 24 * HOUR).exists()
 
 
 @db

@@ -12,7 +12,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from config.celery import app
-from scheduling.models import Execution, Job, SchedulerState
+from scheduling.models import Execution, Job, SchedulerState, SettledHour
 from scheduling.scheduler.loop import Dispatcher
 from scheduling.stages import ticks
 from tests.conftest import celery_settings, free_port
@@ -80,6 +80,8 @@ def test_every_dispatcher_tick_records_the_scheduler(make_job: Callable[..., Job
     row = SchedulerState.objects.get(name="test-scheduler")
     assert (timezone.now() - row.last_tick_at) < 5 * SECOND
     assert ticks.last_tick() == row.last_tick_at
+    # and counts the dashboard's settled hours, so that no page has to
+    assert SettledHour.objects.count() == 22
 
 
 # --- /health/ ---------------------------------------------------------------------------------

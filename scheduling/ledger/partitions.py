@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -223,13 +223,16 @@ class Dropped:
     by_job: dict[int | None, int]
 
 
-def drop_period(
-    period: Period, *, keepers: str, params: dict[str, Any], using: str = DEFAULT_DB_ALIAS
-) -> Dropped:
+#: What ``drop_period`` keeps: given the period's executions by job (read under its lock),
+#: a ``SELECT id FROM {partition} e ...`` text (``{partition}`` is replaced by the period's
+#: executions partition) and its parameters.
+Keepers = Callable[[dict[int | None, int]], tuple[str, dict[str, Any]]]
+
+
+def drop_period(period: Period, *, keepers: Keepers, using: str = DEFAULT_DB_ALIAS) -> Dropped:
     """Drop one period's partitions of both tables, in one transaction, keeping the executions
-    ``keepers`` selects (a ``SELECT id FROM {partition} e ...`` text; ``{partition}`` is
-    replaced by the period's executions partition) with their attempts: detached first, they
-    go back through the parent, into the default partition."""
+    ``keepers`` selects with their attempts: detached first, they go back through the parent,
+    into the default partition."""
     q = connections[using].ops.quote_name
     e_part, a_part = q(period.name(EXECUTION)), q(period.name(ATTEMPT))
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
@@ -238,8 +241,13 @@ def drop_period(
         # cannot be dropped.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute(f"LOCK TABLE {e_part}, {a_part} IN ACCESS EXCLUSIVE MODE")
+        # All the period's rows by job (read from the one-per-occurrence index), less the
+        # few kept: one pass, not a filter of every row against the kept ones.
+        cursor.execute(f"SELECT job_id, count(*) FROM {e_part} GROUP BY job_id")
+        by_job = dict(cursor.fetchall())
+        kept_sql, params = keepers(dict(by_job))
         cursor.execute(
-            f"CREATE TEMP TABLE _kept_ids ON COMMIT DROP AS {keepers.format(partition=e_part)}",
+            f"CREATE TEMP TABLE _kept_ids ON COMMIT DROP AS {kept_sql.format(partition=e_part)}",
             params,
         )
         cursor.execute(
@@ -250,10 +258,6 @@ def drop_period(
             f"CREATE TEMP TABLE _kept_attempts ON COMMIT DROP AS SELECT * FROM {a_part} "
             "WHERE execution_id IN (SELECT id FROM _kept_ids)"
         )
-        # All the period's rows by job (read from the one-per-occurrence index), less the
-        # few kept: one pass, not a filter of every row against the kept ones.
-        cursor.execute(f"SELECT job_id, count(*) FROM {e_part} GROUP BY job_id")
-        by_job = dict(cursor.fetchall())
         cursor.execute("SELECT job_id, count(*) FROM _kept_executions GROUP BY job_id")
         for job_id, count in cursor.fetchall():
             by_job[job_id] -= count

@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -291,15 +292,20 @@ _LATEST_IN_PERIOD = """
       JOIN unnest(%(jobs)s::bigint[], %(nth)s::timestamptz[]) AS k(job_id, nth)
         ON k.job_id = e.job_id AND (k.nth IS NULL OR e.scheduled_for >= k.nth)
 """
-#: Each job's ``keep``-th newest occurrence (NULL: it has fewer), read once per prune: one
-#: backwards step along the one-per-occurrence index of each partition per job.
+#: Each job's ``keep``-th newest occurrence among the named periods (NULL: it has fewer),
+#: for the jobs of a period about to go, each read once per prune. Bounded to the periods,
+#: the read leaves out the default partition, so PostgreSQL reads the periods newest first
+#: and stops at the ``keep``-th (one step down one index for most jobs), instead of merging
+#: every period's index. What the default partition holds is older (rows kept by an earlier
+#: drop) or later (due past the periods made): left out, the ``keep``-th newest found is never
+#: later than the true one, so no row of a job's latest goes.
 _NTH_NEWEST = """
-    SELECT j.id,
-           (SELECT x.scheduled_for FROM scheduling_execution x WHERE x.job_id = j.id
+    SELECT k.job_id,
+           (SELECT x.scheduled_for FROM scheduling_execution x
+             WHERE x.job_id = k.job_id
+               AND x.scheduled_for >= %(first)s AND x.scheduled_for < %(last)s
              ORDER BY x.scheduled_for DESC OFFSET %(keep)s - 1 LIMIT 1)
-      FROM scheduling_job j
-     WHERE EXISTS (SELECT 1 FROM scheduling_execution x
-                    WHERE x.job_id = j.id AND x.scheduled_for < %(cutoff)s)
+      FROM unnest(%(jobs)s::bigint[]) AS k(job_id)
 """
 
 
@@ -313,26 +319,40 @@ def drop_periods(
 ) -> None:
     """Drop every period of the partitioned history that ends before ``cutoff``, oldest first,
     keeping what ``prunable`` would keep (moved to the default partition)."""
-    due = [period for period in partitions.periods() if period.end <= cutoff]
+    named = partitions.periods()
+    due = [period for period in named if period.end <= cutoff]
     if not due:
         return
-    keepers = [_UNFINISHED_IN_PERIOD, _CURRENT_IN_PERIOD]
-    params: dict[str, object] = {}
-    if keep_last > 0:
-        keepers.append(_LATEST_IN_PERIOD)
-        with connection.cursor() as cursor:
-            cursor.execute(_NTH_NEWEST, {"keep": keep_last, "cutoff": due[-1].end})
-            found = cursor.fetchall()
+    nth: dict[int, datetime | None] = {}
+
+    def keepers(period: partitions.Period) -> partitions.Keepers:
+        def select(by_job: dict[int | None, int]) -> tuple[str, dict[str, Any]]:
+            keep = [_UNFINISHED_IN_PERIOD, _CURRENT_IN_PERIOD]
+            if keep_last == 0:
+                return " UNION ".join(keep), {}
+            jobs = [job for job in by_job if job is not None]
+            unknown = [job for job in jobs if job not in nth]
+            if unknown:
+                bounds = {"first": named[0].start, "last": named[-1].end}
+                with connection.cursor() as cursor:
+                    cursor.execute(_NTH_NEWEST, {"jobs": unknown, "keep": keep_last, **bounds})
+                    nth.update(cursor.fetchall())
+            # Only a job whose keep-th newest is in or before the period (or that has fewer)
+            # can have one of its latest in it: most jobs ran since, and are left out.
+            latest = [(job, at) for job in jobs if (at := nth[job]) is None or at < period.end]
+            if not latest:
+                return " UNION ".join(keep), {}
+            keep.append(_LATEST_IN_PERIOD)
+            params = {"jobs": [job for job, _ in latest], "nth": [at for _, at in latest]}
+            return " UNION ".join(keep), params
+
+        return select
+
     for period in due:
         if max_seconds is not None and time.monotonic() - started > max_seconds:
             report.finished = False
             return
-        if keep_last > 0:
-            # Only a job whose keep-th newest is in or before the period (or that has fewer)
-            # can have one of its latest in it: most jobs ran since, and are left out.
-            latest = [(job, nth) for job, nth in found if nth is None or nth < period.end]
-            params = {"jobs": [job for job, _ in latest], "nth": [nth for _, nth in latest]}
-        dropped = partitions.drop_period(period, keepers=" UNION ".join(keepers), params=params)
+        dropped = partitions.drop_period(period, keepers=keepers(period))
         report.executions += dropped.executions
         report.attempts += dropped.attempts
         report.by_job.update(dropped.by_job)

@@ -158,6 +158,37 @@ def test_prune_drops_each_period_past_the_cutoff_whole_and_keeps_what_it_always_
 
 
 @pytest.mark.django_db
+def test_a_jobs_latest_are_kept_whichever_partition_holds_them(
+    make_job: Any, now: datetime
+) -> None:
+    """The drop finds each job's latest among the periods; rows in the default partition
+    (kept by an earlier drop, or due past every period) change nothing the prune keeps."""
+    old = partitions.period_of(now - timedelta(days=70), DAYS)
+    partitions.make_period(old)
+    rare, deferred = make_job(every="P1D", name="rare"), make_job(every="P1D", name="deferred")
+    earlier = execution(rare, old.start - timedelta(days=30))  # in the default partition
+    rare_runs = [execution(rare, old.start + timedelta(days=d)) for d in range(3)]
+    deferred_runs = [execution(deferred, old.start + timedelta(days=d)) for d in range(3)]
+    far = execution(deferred, datetime(2100, 1, 1, tzinfo=UTC))  # past every period: default
+    assert {relation_of(earlier), relation_of(far)} == {"scheduling_execution_default"}
+
+    report = retention.prune_history(older_than=timedelta(days=30), keep_last=3, now=now)
+
+    assert old not in partitions.periods()
+    # rare's three latest are the three of the period; the one before goes.
+    assert set(Execution.objects.filter(job=rare).values_list("pk", flat=True)) == {
+        run.pk for run in rare_runs
+    }
+    # deferred's three latest: the far one and the period's two newest.
+    assert set(Execution.objects.filter(job=deferred).values_list("pk", flat=True)) == {
+        far.pk,
+        deferred_runs[1].pk,
+        deferred_runs[2].pk,
+    }
+    assert report.by_job == {rare.pk: 1, deferred.pk: 1}
+
+
+@pytest.mark.django_db
 def test_prune_partitions_only_leaves_the_rows_of_the_period_the_cutoff_falls_in(
     make_job: Any, now: datetime
 ) -> None:

@@ -1,7 +1,8 @@
 """The operators' hand-written reads: what the ORM cannot say in one bounded query.
 
 - ``ping``: the database answers a query (``/health/``);
-- ``lag_percentiles``: start minus due time at given quantiles, over one range of due times.
+- ``lag_percentiles``: start minus due time at given quantiles, over one range of due times;
+- ``job_names``: the names of many jobs at once.
 """
 
 from __future__ import annotations
@@ -91,3 +92,21 @@ def _interpolate(values: list[float], q: float) -> float:
     position = q * (len(values) - 1)
     low, high = math.floor(position), math.ceil(position)
     return values[low] + (values[high] - values[low]) * (position - low)
+
+
+# -- job_names: a prune's report names every job it touched, ten thousand at a time: one array
+#    parameter on PostgreSQL (a quarter of the time of ten thousand ``IN`` parameters, which
+#    SQLite, without arrays, still gets through the ORM).
+JOB_NAMES = ledger.Statement(
+    postgresql=f"SELECT id, name FROM {JOB} WHERE id = ANY(%(ids)s::bigint[])",
+    columns=("id", "name"),
+)
+
+
+def job_names(ids: Sequence[int]) -> dict[int, str]:
+    """The name of each job of ``ids`` that exists."""
+    if not ids:
+        return {}
+    if ledger.on_postgresql():
+        return {found["id"]: found["name"] for found in ledger.rows(JOB_NAMES, {"ids": list(ids)})}
+    return dict(Job.objects.filter(pk__in=ids).values_list("pk", "name"))

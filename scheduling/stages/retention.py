@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from scheduling import conf
-from scheduling.ledger import partitions
+from scheduling.ledger import partitions, reads
 from scheduling.models import (
     EXECUTION_FINISHED,
     EXECUTION_UNFINISHED,
@@ -360,5 +360,4 @@ def drop_periods(
 
 
 def job_names(job_ids: list[int | None]) -> dict[int, str]:
-    ids = [i for i in job_ids if i is not None]
-    return dict(Job.objects.filter(pk__in=ids).values_list("pk", "name"))
+    return reads.job_names([i for i in job_ids if i is not None])

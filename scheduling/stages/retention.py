@@ -298,7 +298,9 @@ _LATEST_IN_PERIOD = """
 #: and stops at the ``keep``-th (one step down one index for most jobs), instead of merging
 #: every period's index. What the default partition holds is older (rows kept by an earlier
 #: drop) or later (due past the periods made): left out, the ``keep``-th newest found is never
-#: later than the true one, so no row of a job's latest goes.
+#: later than the true one, so no row of a job's latest goes. (Where the range spans a gap
+#: between periods, or a period dropped earlier in the same prune, PostgreSQL reads the
+#: default partition too: slower, and exact.)
 _NTH_NEWEST = """
     SELECT k.job_id,
            (SELECT x.scheduled_for FROM scheduling_execution x

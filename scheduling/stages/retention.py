@@ -97,6 +97,9 @@ class PruneReport:
     audit_changes: int = 0
     audit_retention: timedelta | None = None
     by_job: Counter[int | None] = field(default_factory=Counter)
+    #: How long the run took, the whole periods apart (what an operator compares runs by).
+    seconds: float = 0.0
+    periods_seconds: float = 0.0
 
     def as_dict(self, names: dict[int, str]) -> dict[str, object]:
         return {
@@ -108,6 +111,8 @@ class PruneReport:
             "finished": self.finished,
             "one_offs": self.one_offs,
             "periods_dropped": self.periods,
+            "seconds": round(self.seconds, 3),
+            "periods_seconds": round(self.periods_seconds, 3),
             "audit_changes": self.audit_changes,
             "audit_retention_days": (
                 None
@@ -219,6 +224,7 @@ def prune_history(
     if partitions.is_partitioned():
         drop_periods(report, cutoff=cutoff, keep_last=keep_last, started=started,
                      max_seconds=max_seconds)  # fmt: skip
+        report.periods_seconds = time.monotonic() - started
     since: datetime | None = None
     while report.finished and not partitions_only:
         if max_seconds is not None and time.monotonic() - started > max_seconds:
@@ -261,9 +267,10 @@ def prune_history(
             batch_size=batch_size,
             max_seconds=left,
         )
+    report.seconds = time.monotonic() - started
     logger.info(
         "history.pruned executions=%s attempts=%s one_offs=%s audit_changes=%s batches=%s "
-        "cutoff=%s keep_last=%s",
+        "cutoff=%s keep_last=%s seconds=%.3f",
         report.executions,
         report.attempts,
         report.one_offs,
@@ -271,6 +278,7 @@ def prune_history(
         report.batches,
         report.cutoff.isoformat(),
         keep_last,
+        report.seconds,
     )
     return report
 

@@ -218,6 +218,7 @@ def test_prune_history_command_says_how_many_periods_went(make_job: Any) -> None
     call_command("prune_history", "--older-than", "30d", "--keep-last", "0", "--json", stdout=out)
     said = json.loads(out.getvalue())
     assert (said["periods_dropped"], said["executions"]) == (1, 1)
+    assert 0 < said["periods_seconds"] <= said["seconds"]  # how long the drops took, of the run
 
 
 # --- the move, with workers and a scheduler running -------------------------------------------

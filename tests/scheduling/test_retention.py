@@ -4,6 +4,7 @@ latest of every job and everything unfinished, and says what it removed."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from io import StringIO
@@ -110,6 +111,7 @@ def test_text_report_names_the_jobs(make_job: Callable[..., Job]) -> None:
     call_command("prune_history", "--older-than", "30d", "--keep-last", "0", stdout=out)
     text = out.getvalue()
     assert text.startswith("removed 2 execution(s) and 2 attempt(s)")
+    assert re.search(r"; took \d+\.\d\d s\n", text)
     assert "nightly: 2" in text
 
 

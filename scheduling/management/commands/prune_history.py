@@ -77,6 +77,7 @@ class Command(DuecourseCommand):
             f"keeping the latest {report.keep_last} of every job; "
             f"{report.one_offs} finished internal one-off job(s) went whole"
             + ("" if report.finished else "; stopped at --max-seconds, run again to go on")
+            + ("" if o["dry_run"] else f"; took {report.seconds:.2f} s")
         ]
         if report.audit_retention is None:
             lines.append("audit trail kept forever (SCHEDULING_AUDIT_RETENTION is None)")

@@ -288,6 +288,39 @@ def drop_period(period: Period, *, keepers: Keepers, using: str = DEFAULT_DB_ALI
     return dropped
 
 
+# -- nth_newest: each job's ``keep``-th newest occurrence among the named periods (None: it
+#    has fewer), for the jobs of a period about to go. Bounded to the periods, the read leaves
+#    out the default partition, so PostgreSQL reads the periods newest first and stops at the
+#    ``keep``-th (one step down one index for most jobs), instead of merging every period's
+#    index. What the default partition holds is older (rows kept by an earlier drop) or later
+#    (due past the periods made): left out, the ``keep``-th newest found is never later than
+#    the true one, so no row of a job's latest goes. (Where the range spans a gap between
+#    periods, or a period dropped earlier in the same prune, PostgreSQL reads the default
+#    partition too: slower, and exact.)
+NTH_NEWEST = ledger.Statement(
+    postgresql=f"""
+    SELECT k.job_id AS job_id,
+           (SELECT x.scheduled_for FROM {EXECUTION} x
+             WHERE x.job_id = k.job_id
+               AND x.scheduled_for >= %(first)s AND x.scheduled_for < %(last)s
+             ORDER BY x.scheduled_for DESC OFFSET %(keep)s - 1 LIMIT 1) AS nth
+      FROM unnest(%(jobs)s::bigint[]) AS k(job_id)
+    """,
+    columns=("job_id", "nth"),
+)
+
+
+def nth_newest(
+    jobs: Sequence[int], *, keep: int, within: Sequence[Period], using: str = DEFAULT_DB_ALIAS
+) -> dict[int, datetime | None]:
+    """Each of ``jobs``' ``keep``-th newest ``scheduled_for`` in the periods ``within`` (from
+    the first's start to the last's end), or None where it has fewer there."""
+    if not jobs:
+        return {}
+    params = {"jobs": list(jobs), "keep": keep, "first": within[0].start, "last": within[-1].end}
+    return {row["job_id"]: row["nth"] for row in ledger.rows(NTH_NEWEST, params, using=using)}
+
+
 # -- the migration's move: the same rows, keys and indexes in partitioned tables and back ----
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from django.db import DatabaseError
 
+from scheduling.scheduler.every import Every
 from scheduling.stages import hours
 
 logger = logging.getLogger("scheduling")
@@ -28,13 +29,11 @@ class HourKeeper:
     """Counts the hours that have settled, at most once per ``EVERY`` seconds."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._next = 0.0
+        self.every = Every(EVERY, clock)
 
     def maybe(self, now: datetime) -> int:
-        if self.clock() < self._next:
+        if not self.every.due():
             return 0
-        self._next = self.clock() + EVERY
         try:
             return hours.settle_due(now=now)
         except DatabaseError as exc:

@@ -104,8 +104,9 @@ class Dispatcher:
         try:
             close_old_connections()
             sleep = self._tick(now or timezone.now(), database_clock=now is None)
-            self.periods.maybe(timezone.now())
-            self.hours.maybe(timezone.now())
+            later = timezone.now()
+            self.periods.maybe(later)
+            self.hours.maybe(later)
             ticks.record_tick(stats=self.stats, seconds=time.monotonic() - started)
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1

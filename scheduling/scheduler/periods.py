@@ -20,6 +20,7 @@ from django.db import DatabaseError
 
 from scheduling import conf
 from scheduling.ledger import partitions
+from scheduling.scheduler.every import Every
 
 logger = logging.getLogger("scheduling")
 
@@ -31,14 +32,12 @@ class PeriodKeeper:
     """Makes the history's periods ahead of now, at most once per ``EVERY`` seconds."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._next = 0.0
+        self.every = Every(EVERY, clock)
         self._partitioned: bool | None = None
 
     def maybe(self, now: datetime) -> list[partitions.Period]:
-        if self.clock() < self._next:
+        if not self.every.due():
             return []
-        self._next = self.clock() + EVERY
         try:
             if self._partitioned is None:
                 self._partitioned = partitions.is_partitioned()

@@ -53,9 +53,7 @@ def per_hour(
     ``owner_id``'s jobs alone when given): settled hours from their rows (counting the ones
     missing, once, for every owner), the others counted now."""
     every = chart_hours(now, hours)
-    settled = [hour for hour in every if is_settled(hour, now)]
-    known = kept(settled)
-    known.update(settle([hour for hour in settled if hour not in known]))
+    known, _ = _settled_of(every, now)
     counts = {hour: _of_owner(by_owner, owner_id) for hour, by_owner in known.items()}
     live = [hour for hour in every if hour not in known]
     if live:
@@ -111,9 +109,18 @@ def settle_due(*, now: datetime) -> int:
     """Count the chart's settled hours that have no row yet, and forget rows past ``KEEP``:
     the scheduler's duty, so that no page has to. Returns the hours counted."""
     SettledHour.objects.filter(hour__lt=now - KEEP).delete()
-    settled = [hour for hour in chart_hours(now) if is_settled(hour, now)]
+    return _settled_of(chart_hours(now), now)[1]
+
+
+def _settled_of(
+    every: list[datetime], now: datetime
+) -> tuple[dict[datetime, dict[str, Counts]], int]:
+    """The counts by owner of those of ``every`` that have settled, from their rows, counting
+    (and keeping) the ones that have none yet; and how many that was."""
+    settled = [hour for hour in every if is_settled(hour, now)]
     known = kept(settled)
-    return len(settle([hour for hour in settled if hour not in known]))
+    counted = settle([hour for hour in settled if hour not in known])
+    return known | counted, len(counted)
 
 
 def _of_owner(by_owner: dict[str, Counts], owner_id: int | None) -> Counts:

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from scheduling import conf
@@ -300,23 +300,6 @@ _LATEST_IN_PERIOD = """
       JOIN unnest(%(jobs)s::bigint[], %(nth)s::timestamptz[]) AS k(job_id, nth)
         ON k.job_id = e.job_id AND (k.nth IS NULL OR e.scheduled_for >= k.nth)
 """
-#: Each job's ``keep``-th newest occurrence among the named periods (NULL: it has fewer),
-#: for the jobs of a period about to go, each read once per prune. Bounded to the periods,
-#: the read leaves out the default partition, so PostgreSQL reads the periods newest first
-#: and stops at the ``keep``-th (one step down one index for most jobs), instead of merging
-#: every period's index. What the default partition holds is older (rows kept by an earlier
-#: drop) or later (due past the periods made): left out, the ``keep``-th newest found is never
-#: later than the true one, so no row of a job's latest goes. (Where the range spans a gap
-#: between periods, or a period dropped earlier in the same prune, PostgreSQL reads the
-#: default partition too: slower, and exact.)
-_NTH_NEWEST = """
-    SELECT k.job_id,
-           (SELECT x.scheduled_for FROM scheduling_execution x
-             WHERE x.job_id = k.job_id
-               AND x.scheduled_for >= %(first)s AND x.scheduled_for < %(last)s
-             ORDER BY x.scheduled_for DESC OFFSET %(keep)s - 1 LIMIT 1)
-      FROM unnest(%(jobs)s::bigint[]) AS k(job_id)
-"""
 
 
 def drop_periods(
@@ -333,40 +316,50 @@ def drop_periods(
     due = [period for period in named if period.end <= cutoff]
     if not due:
         return
-    nth: dict[int, datetime | None] = {}
-
-    def keepers(period: partitions.Period) -> partitions.Keepers:
-        def select(by_job: dict[int | None, int]) -> tuple[str, dict[str, Any]]:
-            keep = [_UNFINISHED_IN_PERIOD, _CURRENT_IN_PERIOD]
-            if keep_last == 0:
-                return " UNION ".join(keep), {}
-            jobs = [job for job in by_job if job is not None]
-            unknown = [job for job in jobs if job not in nth]
-            if unknown:
-                bounds = {"first": named[0].start, "last": named[-1].end}
-                with connection.cursor() as cursor:
-                    cursor.execute(_NTH_NEWEST, {"jobs": unknown, "keep": keep_last, **bounds})
-                    nth.update(cursor.fetchall())
-            # Only a job whose keep-th newest is in or before the period (or that has fewer)
-            # can have one of its latest in it: most jobs ran since, and are left out.
-            latest = [(job, at) for job in jobs if (at := nth[job]) is None or at < period.end]
-            if not latest:
-                return " UNION ".join(keep), {}
-            keep.append(_LATEST_IN_PERIOD)
-            params = {"jobs": [job for job, _ in latest], "nth": [at for _, at in latest]}
-            return " UNION ".join(keep), params
-
-        return select
-
+    nth: dict[int, datetime | None] = {}  # each job's keep-th newest, read once per prune
     for period in due:
         if max_seconds is not None and time.monotonic() - started > max_seconds:
             report.finished = False
             return
-        dropped = partitions.drop_period(period, keepers=keepers(period))
+        dropped = partitions.drop_period(
+            period,
+            keepers=lambda by_job, period=period: _keepers(
+                period, by_job, keep_last=keep_last, nth=nth, named=named
+            ),
+        )
         report.executions += dropped.executions
         report.attempts += dropped.attempts
         report.by_job.update(dropped.by_job)
         report.periods += 1
+
+
+def _keepers(
+    period: partitions.Period,
+    by_job: dict[int | None, int],
+    *,
+    keep_last: int,
+    nth: dict[int, datetime | None],
+    named: list[partitions.Period],
+) -> tuple[str, dict[str, Any]]:
+    """What ``prunable`` keeps of ``period`` (whose executions by job are ``by_job``), as the
+    text and parameters ``partitions.drop_period`` selects the kept rows with."""
+    keep = [_UNFINISHED_IN_PERIOD, _CURRENT_IN_PERIOD]
+    if keep_last == 0:
+        return " UNION ".join(keep), {}
+    jobs = [job for job in by_job if job is not None]
+    nth.update(
+        partitions.nth_newest([job for job in jobs if job not in nth], keep=keep_last, within=named)
+    )
+    # Only a job whose keep-th newest is in or before the period (or that has fewer) can have
+    # one of its latest in it: most jobs ran since, and are left out.
+    latest = [(job, at) for job in jobs if (at := nth[job]) is None or at < period.end]
+    if not latest:
+        return " UNION ".join(keep), {}
+    keep.append(_LATEST_IN_PERIOD)
+    return " UNION ".join(keep), {
+        "jobs": [job for job, _ in latest],
+        "nth": [at for _, at in latest],
+    }
 
 
 def job_names(job_ids: list[int | None]) -> dict[int, str]:

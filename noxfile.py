@@ -36,7 +36,9 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import stack as stacks  # noqa: E402  (scripts/stack.py: what each stack installs)
 
-nox.options.default_venv_backend = "venv"
+#: uv makes a session's environment from its cache in a second or two; plain venv and pip where
+#: uv is absent. Every session installs the one wheel built by ``_wheel()``.
+nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_existing_virtualenvs = False
 nox.options.error_on_missing_interpreters = True
 
@@ -89,11 +91,36 @@ def _database_url(session: nox.Session) -> str:
     return f"{base.rsplit('/', 1)[0]}/dc_{tag}"
 
 
+_WHEEL: list[Path] = []
+
+
+def _wheel() -> Path:
+    """The wheel of this checkout, built once per nox run and installed by every session.
+
+    Built with uv where it is installed (next to nox or on PATH), else with pip; the build's
+    own dependencies (setuptools) come from the same cache as every session's packages.
+    """
+    if _WHEEL:
+        return _WHEEL[0]
+    out = Path(tempfile.mkdtemp(prefix="duecourse-wheel-"))
+    uv = _uv()
+    if uv:
+        command = [uv, "build", "--wheel", "--out-dir", str(out), str(ROOT)]
+    else:
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(ROOT)]
+    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    _WHEEL.append(next(out.glob("duecourse-*.whl")))
+    return _WHEEL[0]
+
+
+def _uv() -> str | None:
+    beside = Path(sys.executable).parent / "uv"
+    return str(beside) if beside.exists() else shutil.which("uv")
+
+
 def _run_stack(session: nox.Session, stack: Stack) -> None:
-    wheels = Path(tempfile.mkdtemp(prefix="duecourse-wheel-"))
-    session.install("build")
-    session.run("python", "-m", "build", "--wheel", "--outdir", str(wheels), str(ROOT))
-    wheel = next(wheels.glob("duecourse-*.whl"))
+    wheel = _wheel()
+    wheels = Path(tempfile.mkdtemp(prefix="duecourse-run-"))
     celery = CELERY_LOWEST if stack.celery == "lowest" else CELERY_NEWEST
     session.install(
         f"duecourse[{stack.extras}] @ {wheel.as_uri()}", f"django=={stack.django}.*", *celery

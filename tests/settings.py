@@ -2,6 +2,8 @@
 
 import os
 
+from django.conf.global_settings import PASSWORD_HASHERS as DEFAULT_HASHERS
+
 # The suite runs on a DATABASE_URL, where the project requires a shared key; the worker and
 # scheduler processes it starts inherit this one. (Without DATABASE_URL, the embedded default
 # makes its own, as tests/test_embedded.py checks.)
@@ -12,3 +14,9 @@ from config.settings import *  # noqa: F403
 from config.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.tasktable_app"]
+
+# Passwords the suite sets are hashed with a cheap hasher: the default one spends about 0.3 s of
+# CPU per hash by design, and the admin tests log in hundreds of users; what they test is who
+# may do what, not the hash. The default hashers stay behind it, so a password that a process
+# hashed with the project's own settings (the demo's login) still checks.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *DEFAULT_HASHERS]

@@ -12,9 +12,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/duecourse
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
-# The suite runs in this many processes (pytest-xdist), each file in one of them: most of its
-# time is spent waiting on real workers, schedulers and servers, not on the CPU. 0: one process.
-TEST_WORKERS ?= 2
+# The suite runs in this many processes (pytest-xdist), each file in one of them: the real-process
+# tests spend most of their time waiting on workers, schedulers and servers, not on the CPU, so
+# four keep two cores busy (docs/testing.md has the measurements). 0: one process.
+TEST_WORKERS ?= 4
 # The embedded default is a product path too: the claim, attempt and policy specifications, the
 # dashboard's reads, history pruning, backfill and the emailer's runs (its ledger statements are
 # written for both databases) run on SQLite as well (SQLITE=0 skips that pass).
@@ -49,10 +50,10 @@ test: $(VENV)/.installed
 	scripts/test-services.sh
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 	if [ "$(SQLITE)" = 1 ]; then \
 	  DATABASE_URL=sqlite:///$(CURDIR)/var/test-embedded.sqlite3 \
-	  $(PY) -m pytest -q -p no:cacheprovider -m 'not slow' $(SQLITE_TESTS); fi
+	  $(PY) -m pytest -q -p no:cacheprovider -m 'not slow' --durations=10 $(SQLITE_TESTS); fi
 
 screenshots: $(VENV)/.installed
 	scripts/test-services.sh

@@ -1,23 +1,30 @@
 """The support table, run: every supported stack is a tested stack (``nox``; docs/install.md).
 
 Each combination of Python and Django that Django itself supports, among the Pythons and
-Djangos that Duecourse supports, is a session. A session builds the wheel from this checkout,
-installs it into a fresh virtual environment with that Django and Celery (and the extras that
-stack takes: the Django Tasks backport on Django 5.2, django-celery-beat where it admits the
-Django), and runs the suite from this checkout against the installed wheel: the in-process
-tests, plus the tests marked ``stack`` (the wheel installed into a host project of somebody
-else's shape, a process that enqueues and exits, Django tasks on real workers). The oldest
-and the newest combination run the whole suite, slow tests included, with Celery at the lowest
-release ``pyproject.toml`` admits on the oldest and the newest on the newest; the whole suite
-includes the RabbitMQ tests.
+Djangos that Duecourse supports, is a session. A session installs the wheel of this checkout
+(built once per nox run, shared by every session) into a fresh virtual environment made by uv
+from its cache, with that Django and Celery (and the extras that stack takes: the Django Tasks
+backport on Django 5.2, django-celery-beat where it admits the Django), and runs the suite from
+this checkout against the installed wheel. What each session proves:
+
+- the oldest (Python 3.11, Django 5.2, Celery at the lowest release ``pyproject.toml`` admits)
+  and the newest (Python 3.13, Django 6.1, the newest Celery; ``make test`` runs it from the
+  checkout) run everything: the in-process suite, every real-process test (workers,
+  schedulers, faults, RabbitMQ), the browser tests, and the SQLite pass;
+- every stack between them proves what differs from one stack to the next: the in-process
+  suite (the models, admin, commands, API and ledger on that Django and Python, the emailer's
+  headers through that Django's mail), and the tests marked ``stack``: the wheel installed into
+  a host project of somebody else's shape, a process that enqueues and exits, the Django Tasks
+  framework of that Django on real workers, and the admin's pages and dashboard in a browser
+  (each Django ships its own admin templates and scripts).
 
     nox -l                          # the sessions
     nox -t stacks                   # every combination but the newest, the oldest in full
     nox -s py3.12-django6.0         # one of them
 
-``make test`` is the newest combination in full (Python 3.13, Django 6.1, the newest Celery);
-``.ci/run`` runs it and then ``nox -t stacks``. Interpreters are found on PATH as
-``python3.X`` or, failing that, among pyenv's installed versions.
+``.ci/run`` runs ``make test`` and then each session of ``nox -t stacks``, timing each part.
+Interpreters are found on PATH as ``python3.X`` or, failing that, among pyenv's installed
+versions. docs/testing.md says what each part of the suite needs and how long it takes.
 """
 
 from __future__ import annotations
@@ -98,8 +105,13 @@ def _wheel() -> Path:
     """The wheel of this checkout, built once per nox run and installed by every session.
 
     Built with uv where it is installed (next to nox or on PATH), else with pip; the build's
-    own dependencies (setuptools) come from the same cache as every session's packages.
+    own dependencies (setuptools) come from the same cache as every session's packages. A
+    wheel already built for this checkout may be given in ``DUECOURSE_WHEEL`` (``.ci/run``
+    builds one and runs each session with its own ``nox -s``, to time it).
     """
+    given = os.environ.get("DUECOURSE_WHEEL")
+    if given:
+        return Path(given)
     if _WHEEL:
         return _WHEEL[0]
     out = Path(tempfile.mkdtemp(prefix="duecourse-wheel-"))
@@ -153,7 +165,8 @@ def _run_stack(session: nox.Session, stack: Stack) -> None:
     pytest = [
         "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
         "-o", "django_find_project=false", "-c", str(ROOT / "pyproject.toml"),
-        "--rootdir", str(ROOT), "-n", os.environ.get("TEST_WORKERS", "2"), "--dist", "loadfile",
+        "--rootdir", str(ROOT), "-n", _test_workers(stack), "--dist", "loadfile",
+        "--durations=30",
     ]  # fmt: skip
     session.chdir(wheels)
     session.run(*pytest, *selection, *session.posargs, str(ROOT / "tests"), env=env)
@@ -165,6 +178,13 @@ def _run_stack(session: nox.Session, stack: Stack) -> None:
         )  # fmt: skip
     session.chdir(ROOT)
     shutil.rmtree(wheels, ignore_errors=True)
+
+
+def _test_workers(stack: Stack) -> str:
+    """pytest-xdist processes: four where the real-process tests run (they mostly wait, as in
+    ``make test``), two for the in-process suite, which keeps two cores busy by itself;
+    ``TEST_WORKERS`` overrides both."""
+    return os.environ.get("TEST_WORKERS") or ("4" if stack.full else "2")
 
 
 def _sqlite_tests() -> list[str]:

@@ -16,7 +16,8 @@ from scheduling.stages import jobs
 from tests.conftest import wait_for
 from tests.factories import create_job
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# On every stack: each Django ships its own admin templates and scripts.
+pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.django_db(transaction=True)]
 
 
 def test_admin_refuses_a_bad_interval_naming_the_field(page: Any) -> None:

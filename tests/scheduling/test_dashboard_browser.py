@@ -15,7 +15,8 @@ from scheduling.models import Execution, Job, SchedulerState
 from tests.conftest import ROOT
 from tests.factories import create_job
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# On every stack: the dashboard sits in each Django's own admin header.
+pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.django_db(transaction=True)]
 
 #: Every run saves its screenshot here (ignored by git).
 ARTIFACT = ROOT / "var" / "screenshots" / "dashboard-a-day-of-history.png"

@@ -214,6 +214,7 @@ def finished(result: Any) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.stack  # the Django Tasks framework is each Django's own (or the 5.2 backport)
 @pytest.mark.django_db(transaction=True)
 def test_runs_complete_once_on_stock_workers_with_results_errors_and_signals(
     processes: Processes, process_env: dict[str, str], publish_under_prefix: str, body_log: Path

@@ -20,3 +20,11 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.tasktable_app"]
 # may do what, not the hash. The default hashers stay behind it, so a password that a process
 # hashed with the project's own settings (the demo's login) still checks.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *DEFAULT_HASHERS]
+
+# Each run of the suite makes its test databases under a name of its own (pytest-xdist adds
+# each process's suffix to it), so two runs on one machine, by two people or beside a CI run,
+# never drop each other's database. A run drops its own at the end.
+_default = DATABASES["default"]  # noqa: F405
+if _default["ENGINE"].endswith("postgresql"):
+    _run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+    _default["TEST"] = {**_default.get("TEST", {}), "NAME": f"test_{_default['NAME']}_{_run}"[:50]}

@@ -25,13 +25,14 @@ import random
 import re
 import resource
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -50,6 +51,7 @@ from scheduling.models import (
     JobStatus,
     Overlap,
     Schedule,
+    SchedulerState,
 )
 from tests.conftest import celery_worker_command, free_port, scheduler_command, wait_for
 from tests.factories import create_job
@@ -286,28 +288,62 @@ def report(name: str, **facts: Any) -> None:
 def start_worker(
     processes: Any, env: dict[str, str], name: str, *, concurrency: int = 2, queue: str = "celery"
 ) -> subprocess.Popen[bytes]:
-    child = processes.start(
+    """Start a worker; ``wait_ready`` waits until it consumes (start several, then wait once:
+    they boot side by side)."""
+    return processes.start(
         celery_worker_command(name=name, concurrency=concurrency, queues=queue),
         env=env,
         name=name,
     )
+
+
+def wait_ready(
+    processes: Any,
+    *,
+    workers: Sequence[subprocess.Popen[bytes]] = (),
+    schedulers: Sequence[subprocess.Popen[bytes]] = (),
+) -> None:
+    """Wait until every worker has said ``worker.ready`` and every scheduler has finished a
+    tick (each writes its SchedulerState row, named host:pid, after its first one); fail at
+    once if one exits.
+
+    Waiting for the schedulers' first tick before the load is written means each of them
+    contends from the window's first second; and a scheduler that has ticked has installed
+    its SIGTERM handler, so ``stop`` finds it able to stop gracefully.
+    """
+    children = [*workers, *schedulers]
+    host = socket.gethostname()
+    names = {f"{host}:{child.pid}" for child in schedulers}
+
+    def ready() -> bool:
+        if any(child.poll() is not None for child in children):
+            return True  # reported below
+        return all("worker.ready" in processes.log_of(w) for w in workers) and (
+            SchedulerState.objects.filter(name__in=names).count() == len(names)
+        )
+
     wait_for(
-        lambda: child.poll() is not None or "worker.ready" in processes.log_of(child),
+        ready,
         timeout=90,
-        message=f"worker {name} ready",
+        message=f"{len(workers)} workers and {len(schedulers)} schedulers ready",
     )
-    assert child.poll() is None, f"worker {name} exited:\n{processes.log_of(child)[-3000:]}"
-    return child
+    for child in children:
+        assert child.poll() is None, f"pid {child.pid} exited:\n{processes.log_of(child)[-3000:]}"
 
 
-def stop(processes: Any, child: subprocess.Popen[bytes], *, timeout: float = 60) -> int:
-    """Stop a process gracefully (SIGTERM) and return its exit code."""
-    processes.kill(child, signal.SIGTERM)
-    try:
-        return child.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        processes.kill(child, signal.SIGKILL)
-        raise AssertionError(f"pid {child.pid} ignored SIGTERM for {timeout}s") from None
+def stop(processes: Any, *children: subprocess.Popen[bytes], timeout: float = 60) -> list[int]:
+    """Stop processes gracefully (SIGTERM to all at once) and return their exit codes."""
+    for child in children:
+        processes.kill(child, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    codes = []
+    for child in children:
+        try:
+            codes.append(child.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            processes.kill(child, signal.SIGKILL)
+            raise AssertionError(f"pid {child.pid} ignored SIGTERM for {timeout}s") from None
+    return codes
 
 
 def children_cpu() -> float:
@@ -373,7 +409,7 @@ def load_env(process_env: dict[str, str]) -> dict[str, str]:
     """The process environment for these tests.
 
     STALE_AFTER is raised to 30 s: no test here kills a worker, and on a busy 2-core machine a
-    pool process can be descheduled for longer than the fixture's 5 s, which would let the
+    pool process can be descheduled for longer than the fixture's 10 s, which would let the
     reaper retry a live execution (a legitimate second run under the at-least-once contract,
     but not what these tests are about).
     """
@@ -383,21 +419,26 @@ def load_env(process_env: dict[str, str]) -> dict[str, str]:
 # --- 1. several schedulers at once ----------------------------------------------------------
 
 LOAD_JOBS = 200
-LOAD_SECONDS = 60
+#: Every second of the window is the same contest (200 rows due at once, claimed 50 at a time
+#: by three schedulers); 15 of them give each scheduler about twenty claim transactions, enough
+#: to show that every one of them takes a share, and 3,000 occurrences for the ledger checks.
+LOAD_SECONDS = 15
 
 
 def test_three_schedulers_dispatch_every_occurrence_once(
     owner: Any, processes: Any, load_env: dict[str, str]
 ) -> None:
-    """Three schedulers at once, 200 jobs due every second for 60 s: 12,000 occurrences.
+    """Three schedulers at once, 200 jobs due every second for 15 s: 3,000 occurrences.
 
     200 due/s is the largest load this 2-core machine (shared with other test runs) keeps up
-    with: two prefork workers of 3 processes complete ~190 noop executions/s with a finish lag
-    of a few seconds, and the schedulers dispatch with a lag well under a second. At 300 due/s
-    the schedulers still dispatch in time but the workers fall to ~75-95/s and drain for a
-    minute after the window; under heavy outside load even 200/s only drains after the window,
-    hence the generous deadlines. Each scheduler claims at most 50 jobs per transaction so the
-    three contend for the same rows every second; each must end up with a share of the claims.
+    with: two prefork workers of 3 processes complete ~200 noop executions/s when it is quiet,
+    and the schedulers dispatch with a lag well under a second; under heavy outside load the
+    workers fall to ~100/s and drain for a while after the window, hence the generous
+    deadlines. Each scheduler claims at most 50 jobs per transaction so the three contend for
+    the same rows every second; all three have ticked before the load is written, and each
+    must end up with a share of the claims. The window is 15 s because the promise is per
+    second (every second is the same contest): a longer one only repeats it, at a second of
+    wall clock per second of window (two under load, when the workers fall behind).
     """
     cpu_before = children_cpu()
     workers = [start_worker(processes, load_env, f"w{i}", concurrency=3) for i in range(2)]
@@ -405,23 +446,22 @@ def test_three_schedulers_dispatch_every_occurrence_once(
         processes.start(scheduler_command("--batch-size", "50"), env=load_env, name=f"sched{i}")
         for i in range(3)
     ]
-    load = create_load(owner, jobs=LOAD_JOBS, seconds=LOAD_SECONDS, lead=4)
+    wait_ready(processes, workers=workers, schedulers=schedulers)
+    load = create_load(owner, jobs=LOAD_JOBS, seconds=LOAD_SECONDS, lead=2)
     wait_for(
         lambda: all_claimed(load),
         timeout=LOAD_SECONDS + 120,
-        interval=1,
+        interval=0.5,
         message="every occurrence claimed (jobs past their schedule's end)",
     )
     for child in schedulers:
         assert child.poll() is None, f"a scheduler died:\n{processes.log_of(child)[-3000:]}"
     scheduler_cpu = sum(tree_cpu(child.pid) for child in schedulers)
-    for child in schedulers:
-        assert stop(processes, child) == 0
+    assert stop(processes, *schedulers) == [0, 0, 0]
     # No scheduler is left to republish anything: every message must already be in the broker.
     wait_completed(load, timeout=300, what="workers drain after the schedulers stopped")
     worker_cpu = sum(tree_cpu(child.pid) for child in workers)
-    for child in workers:
-        stop(processes, child)
+    stop(processes, *workers)
 
     facts = assert_exactly_once(load, [processes.log_of(w) for w in workers])
     claims = [claimed(processes.log_of(s)) for s in schedulers]
@@ -441,28 +481,40 @@ def test_three_schedulers_dispatch_every_occurrence_once(
 # --- 2. a scheduler killed at random moments ------------------------------------------------
 
 KILLS = 20
+#: How long the 100 jobs are due: as long as the twenty kills take on a quiet machine (1.2-1.5 s
+#: each: a cold start of about a second, during which occurrences are missed, then the time to
+#: the first claim and the random delay), so that they fall while occurrences fall due. On a
+#: busy machine starts are slower and the last kills land in the catch-up work after the window.
+#: The kills, not the window, set this test's length: a shorter window would not end it sooner.
+KILL_SECONDS = 30
 
 
 def test_scheduler_sigkilled_twenty_times_loses_and_doubles_nothing(
     owner: Any, processes: Any, load_env: dict[str, str]
 ) -> None:
-    """One scheduler, SIGKILLed 20 times while it dispatches 100 jobs due every second.
+    """One scheduler, SIGKILLed 20 times while it dispatches 100 jobs due every second for 30 s.
 
     Each incarnation is killed when it first reports a claim or a random 0-1.5 s later (it
     claims at most 10 jobs per transaction, so it is busy most of the time), so kills can
     land inside claim transactions, between a commit and its publish, between a publish and
     ``mark_queued``, and in sleeps; the next incarnation starts at once and must catch up the
-    occurrences missed while none ran (catch_up, overlap=allow) and republish the PENDING rows
-    the dead one committed but never published (after PENDING_GRACE, 3 s here).
+    occurrences missed while none ran (its start takes about a second, so jobs its predecessor
+    had not claimed yet miss two occurrences: catch_up, overlap=allow) and republish the
+    PENDING rows the dead one committed but never published (after PENDING_GRACE, 1 s here:
+    one scheduler lives at a time and publishes its own claims before its tick ends, so only a
+    dead one's rows wait that long). The window is 30 s, the time the 20 kills take on a quiet
+    machine, so that they fall while occurrences fall due.
     """
     seed = int(os.environ.get("EXACTLY_ONCE_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
-    worker = start_worker(processes, load_env, "w0", concurrency=3)
-    load = create_load(owner, jobs=100, seconds=50, lead=2)
+    env = {**load_env, "SCHEDULING_PENDING_GRACE": "1"}
+    worker = start_worker(processes, env, "w0", concurrency=3)
+    wait_ready(processes, workers=[worker])
+    load = create_load(owner, jobs=100, seconds=KILL_SECONDS, lead=2)
     command = scheduler_command("--batch-size", "10")
     after_window = 0
     for n in range(KILLS):
-        child = processes.start(command, env=load_env, name=f"sched{n}")
+        child = processes.start(command, env=env, name=f"sched{n}")
         # Busy once it reports a claim; on a slow machine the window may close before the
         # twentieth incarnation, which is then killed at a random moment of recovery work.
         wait_for(
@@ -484,16 +536,24 @@ def test_scheduler_sigkilled_twenty_times_loses_and_doubles_nothing(
         processes.kill(child, signal.SIGKILL)
         assert child.wait(timeout=30) == -signal.SIGKILL
     killed_at = timezone.now()
-    survivor = processes.start(command, env=load_env, name="survivor")
+    survivor = processes.start(command, env=env, name="survivor")
+    # On a busy machine the last incarnations may have finished everything: the survivor must
+    # still have started (ticked) before it is asked to stop.
+    wait_ready(processes, schedulers=[survivor])
     wait_for(lambda: all_claimed(load), timeout=120, interval=0.5, message="all claimed")
     wait_completed(load, timeout=180, what="after the last restart")
     assert survivor.poll() is None
-    assert stop(processes, survivor) == 0
+    assert stop(processes, survivor) == [0]
     stop(processes, worker)
 
     facts = assert_exactly_once(load, [processes.log_of(worker)])
     logs = [log for child, _ in processes.children if (log := processes.log_of(child))]
     republished = sum(log.count("execution.republished") for log in logs)
+    caught_up = sum(
+        int(e) > int(j)
+        for log in logs
+        for j, e in re.findall(r"dispatch\.claimed jobs=(\d+) executions=(\d+)", log)
+    )
     report(
         "scheduler-sigkill",
         seed=seed,
@@ -501,14 +561,32 @@ def test_scheduler_sigkilled_twenty_times_loses_and_doubles_nothing(
         kills_after_window=after_window,
         kills_spread_s=round((killed_at - load.first).total_seconds(), 1),
         republished=republished,
+        claims_catching_up_several_occurrences=caught_up,
         **facts,
         **latency(load),
     )
 
 
-# --- 3. the broker down for 30 s ------------------------------------------------------------
+# --- 3. the broker down for 10 s ------------------------------------------------------------
 
-OUTAGE = 30.0
+#: How long the broker stays down: long enough for 10 seconds of occurrences to fall due with
+#: no broker (at least 8 of them, asserted) and for the scheduler to fail tick after tick, its
+#: back-off doubling (a failed tick itself takes ~2 s of connection retries); every bound on
+#: the outage below is a rate, scaled to this length.
+OUTAGE = 10.0
+#: Seconds of occurrences that run (main) or wait in Redis (backlog) before the outage: more
+#: than REQUEUE_AFTER (2 s here) plus a tick, so the first backlog rows have had a second
+#: doorbell (stalled: nothing consumes their queue) when the broker dies with both messages.
+BEFORE = 4
+#: Seconds of window after the outage as planned: occurrences fall due once the broker is back
+#: (the scheduler may still be in its back-off), and a busy machine may start the outage up to
+#: 10 s after its planned moment with the window still holding the 8 seconds of occurrences
+#: asserted due during it.
+AFTER = 8
+#: Lines at ERROR and seconds of CPU the scheduler may spend per second of outage: the
+#: original bounds of 20 lines and 5 s in a 30 s outage, as rates.
+ERROR_LINES_PER_OUTAGE_SECOND = 20 / 30
+CPU_PER_OUTAGE_SECOND = 5.0 / 30
 
 
 def redis_answers(port: int) -> bool:
@@ -564,31 +642,35 @@ def start_redis(processes: Any, port: int) -> subprocess.Popen[bytes]:
 def test_broker_outage_loses_and_doubles_nothing(
     owner: Any, processes: Any, load_env: dict[str, str]
 ) -> None:
-    """A private Redis is SIGKILLed for 30 s and comes back empty; 20 jobs are due every second.
+    """A private Redis is SIGKILLed for 10 s and comes back empty; 20 jobs are due every second.
 
     16 jobs go to the queue a worker consumes throughout; 4 go to a ``backlog`` queue whose
     worker only starts after the outage, so their messages are sitting in Redis when it dies
-    and are lost with it (the test reads their list length just before the kill). Those QUEUED
-    rows must come back through REQUEUE_AFTER (5 s here), and the occurrences claimed during
-    the outage (their publish failed, so they stay PENDING) through PENDING_GRACE. Nothing may
-    run twice, although any row still unstarted 5 s after a publish gets another doorbell.
-    During the outage the scheduler must stay alive and back off: a fraction of a second of
-    CPU and a handful of error lines.
+    and are lost with it (the test reads their list length just before the kill). The window
+    is 22 s: 4 s before the outage, the 10 s outage, 8 s after it. Those QUEUED rows
+    must come back (the scheduler requeues them when it sees a new Redis, and through
+    REQUEUE_AFTER, 2 s here), and the occurrences claimed during the outage (their publish
+    failed, so they stay PENDING) through PENDING_GRACE. Nothing may run twice, although any
+    row still unstarted 2 s after a publish gets another doorbell. During the outage the
+    scheduler must stay alive and back off: under 1/6 s of CPU and 2/3 of an error line per
+    second of outage (the 5 s and 20 lines per 30 s this test allowed when its outage was 30 s).
     """
     port = free_port()
     env = {
         **load_env,
         "CELERY_BROKER_URL": f"redis://127.0.0.1:{port}/0",
-        "SCHEDULING_REQUEUE_AFTER": "5",
+        "SCHEDULING_REQUEUE_AFTER": "2",
     }
     server = start_redis(processes, port)
     worker = start_worker(processes, env, "w0", concurrency=2)
     scheduler = processes.start(scheduler_command(), env=env, name="sched")
-    main = create_load(owner, jobs=16, seconds=int(OUTAGE) + 30, lead=2)
+    wait_ready(processes, workers=[worker], schedulers=[scheduler])
+    window = BEFORE + int(OUTAGE) + AFTER
+    main = create_load(owner, jobs=16, seconds=window, lead=2)
     backlog = create_load(
         owner,
         jobs=4,
-        seconds=int(OUTAGE) + 30,
+        seconds=window,
         first=main.first,
         planned_at=main.planned_at,
         queue="backlog",
@@ -596,7 +678,7 @@ def test_broker_outage_loses_and_doubles_nothing(
     )
     load = combined(main, backlog)
     wait_for(
-        lambda: completed(main) >= 8 * len(main.job_ids),
+        lambda: completed(main) >= BEFORE * len(main.job_ids),
         timeout=90,
         interval=0.5,
         message="the first occurrences run before the outage",
@@ -622,13 +704,13 @@ def test_broker_outage_loses_and_doubles_nothing(
     assert worker.poll() is None, "the worker died during the outage"
     server = start_redis(processes, port)
     late_worker = start_worker(processes, env, "w-backlog", concurrency=2, queue="backlog")
+    wait_ready(processes, workers=[late_worker])
 
     wait_for(lambda: all_claimed(load), timeout=120, interval=0.5, message="all claimed")
     wait_completed(load, timeout=180, what="after the broker came back empty")
     assert scheduler.poll() is None
-    assert stop(processes, scheduler) == 0
-    for child in (worker, late_worker):
-        stop(processes, child)
+    assert stop(processes, scheduler) == [0]
+    stop(processes, worker, late_worker)
 
     facts = assert_exactly_once(load, [processes.log_of(w) for w in (worker, late_worker)])
     during = load.executions().filter(scheduled_for__gte=down_at, scheduled_for__lt=up_at)
@@ -639,11 +721,15 @@ def test_broker_outage_loses_and_doubles_nothing(
     errors = [line for line in outage_lines if " ERROR " in line]
     assert during.count() >= len(load.job_ids) * (OUTAGE - 2), "occurrences due in the outage"
     assert not during.filter(started_at__lt=up_at).exists()
-    assert before_outage.count() >= 8 * len(backlog.job_ids)
+    # One backlog row per job per second of the time before the outage (was 8 s, now BEFORE).
+    assert before_outage.count() >= BEFORE * len(backlog.job_ids)
     assert not before_outage.filter(started_at__lt=up_at).exists()
     # Backing off, not spinning: a tight retry loop would burn a core and log without pause.
-    assert outage_cpu < 5.0, f"scheduler used {outage_cpu:.1f}s of CPU in a {OUTAGE}s outage"
-    assert len(errors) <= 20, f"{len(errors)} error lines in {OUTAGE}s: {errors[:5]}"
+    # Both bounds are the 30 s outage's (5 s of CPU, 20 lines) scaled to this one's length.
+    cpu_bound = CPU_PER_OUTAGE_SECOND * OUTAGE
+    assert outage_cpu < cpu_bound, f"scheduler used {outage_cpu:.1f}s of CPU in a {OUTAGE}s outage"
+    lines_bound = int(ERROR_LINES_PER_OUTAGE_SECOND * OUTAGE)
+    assert len(errors) <= lines_bound, f"{len(errors)} error lines in {OUTAGE}s: {errors[:5]}"
     report(
         "broker-outage",
         outage_s=OUTAGE,
@@ -698,15 +784,21 @@ def rabbitmq_queue() -> Iterator[str]:
 def test_rabbitmq_dispatch_every_occurrence_once(
     rabbitmq_queue: str, owner: Any, processes: Any, load_env: dict[str, str]
 ) -> None:
-    """Test 1 in small on RabbitMQ: one scheduler, 50 jobs due every second for 15 s."""
+    """Test 1 in small on RabbitMQ: one scheduler, 50 jobs due every second for 5 s.
+
+    What RabbitMQ adds is the portable publish path (one ``send_task`` per message, no Redis
+    pipeline) and another broker's delivery; five seconds of it is 250 occurrences, each
+    second the same as the next.
+    """
     require_rabbitmq()
     env = {**load_env, "CELERY_BROKER_URL": RABBITMQ_URL}
     worker = start_worker(processes, env, "rabbit", concurrency=3, queue=rabbitmq_queue)
-    assert "amqp://" in processes.log_of(worker)
     scheduler = processes.start(scheduler_command(), env=env, name="sched")
-    load = create_load(owner, jobs=50, seconds=15, lead=3, queue=rabbitmq_queue)
+    wait_ready(processes, workers=[worker], schedulers=[scheduler])
+    assert "amqp://" in processes.log_of(worker)
+    load = create_load(owner, jobs=50, seconds=5, lead=2, queue=rabbitmq_queue)
     wait_for(lambda: all_claimed(load), timeout=120, interval=0.5, message="all claimed")
-    assert stop(processes, scheduler) == 0
+    assert stop(processes, scheduler) == [0]
     wait_completed(load, timeout=180, what="workers drain after the scheduler stopped")
     stop(processes, worker)
 

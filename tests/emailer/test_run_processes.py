@@ -28,6 +28,17 @@ from tests.scheduling.test_worker_lifecycle import SLOW, launch_worker, start_wo
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CHUNK = 10
+#: For the test that SIGKILLs a worker and waits for the scheduler to reap its run: a lease
+#: (STALE_AFTER) of 4 s instead of the suite's 10 s, so the dead run is reaped about 4 s after
+#: its last heartbeat. A live run is renewed every quarter second instead of every second
+#: (sixteen renewals per lease where the suite has ten), and its body is fenced at 0.8 of the
+#: lease (FENCE_AT; the suite's is half): only after 3.2 s without a renewal, its process
+#: ended after 3.6 s, both still before the reaper may act.
+SHORT_LEASE = {
+    "SCHEDULING_STALE_AFTER": "4",
+    "SCHEDULING_FENCE_AT": "0.8",
+    "SCHEDULING_HEARTBEAT_INTERVAL": "0.25",
+}
 
 
 @pytest.fixture
@@ -48,6 +59,8 @@ def env(process_env: dict[str, str], server: SMTPServer) -> dict[str, str]:
         "EMAILER_CHUNK_SIZE": str(CHUNK),
         "EMAILER_PROGRESS_INTERVAL": "0.5",
         "SITE_URL": "https://mail.example.org",
+        # A job scheduled while the scheduler runs goes out within 0.2 s, not a second.
+        "SCHEDULING_MAX_SLEEP": "0.2",
     }
 
 
@@ -75,9 +88,12 @@ def assert_nobody_mailed_twice(server: SMTPServer, task: Any) -> None:
 def test_a_worker_killed_mid_batch_is_resumed_after_the_last_recorded_chunk(
     processes: Any, env: dict[str, str], server: SMTPServer, make_project: Any, make_task: Any
 ) -> None:
+    """The retry waits for the killed run's lease to run out: 4 s (``SHORT_LEASE``)."""
+    env = {**env, **SHORT_LEASE}
     server.start()
     project = make_project(participants=300)
-    task = make_task(project, rate=60)  # five seconds of sending: time to kill it halfway
+    # Three seconds of sending: the kill, once 60 are recorded sent, has two seconds to spare.
+    task = make_task(project, rate=100)
     services.schedule_task(task=task, timing=Once(at=timezone.now()))
     processes.start(scheduler_command(), env=env, name="scheduler")
     victim = start_worker(processes, env, "victim")

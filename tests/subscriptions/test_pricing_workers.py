@@ -30,6 +30,8 @@ from tests.conftest import scheduler_command, wait_for
 from tests.scheduling.test_worker_lifecycle import start_worker
 from tests.subscriptions.pausing import pausing_env
 from tests.subscriptions.test_workers import (
+    SCHEDULER_KNOBS,
+    SHORT_LEASE,
     charges,
     child_orders,
     first_job,
@@ -47,7 +49,8 @@ PRICE = Decimal("4.5")  # ``subscribe``'s one COFFEE at 4.50
 
 @pytest.fixture
 def env(process_env: dict[str, str], settings: Any) -> dict[str, str]:
-    """As in ``test_workers``: a failed renewal is retried after a second, at most twice."""
+    """As in ``test_workers``: a failed renewal is retried after a second, at most twice, and
+    the scheduler ticks at least every 0.2 s."""
     knobs = {
         "SUBSCRIPTIONS_MAX_RETRIES": "2",
         "SUBSCRIPTIONS_RETRY_DELAY": "1",
@@ -56,7 +59,7 @@ def env(process_env: dict[str, str], settings: Any) -> dict[str, str]:
     }
     for name, value in knobs.items():
         setattr(settings, name, value)
-    return {**process_env, **knobs}
+    return {**process_env, **knobs, **SCHEDULER_KNOBS}
 
 
 def charged_amounts(subscription: Subscription) -> dict[str, Decimal]:
@@ -71,6 +74,8 @@ def order_lines(order: Order) -> list[tuple[str, int]]:
 def test_a_period_is_charged_its_priced_amount_even_when_custom_decimal_says_999(
     processes: Any, env: dict[str, str]
 ) -> None:
+    """The survivor's run waits for the doomed run's lease to run out: 4 s (``SHORT_LEASE``)."""
+    env = {**env, **SHORT_LEASE}
     start = timezone.now() + SECOND
     before, during = (subscribe(n, every="P1M", start=start) for n in ("gina", "hank"))
     # One operator edits a job before its run; the other after its order was created.
@@ -110,13 +115,31 @@ def test_a_period_is_charged_its_priced_amount_even_when_custom_decimal_says_999
         assert job.custom_decimal == PRICE  # the copy is written back from the order
 
 
+def early_in_a_period(subscription: Subscription) -> bool:
+    """Whether more than half of the period under way is still to come."""
+    now = timezone.now()
+    anchor, interval = subscription.anchor, subscription.period_interval
+    start, end = subscription.period_bounds(periods.period_containing(anchor, interval, now))
+    return end - now > (end - start) / 2
+
+
 def test_an_item_added_mid_life_applies_from_the_next_period_and_orders_keep_their_price(
     processes: Any, env: dict[str, str]
 ) -> None:
-    subscription = subscribe("ivy", every="PT2S", seconds=16)  # eight periods of two seconds
+    """Eight periods of a second, from a second after the worker is ready (so a slow start
+    cannot use up the periods before the change). The item is added once two periods are
+    ordered, early in a period: the next period's order cannot come between the change and
+    the look at the orders placed before it."""
     processes.start(scheduler_command(), env=env, name="scheduler")
     start_worker(processes, env, "renewals", concurrency=2)
+    subscription = subscribe("ivy", every="PT1S", seconds=8)  # eight periods of one second
     wait_for(lambda: len(child_orders(subscription)) >= 2, timeout=SLOW, message="two periods")
+    wait_for(
+        lambda: early_in_a_period(subscription),
+        timeout=SLOW,
+        interval=0.02,
+        message="more than half a period to go",
+    )
 
     added_at = timezone.now()
     tea = services.add_item(

@@ -42,10 +42,30 @@ SLOW = 60.0
 SECOND = timedelta(seconds=1)
 
 
+#: For the processes only (this one runs no scheduler loop): the scheduler looks for new due
+#: rows at least every 0.2 s instead of every second. A renewal placed for a period that has
+#: already begun (a worker catching up after its start) is due at once, and each such hop
+#: would otherwise wait up to a second for the scheduler's next tick.
+SCHEDULER_KNOBS = {"SCHEDULING_MAX_SLEEP": "0.2"}
+
+#: For the tests that SIGKILL a worker and wait for the scheduler to reap its run: a lease
+#: (STALE_AFTER) of 4 s instead of the suite's 10 s, so the dead run is reaped about 4 s after
+#: its last heartbeat. A live run is renewed every quarter second instead of every second
+#: (sixteen renewals per lease where the suite has ten), and its body is fenced at 0.8 of the
+#: lease (FENCE_AT; the suite's is half): only after 3.2 s without a renewal, its process
+#: ended after 3.6 s, both still before the reaper may act.
+SHORT_LEASE = {
+    "SCHEDULING_STALE_AFTER": "4",
+    "SCHEDULING_FENCE_AT": "0.8",
+    "SCHEDULING_HEARTBEAT_INTERVAL": "0.25",
+}
+
+
 @pytest.fixture
 def env(process_env: dict[str, str], settings: Any) -> dict[str, str]:
     """A failed renewal is retried after a second, at most twice; an attempt may take 30 s
-    (under the tests' broker visibility timeout). The same here and in the workers."""
+    (under the tests' broker visibility timeout). The same here and in the workers; the
+    scheduler ticks at least every 0.2 s (``SCHEDULER_KNOBS``)."""
     knobs = {
         "SUBSCRIPTIONS_MAX_RETRIES": "2",
         "SUBSCRIPTIONS_RETRY_DELAY": "1",
@@ -54,7 +74,7 @@ def env(process_env: dict[str, str], settings: Any) -> dict[str, str]:
     }
     for name, value in knobs.items():
         setattr(settings, name, value)
-    return {**process_env, **knobs}
+    return {**process_env, **knobs, **SCHEDULER_KNOBS}
 
 
 def subscribe(
@@ -213,6 +233,8 @@ def test_declines_are_retried_until_paid_or_failed_past_the_maximum(
 def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_charge(
     processes: Any, env: dict[str, str]
 ) -> None:
+    """The survivor's run waits for the doomed run's lease to run out: 4 s (``SHORT_LEASE``)."""
+    env = {**env, **SHORT_LEASE}
     start = timezone.now() + SECOND
     batch = [subscribe(name, every="P1M", start=start) for name in ("erin", "ezra", "eve")]
     jobs = [first_job(s) for s in batch]
@@ -302,11 +324,18 @@ def test_the_same_message_delivered_twice_runs_the_steps_once(
 def test_periods_that_start_while_past_due_are_skipped_not_charged_in_a_burst(
     processes: Any, env: dict[str, str], settings: Any
 ) -> None:
-    """Every ten seconds, and a decline retried a minute later: the periods of that minute
-    are skipped and recorded, and the next charge comes at the next period's start."""
-    settings.SUBSCRIPTIONS_RETRY_DELAY = "60"
-    env = {**env, "SUBSCRIPTIONS_RETRY_DELAY": "60"}
-    subscription = subscribe("grace", every="PT10S")
+    """Every two seconds, and a decline retried twelve seconds later: the periods of those
+    twelve seconds are skipped and recorded, and the next charge comes at the next period's
+    start.
+
+    The retry waits six periods, as a minute of ten-second periods did: what is checked
+    depends on that ratio, not on the length. Two-second periods, not one, leave the test
+    nearly a period, after it sees the next charge, to check that no third came with it.
+    """
+    period, delay = 2, 12  # seconds: the retry comes six periods after the decline
+    settings.SUBSCRIPTIONS_RETRY_DELAY = str(delay)
+    env = {**env, "SUBSCRIPTIONS_RETRY_DELAY": str(delay)}
+    subscription = subscribe("grace", every=f"PT{period}S")
     payments.script_customer(customer="grace", declines=1)
     job = first_job(subscription)
     processes.start(scheduler_command(), env=env, name="scheduler")
@@ -319,7 +348,7 @@ def test_periods_that_start_while_past_due_are_skipped_not_charged_in_a_burst(
     (paid,) = child_orders(subscription)
     (skipped,) = SkippedPeriods.objects.filter(subscription=subscription)
     resumes = skipped.last_period + 1
-    assert skipped.first_period == 1 and resumes >= 7, "a minute of ten-second periods"
+    assert skipped.first_period == 1 and resumes >= 7, "six periods' delay: 1 to 6 skipped"
     assert subscription.period_bounds(resumes - 1)[0] <= paid.confirmed_at
     resumed_at = subscription.period_bounds(resumes)[0]
     assert resumed_at > paid.confirmed_at

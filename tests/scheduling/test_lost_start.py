@@ -11,6 +11,9 @@ for certain: a private PostgreSQL whose WAL writer waits 10 s, no other writer, 
 - a second message for the same execution, delivered to another worker right after the
   recovery, does not start a second body: the execution is held for one lease after the
   recovery, for its own worker only, and the other worker hands the message back.
+
+The first test waits for that hold to end, so its lease is short (14 s) and its body shorter
+(4 s), ending well inside the fence (half the lease) without a single renewal.
 """
 
 from __future__ import annotations
@@ -21,52 +24,74 @@ from typing import Any
 import psycopg
 import pytest
 
+from scheduling.rules.registry import EXECUTION_HEADER
 from tests.conftest import Processes, wait_for
 from tests.scheduling.test_database_outage import stop_immediately
 from tests.scheduling.test_worker_crashes import (  # noqa: F401 (a fixture)
     PrivatePostgres,
     private_postgres,
 )
-from tests.scheduling.test_worker_lifecycle import SLOW, log_lines, start_worker
+from tests.scheduling.test_worker_lifecycle import (
+    SLOW,
+    launch_worker,
+    log_lines,
+    send_message,
+    start_worker,
+    wait_ready,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 DB = "duecourse_lost_start"
-#: The lease, and so the hold after a crash recovery. The bodies here end well inside the fence
-#: (half of it) without a single renewal.
+#: The lease, and so the hold after a crash recovery, of the test that waits for the hold to
+#: end: its 4-s body ends well inside the fence (7 s, half of it) without a single renewal.
+HOLD = 14
+#: The lease of the test whose heartbeat restores the start: its body is not fenced by a
+#: recovery however slow (the lease costs it no time).
 STALE_AFTER = 30
 
 
 def prepare(processes: Processes, pg: PrivatePostgres, env: dict[str, str], seconds: float) -> None:
-    """A database with one job due now running ``diagnostics.sleep``, claimed and published."""
+    """A database with one job due now running ``diagnostics.sleep``, claimed and published.
+
+    One ``manage.py shell`` migrates, adds the job and runs ``runscheduler --once``: one claim
+    and publish, then no scheduler, so nothing else writes and nothing flushes.
+    """
     with psycopg.connect(pg.url("postgres"), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {DB}")
-    manage = [sys.executable, "manage.py"]
-    create = (
+    code = (
         "from django.contrib.auth import get_user_model; from django.utils import timezone;"
+        "from django.core.management import call_command;"
         "from tests.factories import create_job;"
+        "call_command('migrate', interactive=False, verbosity=0);"
         "owner = get_user_model().objects.create(username='owner');"
         "create_job(owner=owner, name='sleeper', task='scheduling.diagnostics.sleep',"
-        f" kwargs={{'seconds': {seconds}}}, every='PT1H', timeout=30, now=timezone.now())"
+        f" kwargs={{'seconds': {seconds}}}, every='PT1H', timeout=30, now=timezone.now());"
+        "call_command('runscheduler', once=True)"
     )
-    for name, command in (
-        ("migrate", [*manage, "migrate", "--noinput", "-v0"]),
-        ("add", [*manage, "shell", "-c", create]),
-        # One claim and publish, then no scheduler: nothing else writes, so nothing flushes.
-        ("publish", [*manage, "runscheduler", "--once"]),
-    ):
-        child = processes.start(command, env=env, name=name)
-        assert child.wait(timeout=SLOW * 2) == 0, processes.log_of(child)
+    child = processes.start(
+        [sys.executable, "manage.py", "shell", "-c", code], env=env, name="prepare"
+    )
+    assert child.wait(timeout=SLOW * 2) == 0, processes.log_of(child)
 
 
-def crash_right_after_the_start(pg: PrivatePostgres) -> None:
-    """Wait for the start, crash the server before its WAL is flushed, and bring it back."""
+def wait_started(pg: PrivatePostgres) -> None:
     wait_for(
         lambda: pg.query(DB, "SELECT status FROM scheduling_execution") == [("running",)],
         timeout=SLOW,
         interval=0.05,
         message="the body starts",
     )
+
+
+def crash_right_after_the_start(pg: PrivatePostgres) -> None:
+    """Wait for the start, crash the server before its WAL is flushed, and bring it back."""
+    wait_started(pg)
+    crash_and_recover(pg)
+
+
+def crash_and_recover(pg: PrivatePostgres) -> None:
+    """Crash the server at once (the start is not flushed yet) and bring it back."""
     stop_immediately(pg)
     # What the recovery kept is read before any process can reach the server: the worker's
     # heartbeat or end writes the start again as soon as it can.
@@ -92,12 +117,12 @@ def run_of_record(pg: PrivatePostgres) -> list[tuple[Any, ...]]:
 
 
 def worker_env(
-    process_env: dict[str, str], pg: PrivatePostgres, *, heartbeat_interval: float
+    process_env: dict[str, str], pg: PrivatePostgres, *, heartbeat_interval: float, lease: float
 ) -> dict[str, str]:
     return {
         **process_env,
         "DATABASE_URL": pg.url(DB),
-        "SCHEDULING_STALE_AFTER": str(STALE_AFTER),
+        "SCHEDULING_STALE_AFTER": str(lease),
         "SCHEDULING_HEARTBEAT_INTERVAL": str(heartbeat_interval),
     }
 
@@ -139,23 +164,24 @@ def test_the_end_restores_a_start_the_crash_undid_and_a_second_message_waits(
 ) -> None:
     pg = lazy_wal_postgres
     # No beat while the body runs: the end is what finds the start gone.
-    env = worker_env(process_env, pg, heartbeat_interval=60)
-    prepare(processes, pg, env, seconds=6)
+    env = worker_env(process_env, pg, heartbeat_interval=60, lease=HOLD)
+    prepare(processes, pg, env, seconds=4)
     first = start_worker(processes, env, "first", concurrency=1)
-    crash_right_after_the_start(pg)
+    wait_started(pg)
+    # The second worker starts while the server crashes and recovers: it touches the database
+    # only for a message, and the queue is empty until the second message below.
+    second = launch_worker(processes, env, "second", concurrency=1)
+    crash_and_recover(pg)
 
     # A second message for the same execution, taken by another worker during the hold.
-    second = start_worker(processes, env, "second", concurrency=1)
+    wait_ready(processes, second)
     (execution_id,) = pg.query(DB, "SELECT id FROM scheduling_execution")[0]
-    send = (
-        "from scheduling.celeryapp import celery_app; from scheduling.rules.registry import "
-        "EXECUTION_HEADER; celery_app().send_task('scheduling.diagnostics.sleep', "
-        f"kwargs={{'seconds': 6}}, headers={{EXECUTION_HEADER: '{execution_id}'}})"
+    send_message(
+        env,
+        "scheduling.diagnostics.sleep",
+        kwargs={"seconds": 4},
+        headers={EXECUTION_HEADER: str(execution_id)},
     )
-    sender = processes.start(
-        [sys.executable, "manage.py", "shell", "-c", send], env=env, name="second-message"
-    )
-    assert sender.wait(timeout=SLOW) == 0, processes.log_of(sender)
     wait_for(
         lambda: "execution.start_held" in processes.log_of(second),
         timeout=SLOW,
@@ -168,7 +194,7 @@ def test_the_end_restores_a_start_the_crash_undid_and_a_second_message_waits(
     # The handed-back message finds the run finished once the hold ends: acknowledged, unrun.
     wait_for(
         lambda: "execution.duplicate" in processes.log_of(first) + processes.log_of(second),
-        timeout=STALE_AFTER + SLOW,
+        timeout=HOLD + SLOW,
         message="the second message is acknowledged as a duplicate",
     )
     wait_body_logged(processes, first, second)
@@ -180,10 +206,11 @@ def test_a_heartbeat_restores_the_start_of_a_body_still_running(
     processes: Processes, process_env: dict[str, str], lazy_wal_postgres: PrivatePostgres
 ) -> None:
     pg = lazy_wal_postgres
-    env = worker_env(process_env, pg, heartbeat_interval=1)
-    # A body that outlives the heartbeat's first look after the recovery by far. The beats are
-    # a writer: the first comes a second after the start, so the crash must come before it.
-    prepare(processes, pg, env, seconds=10)
+    env = worker_env(process_env, pg, heartbeat_interval=1, lease=STALE_AFTER)
+    # A body that outlives the heartbeat's first look after the recovery (a second or so after
+    # the start) by far. The beats are a writer: the first comes a second after the start, so
+    # the crash must come before it.
+    prepare(processes, pg, env, seconds=7)
     worker = start_worker(processes, env, "restoring", concurrency=1)
     crash_right_after_the_start(pg)
 

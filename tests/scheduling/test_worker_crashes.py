@@ -78,12 +78,22 @@ def test_a_killed_worker_s_execution_is_reaped_and_completed_by_another(
 ) -> None:
     """Node loss: no signal fires; the stale heartbeat finds the attempt and a survivor runs it.
 
-    The dead worker's message stays unacked in Redis until the visibility timeout (12 s
-    here) and is then delivered again; the claim absorbs it as a duplicate.
+    The lease is 5 s, renewed every half second (ten beats to a lease, as in ``process_env``'s
+    10 s and 1 s), so the survivor starts the run about 5 s after the kill. The dead worker's
+    message stays unacked in Redis until the visibility timeout (6 s here) and is then
+    delivered again; the claim absorbs it as a duplicate.
     """
     # The timeout plus its hard-kill grace stays under the visibility timeout, as validated.
-    env = {**process_env, "CELERY_VISIBILITY_TIMEOUT": "12", "SCHEDULING_HARD_TIMEOUT_GRACE": "1"}
-    job = due_job(owner, "long", "scheduling.diagnostics.sleep", kwargs={"seconds": 5}, timeout=8)
+    env = {
+        **process_env,
+        "CELERY_VISIBILITY_TIMEOUT": "6",
+        "SCHEDULING_HARD_TIMEOUT_GRACE": "1",
+        "SCHEDULING_STALE_AFTER": "5",
+        "SCHEDULING_HEARTBEAT_INTERVAL": "0.5",
+    }
+    # Long enough to be killed mid-run (the kill follows the start at once); the survivor
+    # runs it again in full.
+    job = due_job(owner, "long", "scheduling.diagnostics.sleep", kwargs={"seconds": 2}, timeout=4)
     processes.start(scheduler_command(), env=env, name="scheduler")
     workers = {name: launch_worker(processes, env, name) for name in ("left", "right")}
     wait_ready(processes, *workers.values())
@@ -127,7 +137,8 @@ def test_a_killed_pool_process_is_reported_lost_and_its_execution_retried(
     STALE_AFTER is long here so the reaper cannot be the one that notices.
     """
     env = {**process_env, "SCHEDULING_STALE_AFTER": "60"}
-    job = due_job(owner, "child", "scheduling.diagnostics.sleep", kwargs={"seconds": 5})
+    # Killed right after its start; the retry runs it in full.
+    job = due_job(owner, "child", "scheduling.diagnostics.sleep", kwargs={"seconds": 2})
     processes.start(scheduler_command(), env=env, name="scheduler")
     worker = start_worker(processes, env, "parent")
     attempt = wait_for(running_attempt(job), timeout=SLOW, message="the sleep starts")
@@ -166,7 +177,8 @@ def test_a_warm_shutdown_finishes_the_running_task(
     owner: Any, processes: Any, process_env: dict[str, str]
 ) -> None:
     """SIGTERM to the worker: it stops taking work, finishes the running task, and exits."""
-    job = due_job(owner, "warm", "scheduling.diagnostics.sleep", kwargs={"seconds": 4})
+    # The signal comes right after the start: the task runs on under the warm shutdown.
+    job = due_job(owner, "warm", "scheduling.diagnostics.sleep", kwargs={"seconds": 2})
     processes.start(scheduler_command(), env=process_env, name="scheduler")
     stopping = start_worker(processes, process_env, "stopping")
     attempt = wait_for(running_attempt(job), timeout=SLOW, message="the sleep starts")
@@ -198,7 +210,8 @@ def test_a_shutdown_that_stops_the_running_task_hands_it_back(
       process dies first, Celery acknowledges the message as WorkerLostError, and only the
       row (RETRY, due now) brings the execution back.
     """
-    job = due_job(owner, "stopped", "scheduling.diagnostics.sleep", kwargs={"seconds": 4})
+    # The signal comes right after the start, under the task; the spare runs it in full.
+    job = due_job(owner, "stopped", "scheduling.diagnostics.sleep", kwargs={"seconds": 2})
     processes.start(scheduler_command(), env=process_env, name="scheduler")
     stopping = start_worker(processes, process_env, "stopping")
     attempt = wait_for(running_attempt(job), timeout=SLOW, message="the sleep starts")
@@ -383,19 +396,22 @@ def private_postgres(processes: Any, process_env: dict[str, str]) -> Iterator[Pr
 def test_the_database_restarting_under_a_running_worker(
     processes: Any, process_env: dict[str, str], private_postgres: PrivatePostgres
 ) -> None:
-    """PostgreSQL stops (fast shutdown) for 8 s while a worker runs a 20-s task and a job
-    that is due every 2 s, then comes back on the same port.
+    """PostgreSQL stops (fast shutdown) for 4 s while a worker runs a 10-s task and a job
+    that is due every second, then comes back on the same port.
 
     The worker and the scheduler survive; the heartbeat thread reports the outage and beats
-    again; the 20-s task's completion is written although the connection it started on died
+    again; the 10-s task's completion is written although the connection it started on died
     with the server (so it is neither reaped nor run twice); every occurrence missed meanwhile
     is run afterwards (misfire catch_up), each one completed exactly once.
 
-    REQUEUE_AFTER is short here: a message delivered while the database is down is
+    The outage misses four occurrences of the frequent job, as 8 s of a job due every 2 s
+    once did. REQUEUE_AFTER is short here: a message delivered while the database is down is
     acknowledged without a start, and its QUEUED row is published again after that time (the
-    documented recovery for a lost doorbell). STALE_AFTER (the lease) is long, so that neither
-    the worker's fence (at half the lease) nor the reaper acts on an 8-s outage, however slow
-    the server is to come back on a loaded machine.
+    documented recovery for a lost doorbell; 3 s, under the outage, as 5 s was under 8 s).
+    The scheduler ticks at least four times a second (MAX_SLEEP), so the missed occurrences,
+    one after another, are caught up at that pace. STALE_AFTER (the lease) is long, so that
+    neither the worker's fence (at half the lease) nor the reaper acts on a 4-s outage,
+    however slow the server is to come back on a loaded machine.
     """
     db = "duecourse_restart"
     pg = private_postgres
@@ -404,49 +420,32 @@ def test_the_database_restarting_under_a_running_worker(
     env = {
         **process_env,
         "DATABASE_URL": pg.url(db),
-        "SCHEDULING_REQUEUE_AFTER": "5",
+        "SCHEDULING_REQUEUE_AFTER": "3",
         "SCHEDULING_STALE_AFTER": "40",
+        "SCHEDULING_MAX_SLEEP": "0.25",
     }
+    # The worker starts while the database is prepared: it reads nothing from it before a
+    # message comes, and none comes before the scheduler starts, once the jobs are made.
+    worker = launch_worker(processes, env, "survivor", concurrency=2)
     manage = [sys.executable, "manage.py"]
-    for name, command in (
-        ("migrate", [*manage, "migrate", "--noinput", "-v0"]),
-        (
-            "ticker",
-            [
-                *manage,
-                "jobs",
-                "add",
-                "ticker",
-                "--task",
-                "scheduling.diagnostics.noop",
-                "--every",
-                "PT2S",
-                "--timeout",
-                "30",
-            ],
+    migrate = processes.start([*manage, "migrate", "--noinput", "-v0"], env=env, name="migrate")
+    assert migrate.wait(timeout=SLOW * 2) == 0, processes.log_of(migrate)
+    add = [*manage, "jobs", "add"]
+    ticker = ["ticker", "--task", "scheduling.diagnostics.noop", "--every", "PT1S"]
+    sleeper = ["sleeper", "--task", "scheduling.diagnostics.sleep", "--every", "PT1H"]
+    # The two jobs are added side by side.
+    adding = [
+        processes.start([*add, *ticker, "--timeout", "30"], env=env, name="ticker"),
+        processes.start(
+            [*add, *sleeper, "--kwargs", '{"seconds": 10}', "--timeout", "40"],
+            env=env,
+            name="sleeper",
         ),
-        (
-            "sleeper",
-            [
-                *manage,
-                "jobs",
-                "add",
-                "sleeper",
-                "--task",
-                "scheduling.diagnostics.sleep",
-                "--kwargs",
-                '{"seconds": 20}',
-                "--every",
-                "PT1H",
-                "--timeout",
-                "40",
-            ],
-        ),
-    ):
-        child = processes.start(command, env=env, name=name)
+    ]
+    for child in adding:
         assert child.wait(timeout=SLOW * 2) == 0, processes.log_of(child)
     scheduler = processes.start(scheduler_command(), env=env, name="scheduler")
-    worker = start_worker(processes, env, "survivor", concurrency=2)
+    wait_ready(processes, worker)
 
     def count(job: str, status: str, after: Any = None) -> int:
         sql = "SELECT count(*) FROM scheduling_execution WHERE job_id = %s AND status = %s"
@@ -473,7 +472,7 @@ def test_the_database_restarting_under_a_running_worker(
         timeout=SLOW,
         message="the scheduler and the worker's heartbeat notice the outage",
     )
-    while time.monotonic() - stopped_at < 8:  # the outage itself: a duration, not a condition
+    while time.monotonic() - stopped_at < 4:  # the outage itself: a duration, not a condition
         assert worker.poll() is None and scheduler.poll() is None
         time.sleep(0.5)
     pg.start()
@@ -504,8 +503,8 @@ def test_the_database_restarting_under_a_running_worker(
     finished_rows = [row for row in rows if row[0] <= restarted_at]
     assert finished_rows and all(row[1] == "completed" for row in finished_rows), rows
     assert all(row[2] == (1 if row[1] == "completed" else 0) for row in rows), rows
-    # Every 2-s occurrence has exactly one execution: none skipped, none doubled.
-    assert all(b - a == timedelta(seconds=2) for a, b in itertools.pairwise(due)), due
+    # Every occurrence (one a second) has exactly one execution: none skipped, none doubled.
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(due)), due
     (ticks,) = pg.query(
         db, "SELECT execute_count FROM scheduling_job WHERE id = %s", job_of["ticker"]
     )

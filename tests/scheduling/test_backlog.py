@@ -1,12 +1,15 @@
 """A backlog behind a slow worker costs few extra messages; a lost queue is still recovered.
 
-Hundreds of executions are claimed at once and wait in one Redis queue in front of a single
-worker process that needs a little time for each. ``SCHEDULING_REQUEUE_AFTER`` is far shorter
-than the backlog takes to drain, so age alone would call most waiting rows lost. The
-scheduler must not believe it: a row that is merely waiting keeps its one message, and the
-whole backlog costs at most 10 % extra messages. When the queue really is emptied behind the
-scheduler's back (its Redis list deleted mid-way), every execution still waiting is published
-again within REQUEUE_AFTER plus a tick, and every one runs exactly once.
+Two hundred executions are claimed at once and wait in one Redis queue in front of a single
+worker process that needs a little time for each. ``SCHEDULING_REQUEUE_AFTER`` (1.5 s) is
+under a third of the time the backlog takes to drain (about 5 s), so age alone would call most
+waiting rows lost. The scheduler must not believe it: a row that is merely waiting keeps its
+one message, and the whole backlog costs at most 10 % extra messages. When the queue really is
+emptied behind the scheduler's back (its Redis list deleted mid-way), every execution still
+waiting is published again within REQUEUE_AFTER plus a tick, and every one runs exactly once.
+
+The worker and the scheduler start side by side and the jobs are made once the worker
+consumes, so the backlog's first seconds are a worker at work, not one starting up.
 
 Messages published are counted from the scheduler's log (``dispatch.claimed`` for first
 messages, one ``execution.republished`` line per extra one); extra messages that reached a
@@ -22,6 +25,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.db import transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
@@ -32,11 +36,14 @@ from tests.scheduling.test_worker_lifecycle import SLOW, start_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-BACKLOG = 400
+# Once 400 executions, REQUEUE_AFTER 3 s and a tick of 1 s: the backlog is halved and both
+# lengths with it, so the drain still lasts more than three times REQUEUE_AFTER, the bounds
+# below are the same fractions of BACKLOG, and the republish deadline is shorter.
+BACKLOG = 200
 SLEEP = "scheduling.diagnostics.sleep"
-TASK_SECONDS = 0.02  # with the history's own cost, 400 take about 12 s on one process
-REQUEUE_AFTER = 3.0
-TICK = 1.0  # SCHEDULING_MAX_SLEEP
+TASK_SECONDS = 0.02  # with the history's own cost, 200 take about 5 s on one process
+REQUEUE_AFTER = 1.5
+TICK = 0.5  # SCHEDULING_MAX_SLEEP
 CLAIMED = re.compile(r"dispatch\.claimed jobs=\d+ executions=(\d+)")
 REPUBLISHED = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ scheduling execution\.republished "
@@ -48,8 +55,14 @@ REPUBLISHED = re.compile(
 def backlog(owner: Any, count: int = BACKLOG) -> list[int]:
     """``count`` hourly jobs due now, one occurrence each, every one a short sleep.
 
-    One job is created by the service; the rest are copies of its row in one bulk insert.
+    One job is created by the service; the rest are copies of its row in one bulk insert. All
+    are committed together, so a scheduler already running claims them at once.
     """
+    with transaction.atomic():
+        return _backlog(owner, count)
+
+
+def _backlog(owner: Any, count: int) -> list[int]:
     now = timezone.now()
     schedule = Schedule.objects.create(owner=owner, name="backlog", interval="PT1H")
     template = create_job(
@@ -132,10 +145,10 @@ def assert_each_ran_once(job_ids: list[int]) -> None:
 def test_a_backlog_behind_a_slow_worker_costs_at_most_a_tenth_more_messages(
     owner: Any, processes: Processes, process_env: dict[str, str]
 ) -> None:
-    job_ids = backlog(owner)
     env = backlog_env(process_env)
     scheduler = processes.start(scheduler_command(), env=env, name="scheduler")
     worker = start_worker(processes, env, "slow", concurrency=1)
+    job_ids = backlog(owner)
 
     wait_for(completed(BACKLOG), timeout=SLOW * 3, interval=0.5, message="the backlog drains")
     wait_for(lambda: broker_is_empty(env), timeout=SLOW, message="no message is left")
@@ -153,10 +166,10 @@ def test_a_queue_emptied_behind_the_scheduler_s_back_is_published_again(
     owner: Any, processes: Processes, process_env: dict[str, str]
 ) -> None:
     """The queue's Redis list is deleted while most of the backlog still waits in it."""
-    job_ids = backlog(owner)
     env = backlog_env(process_env)
     scheduler = processes.start(scheduler_command(), env=env, name="scheduler")
     worker = start_worker(processes, env, "slow", concurrency=1)
+    job_ids = backlog(owner)
     wait_for(completed(BACKLOG // 5), timeout=SLOW * 2, interval=0.2, message="a fifth is done")
 
     client = redis.Redis.from_url(env["CELERY_BROKER_URL"])

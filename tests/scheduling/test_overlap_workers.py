@@ -1,11 +1,12 @@
 """The overlap policies with real workers and the real scheduler: a body that outlasts its
 interval, under buffer_all, buffer_one and cancel_other.
 
-Each test lets a job due every second or two run a body of a few seconds until a few of its runs
-have ended, pauses it, waits for every run to end, and then reads the whole history: which
-occurrences ran, in which order, which were superseded or cancelled and by which, that none
-is missing and none ran twice. The body (``tests.overlap.sleep_noting``) notes its start, its
-end, or the clean-up it did when it was stopped, in a file the test reads.
+Each test starts a worker pool and a scheduler side by side, then makes a job due every second
+whose body runs 1.5 to 3.5 s, lets it run until a few of its runs have ended, pauses it, waits for
+every run to end, and then reads the whole history: which occurrences ran, in which order,
+which were superseded or cancelled and by which, that none is missing and none ran twice. The
+body (``tests.overlap.sleep_noting``) notes its start, its end, or the clean-up it did when it
+was stopped, in a file the test reads.
 """
 
 from __future__ import annotations
@@ -37,14 +38,22 @@ def statuses(job: Job, status: str) -> Callable[[], int]:
     return lambda: Execution.objects.filter(job=job, status=status).count()
 
 
-def run_then_pause(
-    job: Job, *, until: Callable[[], Any], message: str, processes: Processes, env: dict[str, str]
-) -> list[Execution]:
-    """Run the job under a worker pool and a scheduler until ``until``; pause it; wait for its
-    last run to end; return its history, oldest first."""
-    start_worker(processes, env, "pool", concurrency=2)
+def start_pool(processes: Processes, env: dict[str, str]) -> Any:
+    """Start a scheduler and a worker pool side by side; return the scheduler once the pool
+    consumes. A test makes its job after this, so its first run never waits for a worker."""
     scheduler = processes.start(scheduler_command(), env=env, name="scheduler")
-    wait_for(until, timeout=2 * SLOW, message=message)
+    start_worker(processes, env, "pool", concurrency=2)
+    return scheduler
+
+
+def run_then_pause(
+    job: Job, *, scheduler: Any, until: Callable[[], Any], message: str
+) -> list[Execution]:
+    """Run the job (``start_pool``'s scheduler and pool are up) until ``until``; pause it; wait
+    for its last run to end; return its history, oldest first."""
+    # Polled often: a buffered occurrence is claimed within a tick of the run before it ending,
+    # and a pause that comes later lets one more run start (and adds its body to the test).
+    wait_for(until, timeout=2 * SLOW, interval=0.02, message=message)
     Job.objects.filter(pk=job.pk).update(status=JobStatus.PAUSED)
     wait_for(
         lambda: not Execution.objects.filter(job=job).unfinished().exists(),
@@ -88,15 +97,16 @@ def env(process_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
 def test_buffer_all_runs_every_occurrence_due_during_a_run_after_it_in_order(
     owner: Any, processes: Processes, env: dict[str, str], tmp_path: Path
 ) -> None:
-    job = create_job(owner=owner, name="all", task=sleep_noting.name, kwargs={"seconds": 2.5},
+    scheduler = start_pool(processes, env)
+    # 1.5 s: each run outlasts the interval, so one or two occurrences come due during it.
+    job = create_job(owner=owner, name="all", task=sleep_noting.name, kwargs={"seconds": 1.5},
                      every="PT1S", overlap="buffer_all", misfire="skip",
                      now=timezone.now())  # fmt: skip
     runs = run_then_pause(
         job,
+        scheduler=scheduler,
         until=lambda: statuses(job, ExecutionStatus.COMPLETED)() >= 3,
-        message="three runs of a 2.5 s body due every second complete",
-        processes=processes,
-        env=env,
+        message="three runs of a 1.5 s body due every second complete",
     )
     assert_every_occurrence_once(runs, timedelta(seconds=1))
     assert {run.status for run in runs} == {ExecutionStatus.COMPLETED}, "every one ran"
@@ -108,15 +118,17 @@ def test_buffer_all_runs_every_occurrence_due_during_a_run_after_it_in_order(
 def test_buffer_one_runs_the_latest_occurrence_due_during_a_run_and_supersedes_the_rest(
     owner: Any, processes: Processes, env: dict[str, str]
 ) -> None:
-    job = create_job(owner=owner, name="one", task=sleep_noting.name, kwargs={"seconds": 2.5},
+    scheduler = start_pool(processes, env)
+    # 2 s: at least two occurrences come due while each run goes on, so every run leaves at
+    # least one behind it superseded.
+    job = create_job(owner=owner, name="one", task=sleep_noting.name, kwargs={"seconds": 2},
                      every="PT1S", overlap="buffer_one", misfire="skip",
                      now=timezone.now())  # fmt: skip
     runs = run_then_pause(
         job,
+        scheduler=scheduler,
         until=lambda: statuses(job, ExecutionStatus.COMPLETED)() >= 3,
-        message="three runs of a 2.5 s body due every second complete",
-        processes=processes,
-        env=env,
+        message="three runs of a 2 s body due every second complete",
     )
     assert_every_occurrence_once(runs, timedelta(seconds=1))
     assert {run.status for run in runs} <= {ExecutionStatus.COMPLETED, ExecutionStatus.SUPERSEDED}
@@ -124,7 +136,7 @@ def test_buffer_one_runs_the_latest_occurrence_due_during_a_run_and_supersedes_t
     superseded = [run for run in runs if run.status == ExecutionStatus.SUPERSEDED]
     assert_one_at_a_time_in_order(ran)
     # The occurrences due before the scheduler's first claim are superseded by the run it made;
-    # after that, a 2.5 s body due every second leaves occurrences behind each run.
+    # after that, a 2 s body due every second leaves occurrences behind each run.
     assert any(run.scheduled_for > ran[0].scheduled_for for run in superseded)
     for run in superseded:
         # Superseded by the first run after it, which ran in its place; it never ran itself.
@@ -136,18 +148,21 @@ def test_buffer_one_runs_the_latest_occurrence_due_during_a_run_and_supersedes_t
 def test_cancel_other_stops_the_running_one_when_the_next_occurrence_comes_due(
     owner: Any, processes: Processes, env: dict[str, str], tmp_path: Path
 ) -> None:
+    scheduler = start_pool(processes, env)
+    # A 3 s body due every second: the next occurrence comes due at least 2 s before a run
+    # would end (a 6 s body due every 2 s had 4 s), time for the claim that cancels it and the
+    # stop signal; the last run, with no successor, ends after 3 s.
     job = create_job(owner=owner, name="cancel", task=sleep_noting.name,
-                     kwargs={"seconds": 6}, every="PT2S", overlap="cancel_other",
+                     kwargs={"seconds": 3}, every="PT1S", overlap="cancel_other",
                      misfire="skip", timeout=30, now=timezone.now())  # fmt: skip
     bodies = body_log(tmp_path)
     runs = run_then_pause(
         job,
+        scheduler=scheduler,
         until=lambda: statuses(job, ExecutionStatus.CANCELLED)() >= 3,
-        message="three runs of a 6 s body due every 2 s are cancelled by the next",
-        processes=processes,
-        env=env,
+        message="three runs of a 3 s body due every second are cancelled by the next",
     )
-    assert_every_occurrence_once(runs, timedelta(seconds=2))
+    assert_every_occurrence_once(runs, timedelta(seconds=1))
     cancelled = [run for run in runs if run.status == ExecutionStatus.CANCELLED]
     # Every run but the last was cancelled by the occurrence after it (or, had the scheduler
     # fallen a whole interval behind, superseded by a later one without running).
@@ -185,13 +200,23 @@ def test_a_cancelled_body_that_swallows_the_signal_is_fenced_and_never_recorded_
     owner: Any, processes: Processes, env: dict[str, str], tmp_path: Path
 ) -> None:
     """A body that catches the soft time limit's exception and goes on: its heartbeat finds
-    the run taken, the lease fence stops it, and the run stays cancelled."""
+    the run taken, the lease fence stops it, and the run stays cancelled.
+
+    Heartbeats every 0.5 s (process_env's 1 s and this one both fit three beats in the fence
+    window, FENCE_AT of STALE_AFTER 10 s): a cancelled body is fenced at the next beat, within
+    half a second. A 3.5 s body due every second is cancelled about 1 s after its start, so the
+    beat that fences it comes 2 s before it would end (an 8 s body due every 3 s with a beat
+    every second had 4 s), and the last run, with no successor, ends after 3.5 s.
+    """
+    env = {**env, "SCHEDULING_HEARTBEAT_INTERVAL": "0.5"}
+    scheduler = start_pool(processes, env)
     job = create_job(owner=owner, name="stubborn", task=sleep_ignoring_stop.name,
-                     kwargs={"seconds": 8}, every="PT3S", overlap="cancel_other",
+                     kwargs={"seconds": 3.5}, every="PT1S", overlap="cancel_other",
                      misfire="skip", timeout=30, now=timezone.now())  # fmt: skip
     bodies = body_log(tmp_path)
     runs = run_then_pause(
         job,
+        scheduler=scheduler,
         until=lambda: (
             Execution.objects.filter(
                 job=job, status=ExecutionStatus.CANCELLED, attempts__isnull=False
@@ -199,10 +224,8 @@ def test_a_cancelled_body_that_swallows_the_signal_is_fenced_and_never_recorded_
             >= 2
         ),
         message="two running bodies that ignore the stop are cancelled by the next occurrence",
-        processes=processes,
-        env=env,
     )
-    assert_every_occurrence_once(runs, timedelta(seconds=3))
+    assert_every_occurrence_once(runs, timedelta(seconds=1))
     started = [
         run for run in runs if run.status == ExecutionStatus.CANCELLED and run.attempts.exists()
     ]

@@ -43,6 +43,31 @@ logger = logging.getLogger("scheduling")
 #: Deadlines are generous: other suites load this 2-core machine at the same time.
 SLOW = 60.0
 
+#: The scheduler's longest sleep in the tests that wait for it to publish a retry or reap a
+#: run (SCHEDULING_MAX_SLEEP, 1 s by default): a retry falls due between two ticks, and the
+#: tick that publishes it comes at most this long after its retry_at.
+TICK = "0.2"
+#: The retry backoff of the retry tests (SCHEDULING_RETRY_BACKOFF_BASE and _CAP): the same
+#: shape as the engine's default, doubling from the base and capped on the third retry
+#: (0.2, 0.4, 0.4 s before jitter), kept short because every test waits through it three times.
+BACKOFF = (0.2, 0.4)
+#: The heartbeat interval of the heartbeat and checkpoint tests (SCHEDULING_HEARTBEAT_INTERVAL;
+#: process_env's is 1 s). docs/operations.md asks for at least three beats in the fence window,
+#: FENCE_AT (0.5) of STALE_AFTER: 0.5 s fits any STALE_AFTER from 3 s.
+BEAT = 0.5
+
+
+def retry_env(process_env: dict[str, str], **knobs: str) -> dict[str, str]:
+    """``process_env`` with the short backoff and tick of the retry tests, and ``knobs``."""
+    base, cap = BACKOFF
+    return {
+        **process_env,
+        "SCHEDULING_MAX_SLEEP": TICK,
+        "SCHEDULING_RETRY_BACKOFF_BASE": str(base),
+        "SCHEDULING_RETRY_BACKOFF_CAP": str(cap),
+        **{f"SCHEDULING_{name}": value for name, value in knobs.items()},
+    }
+
 
 # --- tasks for these tests only -------------------------------------------------------------
 
@@ -291,11 +316,7 @@ def assert_retried_then_failed(
 def test_failures_retry_from_rows_with_backoff_then_fail(
     owner: Any, processes: Any, process_env: dict[str, str]
 ) -> None:
-    env = {
-        **process_env,
-        "SCHEDULING_RETRY_BACKOFF_BASE": "0.5",
-        "SCHEDULING_RETRY_BACKOFF_CAP": "1",
-    }
+    env = retry_env(process_env)
     failing = due_job(owner, "fails", "scheduling.diagnostics.fail", kwargs={"message": "boom"})
     permanent = due_job(
         owner,
@@ -324,7 +345,7 @@ def test_failures_retry_from_rows_with_backoff_then_fail(
     execution = execution_of(failing)
     assert execution is not None
     assert_retried_then_failed(
-        execution, outcome="failed", error="RuntimeError: boom\n", log=log, backoff=(0.5, 1.0)
+        execution, outcome="failed", error="RuntimeError: boom\n", log=log, backoff=BACKOFF
     )
     for attempt in execution.attempts.all():
         assert 'diagnostics.py", line' in attempt.error and "raise RuntimeError" in attempt.error
@@ -347,7 +368,7 @@ def test_failures_retry_from_rows_with_backoff_then_fail(
         outcome="failed",
         error="RuntimeError: the task asked to be retried",
         log=log,
-        backoff=(0.5, 1.0),
+        backoff=BACKOFF,
     )
 
     # Every retry was a row the scheduler published again: the broker never held an ETA
@@ -372,14 +393,12 @@ def test_attempts_past_their_timeout_are_stopped_retried_then_failed(
     Celery 5.7 sends ``task_failure`` twice for a hard limit, from the worker's main process;
     the second finds the attempt already ended and changes nothing.
     """
-    env = {
-        **process_env,
-        "SCHEDULING_HARD_TIMEOUT_GRACE": "1",
-        "SCHEDULING_RETRY_BACKOFF_BASE": "0.5",
-        "SCHEDULING_RETRY_BACKOFF_CAP": "1",
-    }
+    # The shortest limits a job and the knob take (whole seconds): each attempt is stopped at
+    # 1 s, and the hard limit comes one second later, so the body that swallows the soft
+    # limit is seen doing it first.
+    env = retry_env(process_env, HARD_TIMEOUT_GRACE="1")
     soft = due_job(
-        owner, "sleeps-too-long", "scheduling.diagnostics.sleep", kwargs={"seconds": 30}, timeout=2
+        owner, "sleeps-too-long", "scheduling.diagnostics.sleep", kwargs={"seconds": 30}, timeout=1
     )
     hard = due_job(
         owner,
@@ -389,7 +408,9 @@ def test_attempts_past_their_timeout_are_stopped_retried_then_failed(
         timeout=1,
     )
     processes.start(scheduler_with_test_tasks(), env=env, name="scheduler")
-    worker = start_worker(processes, env, "timeouts", concurrency=2, test_tasks=True)
+    # A third pool process: an attempt published again need not wait while the pool replaces
+    # the process a hard limit killed.
+    worker = start_worker(processes, env, "timeouts", concurrency=3, test_tasks=True)
 
     def both_failed() -> bool:
         rows = Execution.objects.filter(job__in=[soft, hard], status=ExecutionStatus.FAILED)
@@ -405,10 +426,11 @@ def test_attempts_past_their_timeout_are_stopped_retried_then_failed(
         outcome="timeout",
         error="timeout: SoftTimeLimitExceeded",
         log=log,
-        backoff=(0.5, 1.0),
+        backoff=BACKOFF,
     )
     for attempt in execution.attempts.all():
-        assert attempt.finished_at - attempt.started_at < timedelta(seconds=2 + 1.5)
+        # Stopped at its 1 s limit, with the 1.5 s of slack it had at a limit of 2 s.
+        assert attempt.finished_at - attempt.started_at < timedelta(seconds=1 + 1.5)
 
     execution = execution_of(hard)
     assert execution is not None
@@ -417,7 +439,7 @@ def test_attempts_past_their_timeout_are_stopped_retried_then_failed(
         outcome="timeout",
         error="timeout: TimeLimitExceeded",
         log=log,
-        backoff=(0.5, 1.0),
+        backoff=BACKOFF,
     )
     hard_kills = log_lines(log, rf"Hard time limit \(2s\) exceeded for .*{execution.task_id}")
     assert len(hard_kills) == 4, log
@@ -434,14 +456,16 @@ def test_attempts_past_their_timeout_are_stopped_retried_then_failed(
 def test_heartbeat_and_keepalive_advance_while_a_task_runs(
     owner: Any, processes: Any, process_env: dict[str, str]
 ) -> None:
-    """With HEARTBEAT_INTERVAL=1 a running execution's heartbeat moves every second or so.
+    """With HEARTBEAT_INTERVAL=0.5 a running execution's heartbeat moves every half second or so.
 
-    The gaps must stay well under STALE_AFTER (5 s here), or the reaper would take a live
-    execution away; the job's keep-alive moves in the same statement.
+    The gaps must stay well under STALE_AFTER (10 s here), or the reaper would take a live
+    execution away; the job's keep-alive moves in the same statement. The sleep lasts seven
+    intervals (3.5 s), room for the start and four beats.
     """
-    job = due_job(owner, "sleeps", "scheduling.diagnostics.sleep", kwargs={"seconds": 6})
-    processes.start(scheduler_command(), env=process_env, name="scheduler")
-    start_worker(processes, process_env, "beats")
+    env = {**process_env, "SCHEDULING_HEARTBEAT_INTERVAL": str(BEAT)}
+    job = due_job(owner, "sleeps", "scheduling.diagnostics.sleep", kwargs={"seconds": 7 * BEAT})
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    start_worker(processes, env, "beats")
     attempt = wait_for(running_attempt(job), timeout=SLOW, message="the sleep starts")
 
     beats: list[tuple[Any, Any]] = []
@@ -464,7 +488,8 @@ def test_heartbeat_and_keepalive_advance_while_a_task_runs(
     # The start is the first proof of life, stamped on the database's clock (the lease).
     assert timedelta(0) <= heartbeats[0] - attempt.started_at < timedelta(seconds=1)
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(heartbeats)]
-    assert all(0.9 <= gap < 4.0 for gap in gaps), gaps
+    # 0.9 to 4 intervals: the bounds of 0.9 s and 4 s this test had at an interval of 1 s.
+    assert all(0.9 * BEAT <= gap < 4.0 * BEAT for gap in gaps), gaps
 
     execution = wait_for(finished(job), timeout=SLOW, message="the sleep completes")
     assert execution.attempts.get().outcome == "completed"
@@ -475,13 +500,18 @@ def test_heartbeat_and_keepalive_advance_while_a_task_runs(
 def test_one_heartbeat_statement_serves_every_task_of_a_process(
     owner: Any, processes: Any, process_env: dict[str, str]
 ) -> None:
-    """Eight sleeps on one thread-pool worker share each beat: one UPDATE, one timestamp."""
+    """Eight sleeps on one thread-pool worker share each beat: one UPDATE, one timestamp.
+
+    Each sleep lasts six heartbeat intervals (3 s at 0.5 s), room for all eight to start and
+    for a beat after the last start while every one still runs.
+    """
+    env = {**process_env, "SCHEDULING_HEARTBEAT_INTERVAL": str(BEAT)}
     jobs = [
-        due_job(owner, f"sleep-{n}", "scheduling.diagnostics.sleep", kwargs={"seconds": 5})
+        due_job(owner, f"sleep-{n}", "scheduling.diagnostics.sleep", kwargs={"seconds": 6 * BEAT})
         for n in range(8)
     ]
-    processes.start(scheduler_command(), env=process_env, name="scheduler")
-    start_worker(processes, process_env, "threads", pool="threads", concurrency=8)
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    start_worker(processes, env, "threads", pool="threads", concurrency=8)
 
     def all_running() -> bool:
         running = Execution.objects.filter(job__in=jobs, status=ExecutionStatus.RUNNING)
@@ -556,13 +586,26 @@ def test_a_beat_is_one_update_whatever_the_number_of_executions(
 def test_a_retried_attempt_resumes_after_the_last_checkpointed_step(
     owner: Any, processes: Any, process_env: dict[str, str]
 ) -> None:
-    """Seed 002's PARAMETER: the worker dies after step 2; the next attempt runs 3 and 4 only."""
+    """Seed 002's PARAMETER: the worker dies after step 2; the next attempt runs 3 and 4 only.
+
+    Steps of 1 s; the killed run is reaped after a lease (STALE_AFTER) of 5 s, renewed every
+    half second (ten beats to a lease, as process_env's 1 s and 10 s); the scheduler ticks
+    every 0.2 s. The second worker starts while the first runs the steps, so it is ready by
+    the time the reaped run is published again; the first already holds the only message.
+    """
+    env = {
+        **process_env,
+        "SCHEDULING_HEARTBEAT_INTERVAL": str(BEAT),
+        "SCHEDULING_STALE_AFTER": "5",
+        "SCHEDULING_MAX_SLEEP": TICK,
+    }
     job = due_job(
-        owner, "four-steps", "scheduling.diagnostics.steps", kwargs={"count": 4, "seconds": 2}
+        owner, "four-steps", "scheduling.diagnostics.steps", kwargs={"count": 4, "seconds": 1}
     )
-    processes.start(scheduler_command(), env=process_env, name="scheduler")
-    first = start_worker(processes, process_env, "first")
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    first = start_worker(processes, env, "first")
     attempt = wait_for(running_attempt(job), timeout=SLOW, message="the steps start")
+    second = launch_worker(processes, env, "second")
 
     def two_steps_saved() -> bool:
         execution = Execution.objects.get(pk=attempt.execution_id)
@@ -571,7 +614,7 @@ def test_a_retried_attempt_resumes_after_the_last_checkpointed_step(
     wait_for(two_steps_saved, timeout=SLOW, interval=0.02, message="step 2 is checkpointed")
     processes.kill(first)  # SIGKILL to the worker's whole process group, mid step 3
     first.wait(timeout=10)
-    second = start_worker(processes, process_env, "second")
+    wait_ready(processes, second)
 
     execution = wait_for(finished(job), timeout=SLOW, message="the retried attempt completes")
     assert execution.checkpoint == {"done": [1, 2, 3, 4]}

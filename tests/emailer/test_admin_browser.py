@@ -102,10 +102,15 @@ def test_the_html_preview_fetches_nothing_remote(
     task = make_task(make_project(participants=1), html_body=body)
 
     # The control: the same markup in a page of its own, without the preview's protection,
-    # fetches; the recorder sees it.
+    # fetches; the recorder sees it. Its refresh comes last and on its own (after the page has
+    # loaded), so the control is closed only once that too has come, else it could land among
+    # the preview's requests.
     control = page.context.browser.new_page()
     control.set_content(FETCHES.format(base=base))
-    wait_for(lambda: "/img" in remote.paths, timeout=20, message="the control fetches")
+    wait_for(
+        lambda: {"/img", "/refresh"} <= set(remote.paths), timeout=20,
+        message="the control fetches, and follows its refresh",
+    )  # fmt: skip
     control.close()
     remote.paths.clear()
 

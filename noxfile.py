@@ -10,7 +10,8 @@ this checkout against the installed wheel. What each session proves:
 - the oldest (Python 3.11, Django 5.2, Celery at the lowest release ``pyproject.toml`` admits)
   and the newest (Python 3.13, Django 6.1, the newest Celery; ``make test`` runs it from the
   checkout) run everything: the in-process suite, every real-process test (workers,
-  schedulers, faults, RabbitMQ), the browser tests, and the SQLite pass;
+  schedulers, faults, RabbitMQ), the browser tests, and the SQLite pass; the oldest installs
+  the host project of the install test with pip, the others with uv;
 - every stack between them proves what differs from one stack to the next: the in-process
   suite (the models, admin, commands, API and ledger on that Django and Python, the emailer's
   headers through that Django's mail), and the tests marked ``stack``: the wheel installed into
@@ -158,6 +159,10 @@ def _run_stack(session: nox.Session, stack: Stack) -> None:
         "DUECOURSE_EXPECT_INSTALLED": "1",
         "DUECOURSE_WHEEL": str(wheel),
     }
+    if stack is STACKS[0]:
+        # The oldest stack installs the host project with pip, as docs/install.md does; the
+        # others with uv, from its cache (tests/test_install.py).
+        env["DUECOURSE_INSTALL_WITH"] = "pip"
     selection = [] if stack.full else ["-m", "not slow or stack"]
     # The checkout must not come first on sys.path: so `pytest`, not `python -m pytest`;
     # pytest-django must not put manage.py's folder there; and the run starts in a folder of

@@ -27,4 +27,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *DEFAULT_HA
 _default = DATABASES["default"]  # noqa: F405
 if _default["ENGINE"].endswith("postgresql"):
     _run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
-    _default["TEST"] = {**_default.get("TEST", {}), "NAME": f"test_{_default['NAME']}_{_run}"[:50]}
+    # PostgreSQL keeps 63 bytes of a name, and pytest-xdist adds "_gwN": the run's id is kept
+    # whole, the database's own name shortened.
+    _name = f"test_{_default['NAME']}"[: 63 - len(_run) - 6]
+    _default["TEST"] = {**_default.get("TEST", {}), "NAME": f"{_name}_{_run}"}

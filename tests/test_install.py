@@ -105,7 +105,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 def installer() -> str | None:
     """uv, where the suite's environment has it (the test extra installs it): it installs the
     host's packages from its cache in a second, where pip takes ten. Either installs the same
-    wheel with the same pinned Django and Celery; pip where uv is absent."""
+    wheel with the same pinned Django and Celery; pip where uv is absent, or where
+    ``DUECOURSE_INSTALL_WITH=pip`` asks for the installer docs/install.md names (the oldest
+    stack's nox session does)."""
+    if os.environ.get("DUECOURSE_INSTALL_WITH") == "pip":
+        return None
     beside = Path(sys.executable).parent / "uv"
     return str(beside) if beside.exists() else shutil.which("uv")
 

@@ -207,10 +207,10 @@ def test_a_heartbeat_restores_the_start_of_a_body_still_running(
 ) -> None:
     pg = lazy_wal_postgres
     env = worker_env(process_env, pg, heartbeat_interval=1, lease=STALE_AFTER)
-    # A body that outlives the heartbeat's first look after the recovery (a second or so after
-    # the start) by far. The beats are a writer: the first comes a second after the start, so
-    # the crash must come before it.
-    prepare(processes, pg, env, seconds=7)
+    # A body that outlives by far the heartbeat's first look after the recovery (a second or
+    # so after the restart, which comes seconds after the start). The beats are a writer: the
+    # first comes a second after the start, so the crash must come before it.
+    prepare(processes, pg, env, seconds=10)
     worker = start_worker(processes, env, "restoring", concurrency=1)
     crash_right_after_the_start(pg)
 

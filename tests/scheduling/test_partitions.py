@@ -400,6 +400,14 @@ class Cluster:
         )
         return [row[0] for row in rows]
 
+    def attempted_by(self, worker: str) -> list[int]:
+        """Executions ``worker`` has started an attempt of, whatever became of it: a wait on
+        this cannot miss a run that starts and ends between two looks."""
+        rows = self.query(
+            "SELECT execution_id FROM scheduling_attempt WHERE worker LIKE %s", f"{worker}@%"
+        )
+        return [row[0] for row in rows]
+
 
 @pytest.fixture(scope="module")
 def network() -> Iterator[Network]:
@@ -668,7 +676,7 @@ def test_a_worker_cut_off_from_the_database_is_fenced_before_another_runs_its_bo
     # The cut outlasts the lease: the reaper has given the run back and the other worker runs
     # its body.
     until(
-        lambda: cluster.running_on(other),
+        lambda: cluster.attempted_by(other),
         *workers.values(),
         scheduler,
         message=f"{other} runs the body",

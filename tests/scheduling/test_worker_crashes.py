@@ -93,7 +93,7 @@ def test_a_killed_worker_s_execution_is_reaped_and_completed_by_another(
     }
     # Long enough to be killed mid-run (the kill follows the start at once); the survivor
     # runs it again in full.
-    job = due_job(owner, "long", "scheduling.diagnostics.sleep", kwargs={"seconds": 2}, timeout=4)
+    job = due_job(owner, "long", "scheduling.diagnostics.sleep", kwargs={"seconds": 3}, timeout=4)
     processes.start(scheduler_command(), env=env, name="scheduler")
     workers = {name: launch_worker(processes, env, name) for name in ("left", "right")}
     wait_ready(processes, *workers.values())
@@ -138,7 +138,7 @@ def test_a_killed_pool_process_is_reported_lost_and_its_execution_retried(
     """
     env = {**process_env, "SCHEDULING_STALE_AFTER": "60"}
     # Killed right after its start; the retry runs it in full.
-    job = due_job(owner, "child", "scheduling.diagnostics.sleep", kwargs={"seconds": 2})
+    job = due_job(owner, "child", "scheduling.diagnostics.sleep", kwargs={"seconds": 3})
     processes.start(scheduler_command(), env=env, name="scheduler")
     worker = start_worker(processes, env, "parent")
     attempt = wait_for(running_attempt(job), timeout=SLOW, message="the sleep starts")
@@ -178,7 +178,7 @@ def test_a_warm_shutdown_finishes_the_running_task(
 ) -> None:
     """SIGTERM to the worker: it stops taking work, finishes the running task, and exits."""
     # The signal comes right after the start: the task runs on under the warm shutdown.
-    job = due_job(owner, "warm", "scheduling.diagnostics.sleep", kwargs={"seconds": 2})
+    job = due_job(owner, "warm", "scheduling.diagnostics.sleep", kwargs={"seconds": 3})
     processes.start(scheduler_command(), env=process_env, name="scheduler")
     stopping = start_worker(processes, process_env, "stopping")
     attempt = wait_for(running_attempt(job), timeout=SLOW, message="the sleep starts")
@@ -211,7 +211,7 @@ def test_a_shutdown_that_stops_the_running_task_hands_it_back(
       row (RETRY, due now) brings the execution back.
     """
     # The signal comes right after the start, under the task; the spare runs it in full.
-    job = due_job(owner, "stopped", "scheduling.diagnostics.sleep", kwargs={"seconds": 2})
+    job = due_job(owner, "stopped", "scheduling.diagnostics.sleep", kwargs={"seconds": 3})
     processes.start(scheduler_command(), env=process_env, name="scheduler")
     stopping = start_worker(processes, process_env, "stopping")
     attempt = wait_for(running_attempt(job), timeout=SLOW, message="the sleep starts")
@@ -396,11 +396,11 @@ def private_postgres(processes: Any, process_env: dict[str, str]) -> Iterator[Pr
 def test_the_database_restarting_under_a_running_worker(
     processes: Any, process_env: dict[str, str], private_postgres: PrivatePostgres
 ) -> None:
-    """PostgreSQL stops (fast shutdown) for 4 s while a worker runs a 10-s task and a job
+    """PostgreSQL stops (fast shutdown) for 4 s while a worker runs a 14-s task and a job
     that is due every second, then comes back on the same port.
 
     The worker and the scheduler survive; the heartbeat thread reports the outage and beats
-    again; the 10-s task's completion is written although the connection it started on died
+    again; the 14-s task's completion is written although the connection it started on died
     with the server (so it is neither reaped nor run twice); every occurrence missed meanwhile
     is run afterwards (misfire catch_up), each one completed exactly once.
 
@@ -437,7 +437,7 @@ def test_the_database_restarting_under_a_running_worker(
     adding = [
         processes.start([*add, *ticker, "--timeout", "30"], env=env, name="ticker"),
         processes.start(
-            [*add, *sleeper, "--kwargs", '{"seconds": 10}', "--timeout", "40"],
+            [*add, *sleeper, "--kwargs", '{"seconds": 14}', "--timeout", "40"],
             env=env,
             name="sleeper",
         ),

@@ -590,8 +590,8 @@ def test_a_retried_attempt_resumes_after_the_last_checkpointed_step(
 
     Steps of 1 s; the killed run is reaped after a lease (STALE_AFTER) of 5 s, renewed every
     half second (ten beats to a lease, as process_env's 1 s and 10 s); the scheduler ticks
-    every 0.2 s. The second worker starts while the first runs the steps, so it is ready by
-    the time the reaped run is published again; the first already holds the only message.
+    every 0.2 s. The second worker starts once the first is dead, and is ready well before
+    the reaped run is published again.
     """
     env = {
         **process_env,
@@ -605,7 +605,6 @@ def test_a_retried_attempt_resumes_after_the_last_checkpointed_step(
     processes.start(scheduler_command(), env=env, name="scheduler")
     first = start_worker(processes, env, "first")
     attempt = wait_for(running_attempt(job), timeout=SLOW, message="the steps start")
-    second = launch_worker(processes, env, "second")
 
     def two_steps_saved() -> bool:
         execution = Execution.objects.get(pk=attempt.execution_id)
@@ -614,6 +613,9 @@ def test_a_retried_attempt_resumes_after_the_last_checkpointed_step(
     wait_for(two_steps_saved, timeout=SLOW, interval=0.02, message="step 2 is checkpointed")
     processes.kill(first)  # SIGKILL to the worker's whole process group, mid step 3
     first.wait(timeout=10)
+    # Started after the kill, so its boot never competes with the first worker's step 3 for
+    # the cores; it is up well within the lease the reaper waits out.
+    second = launch_worker(processes, env, "second")
     wait_ready(processes, second)
 
     execution = wait_for(finished(job), timeout=SLOW, message="the retried attempt completes")

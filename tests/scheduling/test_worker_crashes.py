@@ -405,9 +405,10 @@ def test_the_database_restarting_under_a_running_worker(
     is run afterwards (misfire catch_up), each one completed exactly once.
 
     The outage misses four occurrences of the frequent job, as 8 s of a job due every 2 s
-    once did. REQUEUE_AFTER is short here: a message delivered while the database is down is
-    acknowledged without a start, and its QUEUED row is published again after that time (the
-    documented recovery for a lost doorbell; 3 s, under the outage, as 5 s was under 8 s).
+    once did. REQUEUE_AFTER is short here: a message delivered while the database is down is handed
+    back to the broker without a start (``execution.start_deferred``), and a QUEUED row whose
+    message is lost meanwhile is published again after that time (the documented recovery for
+    a lost doorbell; 3 s, under the outage, as 5 s was under 8 s).
     The scheduler ticks at least four times a second (MAX_SLEEP), so the missed occurrences,
     one after another, are caught up at that pace. STALE_AFTER (the lease) is long, so that
     neither the worker's fence (at half the lease) nor the reaper acts on a 4-s outage,

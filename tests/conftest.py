@@ -335,6 +335,20 @@ def process_env(broker_prefix: str, settings: Any) -> dict[str, str]:
     return env
 
 
+#: Added to ``process_env`` by the tests that SIGKILL a worker and wait for the scheduler to
+#: reap its run (the emailer's and the subscriptions' worker tests): a lease (STALE_AFTER) of
+#: 4 s instead of the suite's 10 s, so the dead run is reaped about 4 s after
+#: its last heartbeat. A live run is renewed every quarter second instead of every second
+#: (sixteen renewals per lease where the suite has ten), and its body is fenced at 0.7 of the
+#: lease (FENCE_AT, the top of the range docs/operations.md gives; the suite's is half): only
+#: after 2.8 s without a renewal, its process ended after 3.4 s, both before the reaper may act.
+SHORT_LEASE = {
+    "SCHEDULING_STALE_AFTER": "4",
+    "SCHEDULING_FENCE_AT": "0.7",
+    "SCHEDULING_HEARTBEAT_INTERVAL": "0.25",
+}
+
+
 @contextlib.contextmanager
 def celery_settings(app: Any, **values: Any) -> Iterator[None]:
     """The Celery app's settings changed to ``values`` for a while, on every supported Celery.

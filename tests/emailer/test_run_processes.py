@@ -21,24 +21,13 @@ from django.utils import timezone
 from emailer import services
 from emailer.models import Delivery, SendEmailHistory, SendEmailTask
 from scheduling.api import Once, executions
-from tests.conftest import free_port, scheduler_command, wait_for
+from tests.conftest import SHORT_LEASE, free_port, scheduler_command, wait_for
 from tests.emailer.smtp import SMTPServer
 from tests.scheduling.test_worker_lifecycle import SLOW, launch_worker, start_worker, wait_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CHUNK = 10
-#: For the test that SIGKILLs a worker and waits for the scheduler to reap its run: a lease
-#: (STALE_AFTER) of 4 s instead of the suite's 10 s, so the dead run is reaped about 4 s after
-#: its last heartbeat. A live run is renewed every quarter second instead of every second
-#: (sixteen renewals per lease where the suite has ten), and its body is fenced at 0.7 of the
-#: lease (FENCE_AT, the top of the range docs/operations.md gives; the suite's is half): only
-#: after 2.8 s without a renewal, its process ended after 3.4 s, both before the reaper may act.
-SHORT_LEASE = {
-    "SCHEDULING_STALE_AFTER": "4",
-    "SCHEDULING_FENCE_AT": "0.7",
-    "SCHEDULING_HEARTBEAT_INTERVAL": "0.25",
-}
 
 
 @pytest.fixture

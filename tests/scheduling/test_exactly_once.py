@@ -55,6 +55,7 @@ from scheduling.models import (
 )
 from tests.conftest import celery_worker_command, free_port, scheduler_command, wait_for
 from tests.factories import create_job
+from tests.scheduling.test_worker_lifecycle import wait_ready as wait_workers_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -303,31 +304,23 @@ def wait_ready(
     workers: Sequence[subprocess.Popen[bytes]] = (),
     schedulers: Sequence[subprocess.Popen[bytes]] = (),
 ) -> None:
-    """Wait until every worker has said ``worker.ready`` and every scheduler has finished a
-    tick (each writes its SchedulerState row, named host:pid, after its first one); fail at
-    once if one exits.
+    """Wait until every worker consumes (``test_worker_lifecycle.wait_ready``) and every
+    scheduler has finished a tick (each writes its SchedulerState row, named host:pid, after
+    its first one); fail at once if one exits. Started before the wait, they boot side by side.
 
     Waiting for the schedulers' first tick before the load is written means each of them
     contends from the window's first second; and a scheduler that has ticked has installed
     its SIGTERM handler, so ``stop`` finds it able to stop gracefully.
     """
-    children = [*workers, *schedulers]
-    host = socket.gethostname()
-    names = {f"{host}:{child.pid}" for child in schedulers}
-
-    def ready() -> bool:
-        if any(child.poll() is not None for child in children):
-            return True  # reported below
-        return all("worker.ready" in processes.log_of(w) for w in workers) and (
-            SchedulerState.objects.filter(name__in=names).count() == len(names)
-        )
-
+    wait_workers_ready(processes, *workers)
+    names = {f"{socket.gethostname()}:{child.pid}" for child in schedulers}
     wait_for(
-        ready,
+        lambda: any(child.poll() is not None for child in schedulers)
+        or SchedulerState.objects.filter(name__in=names).count() == len(names),
         timeout=90,
-        message=f"{len(workers)} workers and {len(schedulers)} schedulers ready",
+        message=f"{len(schedulers)} schedulers ticked",
     )
-    for child in children:
+    for child in schedulers:
         assert child.poll() is None, f"pid {child.pid} exited:\n{processes.log_of(child)[-3000:]}"
 
 

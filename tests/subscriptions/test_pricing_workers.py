@@ -26,12 +26,11 @@ from subscriptions.models import (
     SubscriptionJobStatus,
     SubscriptionStatus,
 )
-from tests.conftest import scheduler_command, wait_for
+from tests.conftest import SHORT_LEASE, scheduler_command, wait_for
 from tests.scheduling.test_worker_lifecycle import start_worker
 from tests.subscriptions.pausing import pausing_env
 from tests.subscriptions.test_workers import (
     SCHEDULER_KNOBS,
-    SHORT_LEASE,
     charges,
     child_orders,
     first_job,

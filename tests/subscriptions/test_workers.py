@@ -31,7 +31,7 @@ from subscriptions.models import (
     SubscriptionJobStatus,
     SubscriptionStatus,
 )
-from tests.conftest import scheduler_command, wait_for
+from tests.conftest import SHORT_LEASE, scheduler_command, wait_for
 from tests.polling import logged
 from tests.scheduling.test_worker_lifecycle import log_lines, send_message, start_worker
 from tests.subscriptions.pausing import pausing_env
@@ -48,17 +48,6 @@ SECOND = timedelta(seconds=1)
 #: would otherwise wait up to a second for the scheduler's next tick.
 SCHEDULER_KNOBS = {"SCHEDULING_MAX_SLEEP": "0.2"}
 
-#: For the tests that SIGKILL a worker and wait for the scheduler to reap its run: a lease
-#: (STALE_AFTER) of 4 s instead of the suite's 10 s, so the dead run is reaped about 4 s after
-#: its last heartbeat. A live run is renewed every quarter second instead of every second
-#: (sixteen renewals per lease where the suite has ten), and its body is fenced at 0.7 of the
-#: lease (FENCE_AT, the top of the range docs/operations.md gives; the suite's is half): only
-#: after 2.8 s without a renewal, its process ended after 3.4 s, both before the reaper may act.
-SHORT_LEASE = {
-    "SCHEDULING_STALE_AFTER": "4",
-    "SCHEDULING_FENCE_AT": "0.7",
-    "SCHEDULING_HEARTBEAT_INTERVAL": "0.25",
-}
 
 
 @pytest.fixture

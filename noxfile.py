@@ -30,6 +30,7 @@ versions. docs/testing.md says what each part of the suite needs and how long it
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -99,9 +100,7 @@ def _database_url(session: nox.Session) -> str:
     return f"{base.rsplit('/', 1)[0]}/dc_{tag}"
 
 
-_WHEEL: list[Path] = []
-
-
+@functools.cache
 def _wheel() -> Path:
     """The wheel of this checkout, built once per nox run and installed by every session.
 
@@ -113,8 +112,6 @@ def _wheel() -> Path:
     given = os.environ.get("DUECOURSE_WHEEL")
     if given:
         return Path(given)
-    if _WHEEL:
-        return _WHEEL[0]
     out = Path(tempfile.mkdtemp(prefix="duecourse-wheel-"))
     uv = _uv()
     if uv:
@@ -122,18 +119,18 @@ def _wheel() -> Path:
     else:
         command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(ROOT)]
     subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    _WHEEL.append(next(out.glob("duecourse-*.whl")))
-    return _WHEEL[0]
+    return next(out.glob("duecourse-*.whl"))
 
 
 def _uv() -> str | None:
+    """uv beside nox's interpreter (the ``test`` extra installs it), else on PATH."""
     beside = Path(sys.executable).parent / "uv"
     return str(beside) if beside.exists() else shutil.which("uv")
 
 
 def _run_stack(session: nox.Session, stack: Stack) -> None:
     wheel = _wheel()
-    wheels = Path(tempfile.mkdtemp(prefix="duecourse-run-"))
+    rundir = Path(tempfile.mkdtemp(prefix="duecourse-run-"))
     celery = CELERY_LOWEST if stack.celery == "lowest" else CELERY_NEWEST
     session.install(
         f"duecourse[{stack.extras}] @ {wheel.as_uri()}", f"django=={stack.django}.*", *celery
@@ -173,7 +170,7 @@ def _run_stack(session: nox.Session, stack: Stack) -> None:
         "--rootdir", str(ROOT), "-n", _test_workers(stack), "--dist", "loadfile",
         "--durations=30",
     ]  # fmt: skip
-    session.chdir(wheels)
+    session.chdir(rundir)
     session.run(*pytest, *selection, *session.posargs, str(ROOT / "tests"), env=env)
     if stack.full:
         sqlite = ROOT / "var" / f"test-{session.name.replace('/', '-')}.sqlite3"
@@ -182,7 +179,7 @@ def _run_stack(session: nox.Session, stack: Stack) -> None:
             env={**env, "DATABASE_URL": f"sqlite:///{sqlite}"},
         )  # fmt: skip
     session.chdir(ROOT)
-    shutil.rmtree(wheels, ignore_errors=True)
+    shutil.rmtree(rundir, ignore_errors=True)
 
 
 def _test_workers(stack: Stack) -> str:

@@ -108,6 +108,7 @@ class _Due:
     keep_times: bool = False  # paused for a time it cannot read: leave its times as they are
     pause_reason: str | None = None  # set when the claim pauses the job
     task_unknown_since: datetime | None = None  # left for a process that knows its task
+    timing_over_budget: bool = False  # paused: its timing took longer than its budget
 
 
 @dataclass(frozen=True)
@@ -330,7 +331,9 @@ def _timing(row: dict[str, Any], cache: dict[tuple[Any, ...], FiringRule | Sched
     )
     if key not in cache:
         try:
-            timing = cache[key] = schedules.timing_from(*key[:6], rrule=key[6])
+            timing = cache[key] = schedules.timing_from(
+                *key[:6], rrule=key[6], budget=conf.timing_budget()
+            )
         except ScheduleError as exc:
             cache[key] = exc
         else:
@@ -488,6 +491,14 @@ def _plan_row(
         superseded["last_error"] = overlaps.superseded_note(plan.run[0])
         item.executions.append(superseded)
     item.next_occurrence = plan.next_occurrence
+    if isinstance(plan.error, schedules.OverTimingBudget):
+        # Its timing costs more than any job's may: it runs what was due and is paused here,
+        # so it never delays the other jobs' claims again (resuming it plans it afresh).
+        item.status = JobStatus.PAUSED
+        item.pause_reason = f"paused by the scheduler: {plan.error}"[:MAX_PAUSE_REASON]
+        item.timing_over_budget = True
+        logger.error("job.paused job=%s error=%s", row["pk"], plan.error)
+        return item
     if plan.error is not None:
         # The schedule runs off the calendar after this claim: it ends here, and says why.
         logger.warning("job.schedule_ended job=%s reason=%s", row["pk"], plan.error)
@@ -565,6 +576,8 @@ def _write(due: Sequence[_Due], *, now: datetime) -> None:
     ]
     _keep_inserted(due, claim_ledger.write_claim(now=now, executions=executions, jobs=jobs))
     for item in due:
+        if item.timing_over_budget and item.pause_reason:
+            failures.record_claim_pause(job_id=item.row["pk"], reason=item.pause_reason, now=now)
         for execution in item.executions:
             if execution["status"] == ExecutionStatus.FAILED:
                 # An occurrence the claim failed (its target or arguments refused) is a failed

@@ -16,10 +16,18 @@ properties on one line is not allowed, so write one property per line::
   or ``MINUTELY``; ``SECONDLY`` is refused: use an interval) and any number of ``RDATE`` and
   ``EXDATE`` lines, each a comma-separated list. ``RRULE:`` may be left off a line that starts
   with ``FREQ=``. A set with no RRULE is a list of RDATE instants.
-* **Times are wall times of the job's zone** (``--tz``, as for cron). ``DTSTART`` lines are
-  refused, and so are values in UTC (``...Z``) or with a ``TZID`` parameter: a second zone in
-  the text would disagree with the job's. ``UNTIL`` is a wall time too (or a date: the end of
-  that day).
+* **Times are wall times of the job's zone** (``--tz``, as for cron) unless they say otherwise.
+  ``RDATE``, ``EXDATE`` and ``UNTIL`` also take RFC 5545's other forms, as calendar tools
+  export them: UTC (``EXDATE:20270101T090000Z``), a zone parameter
+  (``EXDATE;TZID=America/New_York:20270101T090000``; a wall time the clocks skip or repeat
+  there is read as RFC 5545 says, with the offset before the change) and ``VALUE=DATE`` or
+  ``VALUE=DATE-TIME``. Such a time names one instant, and fires (or is excluded) at that
+  instant whatever the job's zone; ``normalise`` with the job's zone rewrites it as the wall
+  time of that zone, so the stored text and what the admin and ``jobs show`` display read in
+  the job's zone (an instant whose wall time the clocks repeat or skip there stays in UTC).
+  ``DTSTART`` lines are refused: a rule starts at the schedule's start (or the job's
+  creation); ``read_ics`` takes what it needs from a calendar file's ``DTSTART``. ``UNTIL`` of
+  a date is the end of that day.
 * A rule names its times with ``BYHOUR``/``BYMINUTE`` (``BYSECOND``); what it leaves out is
   0, so ``FREQ=DAILY`` fires at 00:00 and ``FREQ=HOURLY`` at the top of each hour.
 * ``WEEKLY``, ``MONTHLY`` and ``YEARLY`` rules must say which days (``BYDAY``,
@@ -27,7 +35,9 @@ properties on one line is not allowed, so write one property per line::
   them). In RFC 5545 the missing day would come from ``DTSTART``; here it would silently be
   the day the job was made.
 * ``EXDATE`` of a date (``EXDATE:20261225``) drops every occurrence on that day; of a
-  date-time it drops the occurrence at exactly that wall time. ``RDATE`` takes date-times.
+  date-time it drops the occurrence at exactly that wall time (of an instant, at exactly that
+  instant). ``RDATE`` of a date (``RDATE;VALUE=DATE:20270101``, an all-day date) fires at
+  00:00 of that day, as a rule that names no time does.
 * ``COUNT`` and ``UNTIL`` are honoured; ``INTERVAL`` is at most ``MAX_INTERVAL``.
 * A set that never fires (``BYMONTH=2;BYMONTHDAY=30``, an RDATE-only set wholly excluded) is
   refused when parsed; so is one with no occurrence within ``HORIZON_YEARS`` of its anchor.
@@ -43,11 +53,24 @@ count from the midnight of the anchor's day (``FREQ=MINUTELY;INTERVAL=20`` fires
 and :40, like cron's ``*/20``). Rules with ``INTERVAL=1`` and
 no ``COUNT`` do not depend on the anchor.
 
-Performance: ``next_after`` does not expand from the anchor on every call. It starts the rule
-at the beginning of the period that holds the instant asked about (on the ``INTERVAL`` grid
-counted from the anchor), which yields the same occurrences, because every day and time field
-the rule leaves open was made explicit when it was parsed. Only a ``COUNT`` rule expands from
-the anchor, and ``COUNT`` is bounded (``MAX_COUNT``).
+Cost
+----
+Every evaluation is bounded by a ``budgets.Budget`` the caller passes (the engine's
+``SCHEDULING_TIMING_BUDGET_MS``, 50 ms of CPU by default; ``budgets.OverBudget`` past it), and
+expansion never enumerates what it will discard:
+
+* ``next_after`` starts the rule at the period holding the instant asked about (on the
+  ``INTERVAL`` grid counted from the anchor), which yields the same occurrences because every
+  day and time field the rule leaves open was made explicit when it was parsed. Only a
+  ``COUNT`` rule expands from the anchor (``COUNT`` is at most ``MAX_COUNT``, and what it has
+  expanded is kept per anchor).
+* Daily and coarser rules without ``BYSETPOS`` are expanded as days, then times: dateutil lists
+  the days the rule matches, an excluded day (``EXDATE`` of a date) costs one step whatever
+  its times, and the day asked about starts at the first time after the instant.
+* Hourly and minutely rules (and ``BYSETPOS`` rules) start again after a run of excluded days
+  at the first period of the day after it, instead of generating the excluded days' times.
+* dateutil runs in windows of about a year of the rule's periods, so no call runs long without
+  returning control, and the budget is checked between windows and between occurrences.
 
 Daylight-saving time
 --------------------
@@ -68,14 +91,19 @@ from __future__ import annotations
 import functools
 import heapq
 import re
+import threading
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from itertools import islice, product
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dateutil import rrule as du
 
-__all__ = ["MAX_TEXT", "CalendarError", "CalendarRule", "normalise"]
+from scheduling.timing.budgets import Budget
+
+__all__ = ["MAX_TEXT", "CalendarError", "CalendarRule", "IcsEvent", "normalise", "read_ics"]
 
 #: Longest text accepted: a rule and a few years of holidays fit many times over.
 MAX_TEXT = 4000
@@ -85,6 +113,10 @@ MAX_INTERVAL = 1000
 MAX_COUNT = 10_000
 #: How far ahead a search for the next occurrence looks (cron's horizon too).
 HORIZON_YEARS = 50
+#: The least CPU time the proof that a set fires at all may take (``_check_fires``).
+FIRES_PROOF_SECONDS = 0.25
+#: Parsed sets kept per process (each checked once for whether it fires at all).
+MAX_PARSED = 256
 
 _FREQS = {
     "YEARLY": du.YEARLY,
@@ -108,10 +140,28 @@ _NUMBERS = {
     "BYSETPOS": ("bysetpos", 1, 366, True),
 }
 _DAY_PARTS = ("BYDAY", "BYMONTHDAY", "BYYEARDAY", "BYWEEKNO")
+_TIME_KEYWORDS = ("byhour", "byminute", "bysecond")
+_DAY_KEYWORDS = ("byweekday", "bymonthday", "byyearday", "byweekno")
 _BYDAY = re.compile(r"^([+-]?\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)$")
 _DATE = re.compile(r"^\d{8}$")
-_DATETIME = re.compile(r"^\d{8}T\d{6}$")
+_DATETIME = re.compile(r"^\d{8}T\d{6}Z?$", re.IGNORECASE)
 _SECOND = timedelta(seconds=1)
+#: Grid steps (of ``INTERVAL`` periods each) one window of dateutil's work covers: about a
+#: year of days for day-level rules, a month of hours, a week of minutes.
+_WINDOW_STEPS = {
+    du.YEARLY: 1,
+    du.MONTHLY: 12,
+    du.WEEKLY: 53,
+    du.DAILY: 366,
+    du.HOURLY: 24 * 31,
+    du.MINUTELY: 24 * 60 * 7,
+}
+_PERIOD = {
+    du.WEEKLY: timedelta(weeks=1),
+    du.DAILY: timedelta(days=1),
+    du.HOURLY: timedelta(hours=1),
+    du.MINUTELY: timedelta(minutes=1),
+}
 
 
 class CalendarError(ValueError):
@@ -128,27 +178,143 @@ class _Rule:
     fields: tuple[tuple[str, object], ...]
     count: int | None
     until: datetime | None  # a naive wall time, inclusive
+    until_instant: datetime | None = None  # UNTIL given in UTC (``...Z``), aware
+
+    @functools.cached_property
+    def by_days(self) -> bool:
+        """Expanded as days, then times (every rule without ``BYSETPOS``)."""
+        return "bysetpos" not in dict(self.fields)
+
+    @functools.cached_property
+    def by_years(self) -> bool:
+        """Days listed a year at a time, the INTERVAL grid applied here: every rule whose day
+        parts only filter (all but yearly ones and monthly ones with a numbered weekday), since
+        dateutil walks those a period at a time, which for a rule matching few days costs up
+        to milliseconds a day."""
+        if not self.by_days:
+            return False
+        if self.freq == du.MONTHLY:  # a numbered weekday (2TU) counts within its month
+            weekdays = dict(self.fields).get("byweekday") or ()
+            return all(day.n is None for day in weekdays)  # type: ignore[attr-defined, union-attr]
+        return self.freq != du.YEARLY
+
+    @functools.cached_property
+    def day_fields(self) -> dict[str, object]:
+        """The fields that pick days, with the time at midnight: dateutil lists the days."""
+        found = {k: v for k, v in self.fields if k not in _TIME_KEYWORDS}
+        if self.by_years and not any(k in found for k in _DAY_KEYWORDS):
+            found["byweekday"] = tuple(range(7))  # a yearly rule needs days, or takes one
+        return {**found, "byhour": (0,), "byminute": (0,), "bysecond": (0,)}
+
+    def day_times(self, offset: int, after: time | None) -> Iterator[time]:
+        """The times of the day ``offset`` days after the anchor's, after ``after``, in order.
+
+        Daily and coarser rules fire at every time of a day they match; hourly and minutely
+        ones at the times on their INTERVAL grid, counted from the anchor's midnight.
+        """
+        fields = dict(self.fields)
+        seconds: list[int] = sorted(set(fields["bysecond"]))  # type: ignore[call-overload]
+        if self.freq <= du.DAILY:
+            times = self.times
+            begin = 0 if after is None else bisect_right(times, after)
+            yield from times[begin:]
+            return
+        hours: list[int] = sorted(set(fields.get("byhour") or range(24)))  # type: ignore[call-overload]
+        minutes: list[int] = sorted(set(fields.get("byminute") or range(60)))  # type: ignore[call-overload]
+        step = self.interval
+        for hour in hours:
+            if after is not None and hour < after.hour:
+                continue
+            if self.freq == du.HOURLY and (offset * 24 + hour) % step:
+                continue
+            for minute in minutes:
+                if after is not None and (hour, minute) < (after.hour, after.minute):
+                    continue
+                if self.freq == du.MINUTELY and (offset * 1440 + hour * 60 + minute) % step:
+                    continue
+                for second in seconds:
+                    moment = time(hour, minute, second)
+                    if after is None or moment > after:
+                        yield moment
+
+    @functools.cached_property
+    def times(self) -> tuple[time, ...]:
+        """Each day's times, in order (the product of BYHOUR, BYMINUTE and BYSECOND)."""
+        fields = dict(self.fields)
+        return tuple(
+            time(h, m, s)
+            for h, m, s in product(
+                sorted(set(fields["byhour"])),  # type: ignore[call-overload]
+                sorted(set(fields["byminute"])),  # type: ignore[call-overload]
+                sorted(set(fields["bysecond"])),  # type: ignore[call-overload]
+            )
+        )
+
+
+class _Counted:
+    """What a ``COUNT`` rule has expanded from one anchor: its walls so far, where the next
+    window starts and how many are still to come (expanded on demand, a window at a time)."""
+
+    def __init__(self, start: datetime, count: int) -> None:
+        self.walls: list[datetime] = []
+        self.first = start
+        self.next_start: datetime | None = start
+        self.remaining = count
+        self.lock = threading.Lock()
+
+    def extend(self, rule: _Rule, budget: Budget) -> None:
+        """Expand one more window (never past the count); the caller holds ``lock``."""
+        budget.check()
+        start = self.next_start
+        if start is None or self.remaining <= 0:
+            self.next_start = None
+            return
+        following = _advance(start, rule)
+        end = datetime.max if following is None else following - _SECOND
+        walls = _window(rule, self.first, start, end, datetime.min, frozenset())
+        found = list(islice(walls, self.remaining))
+        self.walls.extend(found)
+        self.remaining -= len(found)
+        self.next_start = following if self.remaining > 0 else None
 
 
 @dataclass(frozen=True)
 class CalendarRule:
-    """A validated recurrence set; ``text`` is it normalised (one property per line)."""
+    """A validated recurrence set; ``text`` is it normalised (one property per line).
+
+    ``rdates``, ``exdates`` and ``exdays`` are wall times (dates) of the job's zone;
+    ``rinstants`` and ``exinstants`` are the times given in UTC or with ``TZID``, as UTC.
+    """
 
     text: str
     rule: _Rule | None
     rdates: tuple[datetime, ...]
     exdates: frozenset[datetime]
     exdays: frozenset[date]
-    _counted: dict[datetime, tuple[datetime, ...]] = field(
+    rinstants: tuple[datetime, ...] = ()
+    exinstants: frozenset[datetime] = frozenset()
+    _counted: dict[datetime, _Counted] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
 
     @classmethod
-    def parse(cls, text: str) -> CalendarRule:
-        """Parse RFC 5545 lines (see the module docstring), raising CalendarError."""
+    def parse(cls, text: str, *, budget: Budget | None = None) -> CalendarRule:
+        """Parse RFC 5545 lines (see the module docstring), raising CalendarError.
+
+        A set that never fires is refused here, which asks for an occurrence: ``budget``
+        bounds that (OverBudget past it). Sets are kept by text once checked.
+        """
         if len(text) > MAX_TEXT:
             raise CalendarError(f"is {len(text)} characters long; at most {MAX_TEXT}")
-        return _parse(normalise(text))
+        text = normalise(text)
+        found = _PARSED.get(text)
+        if found is None:
+            found = _parse(text)
+            _check_fires(found, budget or Budget())
+            if len(_PARSED) >= MAX_PARSED:
+                _PARSED.clear()
+            _PARSED[text] = found
+        return found
 
     @property
     def follows_wall_time(self) -> bool:
@@ -157,15 +323,20 @@ class CalendarRule:
 
     # --- occurrences
 
-    def next_after(self, after: datetime, zone: tzinfo, *, anchor: datetime) -> datetime | None:
+    def next_after(
+        self, after: datetime, zone: tzinfo, *, anchor: datetime, budget: Budget | None = None
+    ) -> datetime | None:
         """The first occurrence strictly after ``after`` (aware), in UTC; None when over.
 
         ``anchor`` (aware) fixes the first period of ``INTERVAL`` and ``COUNT``. Raises
         CalendarError when no occurrence falls within ``HORIZON_YEARS`` of ``after`` although
-        the set has not ended, or when the next one would fall beyond the year 9999.
+        the set has not ended, or when the next one would fall beyond the year 9999, and
+        ``budgets.OverBudget`` when finding it takes longer than ``budget`` (50 ms of the
+        thread's CPU when not given).
         """
         if after.tzinfo is None or after.utcoffset() is None:
             raise ValueError(f"after must be a timezone-aware datetime, got naive {after!r}")
+        budget = budget or Budget()
         after = after.astimezone(UTC)
         offsets = [_offset(after, step, zone) for step in (-_DAYS_2, timedelta(0), _DAYS_2)]
         low_offset, high_offset = min(offsets), max(offsets)
@@ -175,15 +346,18 @@ class CalendarRule:
             lowest = (after + low_offset).replace(tzinfo=None) - _SECOND
         except OverflowError:
             lowest = datetime.min
-        best: datetime | None = None
+        best = self._next_instant(after, zone)
         ended = True
-        for wall, last in self._walls(lowest, zone, anchor):
+        until = self.rule.until_instant if self.rule is not None else None
+        for wall, last in self._walls(lowest, zone, anchor, budget):
             if wall is None:  # the search reached its horizon without an end of the set
                 ended = last
                 break
             if best is not None and _naive_utc(wall, high_offset) > best:
                 break
             for instant in _instants(wall, zone, fixed=self.follows_wall_time):
+                if instant in self.exinstants or (until is not None and instant > until):
+                    continue
                 if instant > after and (best is None or instant < best):
                     best = instant
         if best is None and not ended:
@@ -196,8 +370,21 @@ class CalendarRule:
             )
         return best
 
+    def _next_instant(self, after: datetime, zone: tzinfo) -> datetime | None:
+        """The first RDATE given as an instant after ``after`` that no EXDATE drops."""
+        for instant in self.rinstants[bisect_right(self.rinstants, after) :]:
+            if instant in self.exinstants:
+                continue
+            try:
+                wall = _wall(instant, zone)
+            except OverflowError:
+                return instant
+            if wall not in self.exdates and wall.date() not in self.exdays:
+                return instant
+        return None
+
     def _walls(
-        self, lowest: datetime, zone: tzinfo, anchor: datetime
+        self, lowest: datetime, zone: tzinfo, anchor: datetime, budget: Budget
     ) -> Iterator[tuple[datetime | None, bool]]:
         """Wall times after ``lowest`` in order, without exclusions; (None, ended) at the end.
 
@@ -209,10 +396,11 @@ class CalendarRule:
         horizon = _years_after(lowest, HORIZON_YEARS)
         open_ended = False
         if self.rule is not None:
-            rule_walls, open_ended = self._rule_walls(lowest, horizon, zone, anchor)
+            rule_walls, open_ended = self._rule_walls(lowest, horizon, zone, anchor, budget)
             streams.append(rule_walls)
         previous = None
         for wall in heapq.merge(*streams):
+            budget.check()
             if wall == previous:
                 continue
             previous = wall
@@ -222,32 +410,235 @@ class CalendarRule:
         yield None, not open_ended
 
     def _rule_walls(
-        self, lowest: datetime, horizon: datetime, zone: tzinfo, anchor: datetime
+        self, lowest: datetime, horizon: datetime, zone: tzinfo, anchor: datetime, budget: Budget
     ) -> tuple[Iterator[datetime], bool]:
         rule = self.rule
         assert rule is not None
         first = _period_start(_wall(anchor, zone), rule)
         if rule.count is not None:
-            walls = self._counted.get(first)
-            if walls is None:
-                if len(self._counted) > 64:
-                    self._counted.clear()
-                walls = self._counted[first] = tuple(_expand(rule, first, until=rule.until))
-            return iter(walls[_bisect_after(walls, lowest) :]), False
-        start = max(first, _grid_start(lowest, first, rule))
-        until = horizon if rule.until is None else min(horizon, rule.until)
-        still_going = rule.until is None or rule.until > horizon
-        found = _expand(rule, start, until=until)
-        return (wall for wall in found if wall > lowest), still_going
+            return self._counted_walls(rule, first, lowest, budget), False
+        end = rule.until
+        if rule.until_instant is not None:
+            try:
+                end = _wall(rule.until_instant, zone)
+            except OverflowError:
+                end = rule.until_instant.replace(tzinfo=None)
+        until = horizon if end is None else min(horizon, end)
+        still_going = end is None or end > horizon
+        return _walk(rule, first, lowest, until, self.exdays, budget), still_going
+
+    def _counted_walls(
+        self, rule: _Rule, first: datetime, lowest: datetime, budget: Budget
+    ) -> Iterator[datetime]:
+        """The COUNT rule's walls after ``lowest``, expanded from ``first`` as far as asked."""
+        assert rule.count is not None
+        state = self._counted.get(first)
+        if state is None:
+            if len(self._counted) > 64:
+                self._counted.clear()
+            state = self._counted.setdefault(first, _Counted(first, rule.count))
+        index = None
+        while True:
+            with state.lock:
+                if index is None:
+                    while state.next_start is not None and (
+                        not state.walls or state.walls[-1] <= lowest
+                    ):
+                        state.extend(rule, budget)
+                    index = bisect_right(state.walls, lowest)
+                elif index >= len(state.walls) and state.next_start is not None:
+                    state.extend(rule, budget)
+                if index >= len(state.walls):
+                    if state.next_start is None:
+                        return
+                    continue
+                wall = state.walls[index]
+            index += 1
+            yield wall
 
 
 _DAYS_2 = timedelta(days=2)
+#: Parsed sets checked to fire, by normalised text (``CalendarRule.parse``).
+_PARSED: dict[str, CalendarRule] = {}
 
 
-def normalise(text: str) -> str:
-    """``text`` as stored: one property per line, blank lines and outer spaces dropped."""
+def _walk(
+    rule: _Rule,
+    first: datetime,
+    lowest: datetime,
+    until: datetime,
+    exdays: frozenset[date],
+    budget: Budget,
+) -> Iterator[datetime]:
+    """The rule's walls after ``lowest`` up to ``until``, none on an excluded day, in order.
+
+    Window by window from the grid period holding ``lowest``; a wall on an excluded day
+    (hourly and minutely rules, and ``BYSETPOS`` ones: day-level rules never produce one)
+    starts the rule again at the period holding the first day after the run of excluded days.
+    """
+    start: datetime | None = _window_start(rule, first, lowest)
+    while start is not None and start <= until:
+        budget.check()
+        following = _advance(start, rule)
+        end = until if following is None else min(until, following - _SECOND)
+        resume: date | None = None
+        for wall in _window(rule, first, start, end, lowest, exdays):
+            budget.check()
+            if wall <= lowest:
+                continue
+            if wall > until:
+                return
+            if wall.date() in exdays:
+                resume = wall.date() + timedelta(days=1)
+                while resume in exdays:
+                    resume += timedelta(days=1)
+                break
+            yield wall
+        if resume is None:
+            start = following
+            continue
+        midnight = datetime.combine(resume, time())
+        lowest = max(lowest, midnight - _SECOND)
+        start = max(first, _grid_start(midnight, first, rule))
+
+
+def _window_start(rule: _Rule, first: datetime, lowest: datetime) -> datetime:
+    """Where the expansion of the period (day) holding ``lowest`` starts."""
+    if rule.by_years:
+        return datetime.combine(max(first, lowest).date(), time())
+    return max(first, _grid_start(lowest, first, rule))
+
+
+def _window(
+    rule: _Rule,
+    first: datetime,
+    start: datetime,
+    end: datetime,
+    lowest: datetime,
+    exdays: frozenset[date],
+) -> Iterator[datetime]:
+    """The rule's walls from ``start`` (a window's start) to ``end``, in order.
+
+    A rule without ``BYSETPOS`` lists its days (skipping excluded ones and those before
+    ``lowest``'s) and then each day's times (on ``lowest``'s day, those after it); a
+    ``BYSETPOS`` rule, which picks among a period's times, is dateutil's expansion as it is.
+    """
+    if not rule.by_days:
+        yield from _expand(rule, start, until=end)
+        return
+    low_day = lowest.date()
+    if rule.by_years:
+        days = _expand(rule, start, until=end, fields=rule.day_fields, yearly=True)
+    else:
+        days = _expand(rule, start, until=end, fields=rule.day_fields)
+    for midnight in days:
+        day = midnight.date()
+        if day < low_day or day in exdays:
+            continue
+        offset = (day - first.date()).days
+        if rule.by_years and _grid_period(rule, first, day, offset) % rule.interval:
+            continue
+        after = lowest.time() if day == low_day else None
+        for moment in rule.day_times(offset, after):
+            yield datetime.combine(day, moment)
+
+
+def _grid_period(rule: _Rule, first: datetime, day: date, offset: int) -> int:
+    """The period of a day- or coarser-grid rule that holds ``day`` (0: the anchor's); hourly
+    and minutely rules count their grid in ``day_times``."""
+    if rule.freq == du.WEEKLY:
+        return offset // 7
+    if rule.freq == du.MONTHLY:
+        return (day.year - first.year) * 12 + day.month - first.month
+    if rule.freq == du.DAILY:
+        return offset
+    return 0
+
+
+def _advance(start: datetime, rule: _Rule) -> datetime | None:
+    """The start of the window after the one from ``start``; None beyond the calendar."""
+    if rule.by_years:
+        try:
+            return start + timedelta(days=_WINDOW_STEPS[du.DAILY])
+        except OverflowError:
+            return None
+    steps = rule.interval * _WINDOW_STEPS[rule.freq]
+    try:
+        if rule.freq == du.YEARLY:
+            return start.replace(year=start.year + steps)
+        if rule.freq == du.MONTHLY:
+            year, month = divmod(start.month - 1 + steps, 12)
+            return start.replace(year=start.year + year, month=month + 1)
+        return start + _PERIOD[rule.freq] * steps
+    except (OverflowError, ValueError):
+        return None
+
+
+def normalise(text: str, zone: str | tzinfo | None = None) -> str:
+    """``text`` as stored: one property per line, blank lines and outer spaces dropped.
+
+    Given the job's ``zone``, every RDATE, EXDATE and UNTIL given in UTC or with ``TZID`` is
+    rewritten as the wall time of ``zone`` it names, so the text reads in the job's zone; an
+    instant whose wall time ``zone`` skips or repeats stays in UTC (a wall time would name
+    another instant, or two). A line that does not parse is left as it is for the parse to
+    refuse, and so is everything when ``zone`` is not a known zone.
+    """
     lines = (line.strip() for line in text.replace("\r", "\n").split("\n"))
-    return "\n".join(line for line in lines if line)
+    text = "\n".join(line for line in lines if line)
+    if zone is None or len(text) > MAX_TEXT:
+        return text
+    if isinstance(zone, str):
+        try:
+            zone = ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            return text
+    return "\n".join(_localised(line, zone) for line in text.split("\n"))
+
+
+def _localised(line: str, zone: tzinfo) -> str:
+    """One line of a set with its instants as wall times of ``zone`` (see ``normalise``)."""
+    try:
+        name, params, value = _property(line)
+        if name == "RRULE":
+            parts = value.split(";")
+            for index, part in enumerate(parts):
+                key, _, raw = part.partition("=")
+                if key.strip().upper() == "UNTIL" and raw.strip().upper().endswith("Z"):
+                    instant = _datetime(raw.strip(), "UNTIL").replace(tzinfo=UTC)
+                    parts[index] = f"UNTIL={_in_zone(instant, zone)}"
+            return (
+                ";".join(parts) if line.upper().startswith("FREQ=") else "RRULE:" + ";".join(parts)
+            )
+        if name not in ("RDATE", "EXDATE") or not (
+            params or value.upper().endswith("Z") or "Z," in value.upper()
+        ):
+            return line
+        items = []
+        for item in _dates(name, params, value):
+            if isinstance(item, datetime) and item.tzinfo is not None:
+                items.append(_in_zone(item, zone))
+            elif isinstance(item, datetime):
+                items.append(f"{item:%Y%m%dT%H%M%S}")
+            elif name == "RDATE":
+                items.append(f"{item:%Y%m%d}T000000")
+            else:
+                items.append(f"{item:%Y%m%d}")
+        return f"{name}:{','.join(items)}"
+    except CalendarError:
+        return line
+
+
+def _in_zone(instant: datetime, zone: tzinfo) -> str:
+    """``instant`` as a wall time of ``zone`` when that wall time names it alone, else UTC."""
+    try:
+        wall = _wall(instant, zone)
+        early = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+        late = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    except OverflowError:
+        return f"{instant:%Y%m%dT%H%M%S}Z"
+    if early == late == instant:
+        return f"{wall:%Y%m%dT%H%M%S}"
+    return f"{instant:%Y%m%dT%H%M%S}Z"
 
 
 def _offset(moment: datetime, step: timedelta, zone: tzinfo) -> timedelta:
@@ -354,16 +745,24 @@ def _grid_start(lowest: datetime, first: datetime, rule: _Rule) -> datetime:
     return first + size * periods
 
 
-def _expand(rule: _Rule, start: datetime, *, until: datetime | None) -> Iterator[datetime]:
+def _expand(
+    rule: _Rule,
+    start: datetime,
+    *,
+    until: datetime | None,
+    fields: dict[str, object] | None = None,
+    yearly: bool = False,
+) -> Iterator[datetime]:
+    """dateutil's expansion of ``rule`` (with ``fields`` instead of its own; every year's
+    days when ``yearly``) from ``start``; without ``COUNT``: the callers count."""
     try:
         expanded = du.rrule(
-            rule.freq,
+            du.YEARLY if yearly else rule.freq,
             dtstart=start,
-            interval=rule.interval,
+            interval=1 if yearly else rule.interval,
             wkst=rule.wkst,
-            count=rule.count,
             until=until,
-            **dict(rule.fields),  # type: ignore[arg-type]
+            **(dict(rule.fields) if fields is None else fields),  # type: ignore[arg-type]
         )
         yield from expanded
     except (OverflowError, ValueError):
@@ -373,7 +772,7 @@ def _expand(rule: _Rule, start: datetime, *, until: datetime | None) -> Iterator
 # --- parsing
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=MAX_PARSED)
 def _parse(text: str) -> CalendarRule:
     if not text:
         raise CalendarError("is empty; give an RRULE line such as FREQ=DAILY;BYHOUR=9")
@@ -382,71 +781,122 @@ def _parse(text: str) -> CalendarRule:
         raise CalendarError(f"has {len(lines)} lines; at most {MAX_LINES}")
     rule: _Rule | None = None
     rdates: list[datetime] = []
+    rinstants: list[datetime] = []
     exdates: set[datetime] = set()
+    exinstants: set[datetime] = set()
     exdays: set[date] = set()
     for line in lines:
-        if line.upper().startswith("FREQ="):
-            line = "RRULE:" + line
-        head, colon, value = line.partition(":")
-        if not colon:
-            raise CalendarError(f"{line[:40]!r} is not NAME:VALUE (such as RRULE:FREQ=DAILY)")
-        name, *params = head.split(";")
-        name = name.strip().upper()
-        value = value.strip()
+        name, params, value = _property(line)
         if name == "DTSTART":
             raise CalendarError(
                 "DTSTART is not accepted: times are read in the job's zone, and a rule "
                 "starts at the schedule's start (or the job's creation)"
             )
-        if name in ("RRULE", "RDATE", "EXDATE"):
-            _check_params(name, params)
         if name == "RRULE":
+            if params:
+                raise CalendarError(f"RRULE parameter {params[0]!r} is not supported")
             if rule is not None:
                 raise CalendarError("give one RRULE line (add further dates with RDATE)")
             rule = _parse_rule(value)
-        elif name == "RDATE":
-            for item in _items(value, name):
-                if _DATE.match(item):
-                    raise CalendarError(
-                        f"RDATE {item!r} is a date; give a date and time such as {item}T090000"
-                    )
-                rdates.append(_datetime(item, name))
-        elif name == "EXDATE":
-            for item in _items(value, name):
-                if _DATE.match(item):
-                    exdays.add(_date(item, name))
+        elif name in ("RDATE", "EXDATE"):
+            for item in _dates(name, params, value):
+                aware = isinstance(item, datetime) and item.tzinfo is not None
+                if aware and name == "RDATE":
+                    rinstants.append(item)  # type: ignore[arg-type]
+                elif aware:
+                    exinstants.add(item)  # type: ignore[arg-type]
+                elif isinstance(item, datetime):
+                    (rdates.append if name == "RDATE" else exdates.add)(item)
+                elif name == "RDATE":  # an all-day date fires at its midnight
+                    rdates.append(datetime.combine(item, time()))
                 else:
-                    exdates.add(_datetime(item, name))
+                    exdays.add(item)
         elif name == "EXRULE":
             raise CalendarError("EXRULE is not accepted (RFC 5545 deprecates it); use EXDATE")
         else:
             raise CalendarError(f"unknown property {name!r} (expected RRULE, RDATE or EXDATE)")
-    if rule is None and not rdates:
+    if rule is None and not rdates and not rinstants:
         raise CalendarError("has no RRULE or RDATE line, so it never fires")
-    if len(rdates) + len(exdates) + len(exdays) > MAX_DATES:
+    listed = len(rdates) + len(rinstants) + len(exdates) + len(exinstants) + len(exdays)
+    if listed > MAX_DATES:
         raise CalendarError(f"lists more than {MAX_DATES} dates")
-    found = CalendarRule(
+    return CalendarRule(
         text=text,
         rule=rule,
         rdates=tuple(sorted(set(rdates))),
         exdates=frozenset(exdates),
         exdays=frozenset(exdays),
+        rinstants=tuple(sorted(set(rinstants))),
+        exinstants=frozenset(exinstants),
     )
-    _check_fires(found)
+
+
+def _property(line: str) -> tuple[str, list[str], str]:
+    """``NAME;PARAM=...:VALUE`` as its upper-case name, its parameters and its value."""
+    if line.upper().startswith("FREQ="):
+        line = "RRULE:" + line
+    head, colon, value = _split_value(line)
+    if not colon:
+        raise CalendarError(f"{line[:40]!r} is not NAME:VALUE (such as RRULE:FREQ=DAILY)")
+    name, *params = head.split(";")
+    return name.strip().upper(), [p.strip() for p in params if p.strip()], value.strip()
+
+
+def _split_value(line: str) -> tuple[str, str, str]:
+    """Split at the first colon outside a quoted parameter value (``TZID="A:B"``)."""
+    quoted = False
+    for index, char in enumerate(line):
+        if char == '"':
+            quoted = not quoted
+        elif char == ":" and not quoted:
+            return line[:index], ":", line[index + 1 :]
+    return line, "", ""
+
+
+def _dates(name: str, params: list[str], value: str) -> list[date | datetime]:
+    """The items of an RDATE or EXDATE line: dates, wall times, or instants (aware, UTC)."""
+    zone: tzinfo | None = None
+    kind = None
+    for param in params:
+        key, _, raw = param.partition("=")
+        key, raw = key.strip().upper(), raw.strip().strip('"')
+        if key == "TZID":
+            zone = _zone(raw, name)
+        elif key == "VALUE" and raw.upper() in ("DATE", "DATE-TIME"):
+            kind = raw.upper()
+        elif key == "VALUE":
+            raise CalendarError(f"{name} VALUE={raw} is not supported (give DATE or DATE-TIME)")
+        else:
+            raise CalendarError(f"{name} parameter {param!r} is not supported")
+    found: list[date | datetime] = []
+    for item in _items(value, name):
+        if _DATE.match(item):
+            if kind == "DATE-TIME":
+                raise CalendarError(f"{name} {item!r} is a date, but the line says DATE-TIME")
+            found.append(_date(item, name))
+            continue
+        if kind == "DATE":
+            raise CalendarError(f"{name} {item!r} is not a date such as 20270101 (VALUE=DATE)")
+        wall = _datetime(item, name)
+        if item.upper().endswith("Z"):
+            if zone is not None:
+                raise CalendarError(f"{name} {item!r} is in UTC and has a TZID; give one of them")
+            found.append(wall.replace(tzinfo=UTC))
+        elif zone is not None:
+            try:
+                found.append(wall.replace(tzinfo=zone, fold=0).astimezone(UTC))
+            except OverflowError:
+                raise CalendarError(f"{name} {item!r} falls outside the calendar") from None
+        else:
+            found.append(wall)
     return found
 
 
-def _check_params(name: str, params: list[str]) -> None:
-    for param in params:
-        key, _, value = param.partition("=")
-        key = key.strip().upper()
-        if key == "TZID":
-            raise CalendarError(
-                f"{name} has TZID; times are read in the job's zone, so leave TZID out"
-            )
-        if key == "VALUE" and value.strip().upper() in ("DATE", "DATE-TIME"):
-            continue
-        raise CalendarError(f"{name} parameter {param!r} is not supported")
+def _zone(raw: str, name: str) -> tzinfo:
+    try:
+        return ZoneInfo(raw)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise CalendarError(f"{name} TZID={raw!r} is not a known IANA time zone") from None
 
 
 def _items(value: str, name: str) -> list[str]:
@@ -457,14 +907,11 @@ def _items(value: str, name: str) -> list[str]:
 
 
 def _datetime(item: str, name: str) -> datetime:
-    if item.upper().endswith("Z"):
-        raise CalendarError(
-            f"{name} {item!r} is in UTC; write the wall time in the job's zone (without Z)"
-        )
+    """A date-time item's wall time (naive; a ``Z`` at the end is the caller's to read)."""
     if not _DATETIME.match(item):
         raise CalendarError(f"{name} {item!r} is not a date-time such as 20270101T090000")
     try:
-        return datetime.strptime(item, "%Y%m%dT%H%M%S")
+        return datetime.strptime(item[:15], "%Y%m%dT%H%M%S")
     except ValueError:
         raise CalendarError(f"{name} {item!r} is not a real date and time") from None
 
@@ -502,12 +949,14 @@ def _parse_rule(value: str) -> _Rule:
     count = parts.pop("COUNT", None)
     count_value = None if count is None else _number(count, "COUNT", 1, MAX_COUNT)
     until_text = parts.pop("UNTIL", None)
-    until = None
+    until = until_instant = None
     if until_text is not None:
         if count_value is not None:
             raise CalendarError("RRULE gives both COUNT and UNTIL; RFC 5545 allows one")
         if _DATE.match(until_text):
             until = datetime.combine(_date(until_text, "UNTIL"), time(23, 59, 59))
+        elif until_text.endswith("Z"):
+            until_instant = _datetime(until_text, "UNTIL").replace(tzinfo=UTC)
         else:
             until = _datetime(until_text, "UNTIL")
     wkst = _DAYS.get(parts.pop("WKST", "MO"), -1)
@@ -543,6 +992,7 @@ def _parse_rule(value: str) -> _Rule:
         fields=tuple(sorted(fields.items())),
         count=count_value,
         until=until,
+        until_instant=until_instant,
     )
     try:
         du.rrule(freq, dtstart=datetime(2000, 1, 1), interval=interval, **fields)  # type: ignore[arg-type]
@@ -584,25 +1034,141 @@ def _weekday(raw: str, freq: int) -> du.weekday:
     return day(n)
 
 
-def _check_fires(calendar: CalendarRule) -> None:
+def _check_fires(calendar: CalendarRule, budget: Budget) -> None:
     """Refuse a set with no occurrence at all.
 
     An RDATE not excluded fires. A rule is tried in the calendar's last fifty years, which hold
     every day pattern a rule can ask for (the rarest, a weekday on February 29, recurs within
-    forty years): dateutil walks a rule that matches nothing until the year 9999, checking
-    ``UNTIL`` only against dates it found, so a search started there ends within those years.
-    A rule with COUNT or UNTIL may have ended by then; saving it asks whether it has an
-    occurrence still to come (``schedules.check_savable``).
+    forty years), within ``budget`` (OverBudget past it). A rule with COUNT or UNTIL may have
+    ended by then; saving it asks whether it has an occurrence still to come
+    (``schedules.check_savable``).
     """
     if any(d not in calendar.exdates and d.date() not in calendar.exdays for d in calendar.rdates):
         return
+    if any(d not in calendar.exinstants for d in calendar.rinstants):
+        return
     if calendar.rule is not None:
-        if calendar.rule.count or calendar.rule.until:
+        if calendar.rule.count or calendar.rule.until or calendar.rule.until_instant:
             return
         probe = datetime(datetime.max.year - HORIZON_YEARS, 1, 1, tzinfo=UTC)
+        # The proof walks the whole horizon for a rule that never fires (a year of days takes
+        # dateutil about a millisecond): it may take up to FIRES_PROOF_SECONDS, once per text.
+        if budget.seconds < FIRES_PROOF_SECONDS:
+            budget = Budget(FIRES_PROOF_SECONDS)
         try:
-            if calendar.next_after(probe, UTC, anchor=probe) is not None:
+            if calendar.next_after(probe, UTC, anchor=probe, budget=budget) is not None:
                 return
         except CalendarError:
             pass
     raise CalendarError("never fires: no date matches the rule (minus its EXDATEs)")
+
+
+# --- calendar files
+
+
+@dataclass(frozen=True)
+class IcsEvent:
+    """The recurrence of a calendar file's one event, as this module reads it.
+
+    ``text`` holds its RRULE, RDATE and EXDATE lines, the RRULE completed from ``DTSTART``
+    (the time of day, and the day for a rule that names none, as RFC 5545 takes them from
+    there); ``zone`` is the zone of ``DTSTART`` (``TZID``, or ``UTC`` for a ``Z`` time; None
+    when it is a floating time or a date) and ``start`` its instant when that zone is known.
+    """
+
+    text: str
+    zone: str | None
+    start: datetime | None
+
+
+def read_ics(content: str) -> IcsEvent:
+    """The one VEVENT of an iCalendar file (RFC 5545: folded lines, other properties and
+    components ignored); CalendarError when it holds none or several, or no RRULE or RDATE."""
+    unfolded = re.sub(r"\r?\n[ \t]", "", content.replace("\r\n", "\n").replace("\r", "\n"))
+    events: list[list[str]] = []
+    depth: list[str] = []
+    for raw in unfolded.split("\n"):
+        line = raw.strip()
+        upper = line.upper()
+        if upper.startswith("BEGIN:"):
+            depth.append(upper[6:].strip())
+            if depth[-1] == "VEVENT":
+                events.append([])
+        elif upper.startswith("END:"):
+            if depth:
+                depth.pop()
+        elif depth and depth[-1] == "VEVENT" and events:
+            events[-1].append(line)
+    if len(events) != 1:
+        found = "no VEVENT" if not events else f"{len(events)} VEVENTs"
+        raise CalendarError(f"holds {found}; give a file with exactly one event")
+    kept: list[str] = []
+    rule_index = None
+    start_wall: datetime | None = None
+    zone: str | None = None
+    for line in events[0]:
+        try:
+            name, params, value = _property(line)
+        except CalendarError:
+            continue
+        if name == "DTSTART":
+            start_wall, zone = _ics_start(params, value)
+        elif name in ("RRULE", "RDATE", "EXDATE"):
+            if name == "RRULE":
+                rule_index = len(kept)
+            kept.append(line)
+    if not kept:
+        raise CalendarError("its VEVENT has no RRULE or RDATE line")
+    if rule_index is not None and start_wall is not None:
+        kept[rule_index] = "RRULE:" + _completed(_property(kept[rule_index])[2], start_wall)
+    start = None
+    if start_wall is not None and zone is not None:
+        try:
+            start = start_wall.replace(tzinfo=ZoneInfo(zone)).astimezone(UTC)
+        except (ZoneInfoNotFoundError, ValueError, OverflowError):
+            raise CalendarError(f"DTSTART TZID={zone!r} is not a known IANA time zone") from None
+    return IcsEvent(text="\n".join(kept), zone=zone, start=start)
+
+
+def _ics_start(params: list[str], value: str) -> tuple[datetime, str | None]:
+    """``DTSTART``'s wall time and zone name (None: floating, or a date)."""
+    zone = None
+    for param in params:
+        key, _, raw = param.partition("=")
+        if key.strip().upper() == "TZID":
+            zone = raw.strip().strip('"')
+            _zone(zone, "DTSTART")
+    if _DATE.match(value):
+        return datetime.combine(_date(value, "DTSTART"), time()), None
+    wall = _datetime(value, "DTSTART")
+    if value.upper().endswith("Z"):
+        zone = "UTC"
+    return wall, zone
+
+
+def _completed(rule: str, start: datetime) -> str:
+    """``rule`` with the fields RFC 5545 takes from ``DTSTART`` written out: the time of day
+    (what the rule's frequency does not step through), and the day of a weekly, monthly or
+    yearly rule that names none."""
+    parts = [part for part in rule.split(";") if part.strip()]
+    keys = {part.partition("=")[0].strip().upper() for part in parts}
+    freq = next(
+        (p.partition("=")[2].strip().upper() for p in parts if p.upper().startswith("FREQ=")), ""
+    )
+    added = []
+    if freq in ("YEARLY", "MONTHLY", "WEEKLY", "DAILY") and "BYHOUR" not in keys:
+        added.append(f"BYHOUR={start.hour}")
+    if freq in ("YEARLY", "MONTHLY", "WEEKLY", "DAILY", "HOURLY") and "BYMINUTE" not in keys:
+        added.append(f"BYMINUTE={start.minute}")
+    if freq in _FREQS and "BYSECOND" not in keys:
+        added.append(f"BYSECOND={start.second}")
+    if not keys & set(_DAY_PARTS):
+        if freq == "WEEKLY":
+            added.append("BYDAY=" + ("MO", "TU", "WE", "TH", "FR", "SA", "SU")[start.weekday()])
+        elif freq == "MONTHLY":
+            added.append(f"BYMONTHDAY={start.day}")
+        elif freq == "YEARLY":
+            if "BYMONTH" not in keys:
+                added.append(f"BYMONTH={start.month}")
+            added.append(f"BYMONTHDAY={start.day}")
+    return ";".join(parts + added)

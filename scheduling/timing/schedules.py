@@ -32,6 +32,7 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from scheduling.conf import RETRY_DELAY_LIMIT
+from scheduling.timing.budgets import DEFAULT_SECONDS, Budget, OverBudget
 from scheduling.timing.calendars import CalendarError, CalendarRule
 from scheduling.timing.cron import CronError, CronExpression
 
@@ -54,6 +55,20 @@ class ScheduleError(ValueError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class OverTimingBudget(ScheduleError):
+    """Working out the timing took longer than its budget (``budgets.Budget``): refused when
+    saved, and a job whose timing does this at run time is paused (``claims``)."""
+
+    def __init__(self, field: str, seconds: float) -> None:
+        super().__init__(
+            field,
+            f"its next occurrence cannot be found within the timing budget of "
+            f"{seconds * 1000:g} ms of CPU (SCHEDULING_TIMING_BUDGET_MS); simplify the rule "
+            "(fewer BYxxx values, fewer dates)",
+        )
+        self.seconds = seconds
 
 
 ONE_KIND = "give exactly one of an interval, a cron expression, a calendar (rrule) or one instant"
@@ -152,11 +167,16 @@ def parse_cron(text: str, *, field: str = "cron") -> CronExpression:
         raise ScheduleError(field, str(exc)) from None
 
 
-def parse_rrule(text: str, *, field: str = "rrule") -> CalendarRule:
+def parse_rrule(
+    text: str, *, field: str = "rrule", budget: float = DEFAULT_SECONDS
+) -> CalendarRule:
+    """The calendar ``text``; ``budget`` (seconds of CPU) bounds the check that it fires."""
     try:
-        return CalendarRule.parse(text)
+        return CalendarRule.parse(text, budget=Budget(budget))
     except CalendarError as exc:
         raise ScheduleError(field, str(exc)) from None
+    except OverBudget:
+        raise OverTimingBudget(field, budget) from None
 
 
 def require_aware(value: datetime, *, field: str) -> datetime:
@@ -185,7 +205,8 @@ class FiringRule:
 
     Exactly one of ``interval``, ``cron``, ``calendar`` and ``at`` is set. ``anchor`` is where
     interval counting starts when the schedule has no start of its own (the job's creation
-    time); a calendar counts its ``INTERVAL`` and ``COUNT`` from there too.
+    time); a calendar counts its ``INTERVAL`` and ``COUNT`` from there too. ``budget`` is the
+    CPU time (seconds) one ``next_after`` may take unless its caller gives a ``Budget``.
     """
 
     interval: timedelta | None = None
@@ -195,6 +216,7 @@ class FiringRule:
     start: datetime | None = None
     end: datetime | None = None
     calendar: CalendarRule | None = None
+    budget: float = DEFAULT_SECONDS
 
     def __post_init__(self) -> None:
         kinds = sum(x is not None for x in (self.interval, self.cron, self.calendar, self.at))
@@ -214,15 +236,20 @@ class FiringRule:
         if self.at and self.end and self.at > self.end:
             raise ScheduleError("at", "is after the schedule's end")
 
-    def occurrence_at_or_after(self, when: datetime, *, anchor: datetime) -> datetime | None:
+    def occurrence_at_or_after(
+        self, when: datetime, *, anchor: datetime, budget: Budget | None = None
+    ) -> datetime | None:
         """The first occurrence at or after ``when``, or None when the schedule is over."""
-        return self.next_after(when - _EPSILON, anchor=anchor)
+        return self.next_after(when - _EPSILON, anchor=anchor, budget=budget)
 
-    def next_after(self, after: datetime, *, anchor: datetime) -> datetime | None:
+    def next_after(
+        self, after: datetime, *, anchor: datetime, budget: Budget | None = None
+    ) -> datetime | None:
         """The first occurrence strictly after ``after``, or None when the schedule is over.
 
         Raises ScheduleError (field ``interval`` or ``cron``) when that occurrence would fall
-        beyond the calendar.
+        beyond the calendar, and OverTimingBudget (field ``rrule``) when a calendar needs more
+        than ``budget`` (a fresh one of ``self.budget`` seconds when not given) to find it.
         """
         if self.start is not None and after < self.start:
             after = self.start - _EPSILON
@@ -248,10 +275,13 @@ class FiringRule:
                 raise ScheduleError("cron", str(exc)) from None
         elif self.calendar is not None:
             base = self.start if self.start is not None else anchor
+            spend = budget or Budget(self.budget)
             try:
-                candidate = self.calendar.next_after(after, self.zone, anchor=base)
+                candidate = self.calendar.next_after(after, self.zone, anchor=base, budget=spend)
             except CalendarError as exc:
                 raise ScheduleError("rrule", str(exc)) from None
+            except OverBudget:
+                raise OverTimingBudget("rrule", spend.seconds) from None
         else:
             assert self.at is not None
             candidate = self.at if self.at > after else None
@@ -276,8 +306,13 @@ def timing_from(
     end: datetime | None,
     *,
     rrule: str = "",
+    budget: float = DEFAULT_SECONDS,
 ) -> FiringRule:
-    """Build a FiringRule from a schedule's stored values; errors name the schedule's fields."""
+    """Build a FiringRule from a schedule's stored values; errors name the schedule's fields.
+
+    ``budget`` is the CPU time (seconds) parsing the calendar and each ``next_after`` may take
+    (the engine passes ``SCHEDULING_TIMING_BUDGET_MS``).
+    """
     if sum(bool(x) for x in (interval, cron, rrule, at)) != 1:
         raise ScheduleError("interval", ONE_KIND)
     for name, value in (("run_at", at), ("starts_at", start), ("ends_at", end)):
@@ -289,8 +324,9 @@ def timing_from(
         return FiringRule(
             interval=parse_duration(interval) if interval else None,
             cron=parse_cron(cron) if cron else None,
-            calendar=parse_rrule(rrule) if rrule else None,
+            calendar=parse_rrule(rrule, budget=budget) if rrule else None,
             zone=parse_zone(zone or "UTC"),
+            budget=budget,
             at=at,
             start=start,
             end=end,
@@ -311,6 +347,7 @@ def check_savable(
     now: datetime,
     jitter: timedelta = timedelta(0),
     rrule: str = "",
+    budget: float = DEFAULT_SECONDS,
 ) -> FiringRule:
     """``timing_from`` plus the rules for saving a schedule; errors name the stored field.
 
@@ -318,17 +355,24 @@ def check_savable(
     a rule added here never turns an existing job into a failing one. ``jitter`` is the
     largest jitter of the jobs that use the schedule: their first two due times (occurrence
     plus jitter) must stay within the calendar too, or saving the job would overflow.
+
+    ``budget`` (seconds of CPU) bounds the whole check: a calendar whose first two occurrences
+    cannot be found within it is refused (OverTimingBudget, one line naming ``rrule``), since
+    every claim of the job would have to find them again.
     """
-    timing = timing_from(interval, cron, zone, at, start, end, rrule=rrule)
+    timing = timing_from(interval, cron, zone, at, start, end, rrule=rrule, budget=budget)
     wrong_zone = zone_error(interval, cron, zone, rrule=rrule)
     if wrong_zone is not None:
         raise ScheduleError("timezone", wrong_zone)
     # The first occurrence from now and the one after it: a schedule whose next occurrence
     # cannot be computed would otherwise fail on every claim.
-    first = timing.at if timing.at is not None else timing.occurrence_at_or_after(now, anchor=now)
+    spend = Budget(budget)
+    first = timing.at
+    if first is None:
+        first = timing.occurrence_at_or_after(now, anchor=now, budget=spend)
     second = None
     if first is not None and timing.at is None:
-        second = timing.next_after(first, anchor=now)
+        second = timing.next_after(first, anchor=now, budget=spend)
     if first is None and timing.calendar is not None:
         raise ScheduleError(
             "rrule", "has no occurrence from now on (its COUNT, UNTIL or the end has passed)"

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling.timing.calendar_words import describe_calendar
-from scheduling.timing.calendars import MAX_TEXT, CalendarError, CalendarRule
+from scheduling.timing.calendars import MAX_TEXT, CalendarError, CalendarRule, normalise, read_ics
 from scheduling.timing.cron import CronExpression
 from scheduling.timing.schedules import (
     FiringRule,
@@ -262,8 +262,6 @@ def test_the_calendar_and_cron_agree_through_the_clock_changes_of_a_year(
         ("FREQ=MONTHLY;BYMONTH=2;BYMONTHDAY=30", "never fires"),
         ("FREQ=MONTHLY;BYHOUR=9", "FREQ=MONTHLY needs the days"),
         ("DTSTART:20260101T090000\nRRULE:FREQ=DAILY", "DTSTART is not accepted"),
-        ("FREQ=DAILY;UNTIL=20270101T000000Z", "is in UTC"),
-        ("RDATE;TZID=Europe/Paris:20270101T090000", "TZID"),
         ("FREQ=SECONDLY", "FREQ=SECONDLY is not accepted"),
         ("FREQ=FORTNIGHTLY", "is not one of"),
         ("FREQ=DAILY;BYHOUR=24", "BYHOUR value '24'"),
@@ -272,12 +270,15 @@ def test_the_calendar_and_cron_agree_through_the_clock_changes_of_a_year(
         ("FREQ=DAILY;INTERVAL=0", "INTERVAL=0"),
         ("FREQ=DAILY;COUNT=2;UNTIL=20270101", "both COUNT and UNTIL"),
         ("FREQ=DAILY\nFREQ=WEEKLY;BYDAY=MO", "one RRULE"),
-        ("RDATE:20270101", "is a date"),
         ("RDATE:20270230T090000", "not a real date"),
         ("RDATE:20270101T090000\nEXDATE:20270101", "never fires"),
         ("EXRULE:FREQ=DAILY", "EXRULE"),
         ("VEVENT:x", "unknown property"),
         ("FREQ=DAILY;BYEASTER=0", "BYEASTER is not supported"),
+        ("RDATE;TZID=Mars/Olympus:20270101T090000", "TZID='Mars/Olympus' is not a known"),
+        ("RDATE;TZID=UTC:20270101T090000Z", "in UTC and has a TZID"),
+        ("RDATE;VALUE=PERIOD:20270101T090000/PT1H", "VALUE=PERIOD is not supported"),
+        ("EXDATE;VALUE=DATE:20270101T090000\nFREQ=DAILY", "is not a date such as"),
         ("FREQ=DAILY;COUNT=99999999", "COUNT=99999999"),
         ("x" * (MAX_TEXT + 1), f"at most {MAX_TEXT}"),
     ],
@@ -424,9 +425,7 @@ def oracle(text: str, after: datetime, zone: ZoneInfo, count: int) -> list[datet
     for wall in rule.xafter(start):
         if wall.date() in excluded:
             continue
-        readings = sorted(
-            {wall.replace(tzinfo=zone, fold=f).astimezone(UTC) for f in (0, 1)}
-        )
+        readings = sorted({wall.replace(tzinfo=zone, fold=f).astimezone(UTC) for f in (0, 1)})
         real = [r for r in readings if r.astimezone(zone).replace(tzinfo=None) == wall]
         if fixed:
             if real:
@@ -482,3 +481,134 @@ def test_around_every_clock_change_the_daily_half_past_two_is_cron_s(
         current = expression.next_after(current, zone)
         by_cron.append(current)
     assert calendar == by_cron
+
+
+# --- RFC 5545's other forms of RDATE, EXDATE and UNTIL (as calendar tools export them)
+
+
+def test_an_exdate_in_utc_drops_the_occurrence_at_that_instant_in_any_zone() -> None:
+    # 09:00 in Berlin on 2027-01-05 is 08:00 UTC.
+    found = fires("FREQ=DAILY;BYHOUR=9\nEXDATE:20270105T080000Z", utc(2027, 1, 4), 3)
+    assert walls(found) == [
+        "2027-01-04 09:00 +0100", "2027-01-06 09:00 +0100", "2027-01-07 09:00 +0100",
+    ]  # fmt: skip
+    in_utc = fires("FREQ=DAILY;BYHOUR=9\nEXDATE:20270101T090000Z", utc(2026, 12, 31), 2, zone=UTC)
+    assert in_utc == [utc(2026, 12, 31, 9), utc(2027, 1, 2, 9)]
+
+
+def test_an_rdate_with_a_tzid_fires_at_that_zones_wall_time() -> None:
+    found = fires("RDATE;TZID=America/New_York:20270105T090000", utc(2027, 1, 1), 2)
+    assert found == [local(NEW_YORK, 2027, 1, 5, 9)]
+    assert walls(found) == ["2027-01-05 15:00 +0100"]
+
+
+def test_an_rdate_in_utc_and_an_exdate_with_a_tzid_of_the_same_instant_cancel_out() -> None:
+    text = (
+        "FREQ=DAILY;BYHOUR=12\nRDATE:20270105T170000Z\nEXDATE;TZID=America/New_York:20270105T120000"
+    )
+    found = fires(text, utc(2027, 1, 5, 12), 2)
+    assert walls(found) == ["2027-01-06 12:00 +0100", "2027-01-07 12:00 +0100"]
+
+
+def test_an_all_day_rdate_fires_at_midnight_and_an_all_day_exdate_drops_the_day() -> None:
+    text = "FREQ=DAILY;BYHOUR=9\nRDATE;VALUE=DATE:20270110\nEXDATE;VALUE=DATE:20270111"
+    found = fires(text, utc(2027, 1, 9, 12), 3)
+    assert walls(found) == [
+        "2027-01-10 00:00 +0100", "2027-01-10 09:00 +0100", "2027-01-12 09:00 +0100",
+    ]  # fmt: skip
+    assert fires("RDATE;VALUE=DATE-TIME:20270110T080000", utc(2027, 1, 1), 1) == [
+        local(BERLIN, 2027, 1, 10, 8)
+    ]
+
+
+def test_until_in_utc_is_the_instant_the_rule_ends_at() -> None:
+    # 09:00 Berlin is 08:00 UTC: an UNTIL of 08:00 UTC keeps that day's occurrence.
+    found = fires("FREQ=DAILY;BYHOUR=9;UNTIL=20270103T080000Z", utc(2027, 1, 1), 10)
+    assert walls(found) == [
+        "2027-01-01 09:00 +0100", "2027-01-02 09:00 +0100", "2027-01-03 09:00 +0100",
+    ]  # fmt: skip
+    earlier = fires("FREQ=DAILY;BYHOUR=9;UNTIL=20270103T075959Z", utc(2027, 1, 1), 10)
+    assert len(earlier) == 2
+
+
+def test_normalising_in_the_jobs_zone_writes_instants_as_its_wall_times() -> None:
+    text = (
+        "FREQ=DAILY;BYHOUR=9;UNTIL=20271231T225959Z\n"
+        "RDATE;TZID=America/New_York:20270105T090000\n"
+        "EXDATE:20270106T080000Z,20270107T080000Z\n"
+        "EXDATE;VALUE=DATE:20271225"
+    )
+    assert normalise(text, zone="Europe/Berlin") == (
+        "FREQ=DAILY;BYHOUR=9;UNTIL=20271231T235959\n"
+        "RDATE:20270105T150000\n"
+        "EXDATE:20270106T090000,20270107T090000\n"
+        "EXDATE:20271225"
+    )
+    # The same occurrences either way.
+    assert fires(text, utc(2027, 1, 1), 8) == fires(
+        normalise(text, "Europe/Berlin"), utc(2027, 1, 1), 8
+    )
+
+
+def test_an_instant_the_jobs_zone_repeats_stays_in_utc_when_normalised() -> None:
+    # 00:30 UTC on 2026-10-25 is 02:30 CEST, a wall time Berlin has twice that night.
+    assert normalise("RDATE:20261025T003000Z", zone="Europe/Berlin") == "RDATE:20261025T003000Z"
+    assert fires("RDATE:20261025T013000Z", utc(2026, 10, 24), 1) == [utc(2026, 10, 25, 1, 30)]
+
+
+def test_a_calendar_in_utc_forms_is_saved_in_the_jobs_zone() -> None:
+    timing = check_savable(
+        "", "", "Europe/Berlin", None, None, None,
+        now=utc(2027, 1, 1), rrule="FREQ=DAILY;BYHOUR=9\nEXDATE:20270102T080000Z",
+    )  # fmt: skip
+    assert timing.next_after(utc(2027, 1, 1, 9), anchor=ANCHOR) == local(BERLIN, 2027, 1, 3, 9)
+
+
+# --- calendar files
+
+ICS = (
+    "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//Example//EN\r\n"
+    "BEGIN:VTIMEZONE\r\nTZID:Europe/Berlin\r\nEND:VTIMEZONE\r\n"
+    "BEGIN:VEVENT\r\nUID:standup@example.com\r\nSUMMARY:Stand-up\r\n"
+    "DTSTART;TZID=Europe/Berlin:20270104T093000\r\n"
+    "RRULE:FREQ=WEEKLY;BYDAY=MO,WE,\r\n FR;UNTIL=20271231T225959Z\r\n"
+    "EXDATE;TZID=Europe/Berlin:20270106T093000\r\n"
+    "BEGIN:VALARM\r\nACTION:DISPLAY\r\nTRIGGER:-PT10M\r\nEND:VALARM\r\n"
+    "END:VEVENT\r\nEND:VCALENDAR\r\n"
+)
+
+
+def test_a_calendar_file_gives_its_events_recurrence_completed_from_dtstart() -> None:
+    event = read_ics(ICS)
+    assert event.zone == "Europe/Berlin"
+    assert event.start == local(BERLIN, 2027, 1, 4, 9, 30)
+    assert event.text.splitlines() == [
+        "RRULE:FREQ=WEEKLY;BYDAY=MO,WE,FR;UNTIL=20271231T225959Z;BYHOUR=9;BYMINUTE=30;BYSECOND=0",
+        "EXDATE;TZID=Europe/Berlin:20270106T093000",
+    ]
+    found = fires(event.text, utc(2027, 1, 4), 3)
+    assert walls(found) == [
+        "2027-01-04 09:30 +0100", "2027-01-08 09:30 +0100", "2027-01-11 09:30 +0100",
+    ]  # fmt: skip
+
+
+def test_a_weekly_event_without_byday_fires_on_dtstarts_weekday() -> None:
+    ics = "BEGIN:VEVENT\nDTSTART:20270105T080000Z\nRRULE:FREQ=WEEKLY\nEND:VEVENT\n"
+    event = read_ics(ics)
+    assert event.zone == "UTC"
+    assert "BYDAY=TU" in event.text
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("BEGIN:VCALENDAR\nEND:VCALENDAR\n", "holds no VEVENT"),
+        ("BEGIN:VEVENT\nRRULE:FREQ=DAILY\nEND:VEVENT\nBEGIN:VEVENT\nEND:VEVENT\n", "2 VEVENTs"),
+        ("BEGIN:VEVENT\nSUMMARY:x\nEND:VEVENT\n", "no RRULE or RDATE"),
+    ],
+)
+def test_a_calendar_file_without_exactly_one_recurring_event_is_refused(
+    content: str, reason: str
+) -> None:
+    with pytest.raises(CalendarError, match=reason):
+        read_ics(content)

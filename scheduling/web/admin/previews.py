@@ -73,6 +73,8 @@ def notes(preview: Preview, *, status: str = JobStatus.ACTIVE) -> list[str]:
         found.append(f"The schedule ends after {len(preview.occurrences)} more.")
     if preview.error is not None:
         found.append(str(preview.error))
+    if preview.note:
+        found.append(preview.note)
     return found
 
 

@@ -20,10 +20,12 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.W010 | warning | jobs saved before the queue rules use a queue name they refuse |
 | scheduling.W011 | warning | occurrences of a task unknown here wait for a process that knows it |
 | scheduling.W012 | warning | the partitioned history has no period made for now (PostgreSQL) |
+| scheduling.W013 | warning | a job's arguments no longer fit its task's parameters |
 """
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 from typing import Any
 
@@ -37,9 +39,9 @@ from django.utils.module_loading import autodiscover_modules
 from scheduling import conf, ledger
 from scheduling.celeryapp import celery_app, is_fallback
 from scheduling.ledger import partitions
-from scheduling.models import Job, SchedulerState
-from scheduling.rules import tasktables
-from scheduling.rules.validation import queue_error, visibility_timeout
+from scheduling.models import Job, JobStatus, SchedulerState
+from scheduling.rules import arguments, tasktables
+from scheduling.rules.validation import fit_errors, queue_error, visibility_timeout
 from scheduling.web import overview
 
 INSTALL_DOC = "see docs/install.md"
@@ -309,6 +311,73 @@ def check_job_queues(**_: Any) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+@register("scheduling")
+def check_job_arguments(**_: Any) -> list[CheckMessage]:
+    """Jobs whose stored arguments no longer fit their task's parameters (``fit_errors``): the
+    task's code changed after they were saved, and each of their runs fails naming why.
+
+    It reads the tasks the jobs still to run name, then the arguments of only those jobs whose
+    task can refuse a call (not one taking ``*args, **kwargs``); a task this process does not
+    know is W006's to name. Tasks are read from the app's registry as W006 reads them: Celery's
+    worker runs these checks while it imports the task modules.
+    """
+    if not _ledger_ready() or is_fallback(celery_app()):
+        return []
+    running = Job.objects.filter(task_table="").exclude(status=JobStatus.COMPLETED)
+    try:
+        names = set(running.values_list("task", flat=True).distinct())
+    except DatabaseError:
+        return []
+    if not names:
+        return []
+    autodiscover_modules("tasks")
+    registered = celery_app().tasks
+    checked: dict[str, Any] = {}
+    for name in names:
+        task = registered.get(name)
+        if task is not None and getattr(task, "schedulable", False) and _can_refuse(task):
+            checked[name] = task
+    if not checked:
+        return []
+    try:
+        rows = list(
+            running.filter(task__in=checked)
+            .order_by("name", "pk")
+            .values_list("name", "owner__username", "task", "args", "kwargs")
+        )
+    except DatabaseError:
+        return []
+    messages: list[CheckMessage] = []
+    for name, owner, task_name, args, kwargs in rows:
+        unfit = fit_errors(checked[task_name], args, kwargs)
+        if not unfit:
+            continue
+        reason = "; ".join(f"{field}: {why}" for field, why in unfit.items())
+        messages.append(
+            Warning(
+                f"Job {name!r} (owner {owner}) runs {task_name} with arguments that no longer "
+                f"fit it: {reason}.",
+                hint=(
+                    "Give the job arguments its task takes (manage.py jobs edit NAME "
+                    "--args/--kwargs, or the job's page), or pause it; until then each of "
+                    "its runs fails once with this reason."
+                ),
+                obj=name,
+                id="scheduling.W013",
+            )
+        )
+    return messages
+
+
+def _can_refuse(task: Any) -> bool:
+    """Whether some arguments would not fit ``task`` (it does not take ``*args, **kwargs``)."""
+    signature = arguments.task_signature(task)
+    if signature is None:
+        return False
+    kinds = {parameter.kind for parameter in signature.parameters.values()}
+    return not {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD} <= kinds
 
 
 @register("scheduling")

@@ -37,9 +37,12 @@ from scheduling.djangotasks.framework import (
 )
 from scheduling.djangotasks.options import DEFAULTS, options_problem
 from scheduling.djangotasks.outbox import outbox
-from scheduling.djangotasks.runner import register_runner
+from scheduling.djangotasks.runner import parameters_of, register_runner
 from scheduling.models import ExecutionStatus
 from scheduling.rules import arguments
+
+#: The framework's range of priorities (``TASK_MIN_PRIORITY``, ``TASK_MAX_PRIORITY``).
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
 
 STATUS = {
     ExecutionStatus.PENDING: TaskResultStatus.READY,
@@ -108,11 +111,21 @@ class DuecourseTaskBackend(BaseTaskBackend):
     def validate_task(self, task: Task) -> None:
         """The framework's checks, with the types it assumes checked first.
 
-        The framework asks ``timezone.is_aware(task.run_after)``, which raises AttributeError
-        on anything but a datetime (``.using(run_after=timedelta(seconds=5))``, a common
-        slip), and compares the queue name with its allowed set. Here a wrong type is the
-        framework's own refusal, ``InvalidTask``, in the framework's words.
+        The framework compares ``priority`` with its range, which raises TypeError on text
+        (``.using(priority="high")``); it asks ``timezone.is_aware(task.run_after)``, which
+        raises AttributeError on anything but a datetime (``.using(run_after=timedelta(
+        seconds=5))``, a common slip); and it compares the queue name with its allowed set.
+        Here a wrong type is the framework's own refusal, ``InvalidTask``, in its words.
         """
+        priority = task.priority
+        if isinstance(priority, bool) or not (
+            isinstance(priority, int) or (isinstance(priority, float) and priority.is_integer())
+        ):
+            # The framework compares it with its range first: a bare TypeError for "high".
+            raise InvalidTask(
+                f"priority must be a whole number between {MIN_PRIORITY} and {MAX_PRIORITY}, "
+                f"got {priority!r}"
+            )
         run_after = task.run_after
         if run_after is not None and not isinstance(run_after, datetime):
             raise InvalidTask(
@@ -133,6 +146,9 @@ class DuecourseTaskBackend(BaseTaskBackend):
         self.validate_task(task)
         call_args, call_kwargs = _json_arguments(args, kwargs)
         name = register_runner(task)
+        unfit = arguments.binding_error(parameters_of(task), call_args, call_kwargs, name=name)
+        if unfit is not None:
+            raise InvalidTask(f"Task {unfit[0]}: {unfit[1]}")
         broker_url = str(celery_app().conf.broker_url or "")
         call = {
             "backend": self.alias,
@@ -209,12 +225,16 @@ _FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 
 def _json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
     """The arguments as JSON gives them back, within ``scheduling.rules.arguments``' limits of depth
-    and size; anything else is refused before it is stored."""
+    and size; anything else is refused before it is stored (a key that is not text too: JSON
+    would hand the task ``{"1": "a"}`` for ``{1: "a"}``)."""
     call_args, call_kwargs = list(args), dict(kwargs)
     for name, value in (("args", call_args), ("kwargs", call_kwargs)):
         depth = arguments.nesting_depth(value)
         if depth > arguments.limits()[0]:
             raise InvalidTask(f"Task {name} {arguments.problem(value)}")
+        keys = arguments.key_problem(value)
+        if keys is not None:
+            raise InvalidTask(f"Task {name} {keys}")
     try:
         call_args = json.loads(json.dumps(call_args, allow_nan=False))
         call_kwargs = json.loads(json.dumps(call_kwargs, allow_nan=False))

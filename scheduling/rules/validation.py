@@ -9,7 +9,6 @@ task unregistered, its task-table row deleted) fails that occurrence instead of 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import math
 import re
@@ -22,7 +21,12 @@ from django.core.exceptions import ValidationError
 from scheduling import conf
 from scheduling.celeryapp import celery_app
 from scheduling.rules import arguments, tasktables
-from scheduling.rules.registry import UnknownTask, get_ledger_task, get_schedulable
+from scheduling.rules.registry import (
+    PermanentError,
+    UnknownTask,
+    get_ledger_task,
+    get_schedulable,
+)
 from scheduling.rules.tasktables import TASK_ROW_TASK
 
 if TYPE_CHECKING:
@@ -33,6 +37,8 @@ MAX_NOTE = 500
 MAX_REASON = 500
 # Jitter spreads the jobs due at one instant over a short span; a day is far beyond any use.
 MAX_JITTER = timedelta(days=1)
+#: The highest message priority a job may ask for (AMQP's range; Redis maps it onto its own).
+MAX_PRIORITY = 255
 
 #: A queue name a broker takes as it is: letters and digits, then also ``. _ : -``. Anything
 #: else (whitespace, a line break, ``/``, kombu's priority separator) could address a broker
@@ -328,44 +334,46 @@ def target_error(*, task: str, task_table: str, task_row_id: int | None) -> str:
     return ""
 
 
-def call_error(task_name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
-    """Why the task cannot be called with these arguments (a missing or unknown parameter),
-    or "": Celery's own check of a call (``task.__header__``, what ``apply_async`` asks), which
-    a message published from a row skips, so that a job that can never run is refused when it
-    is made, not failed at every occurrence. A task without that check (a class-based one, or
-    one with ``typing=False``) is not checked, as Celery does not check it either.
+def call_errors(task_name: str, args: Any, kwargs: Any) -> dict[str, str]:
+    """``args`` or ``kwargs`` -> why the schedulable task ``task_name`` cannot be called with
+    them (a parameter it does not have, too many, a required one missing); empty when it can.
+
+    A message published from a row skips Celery's own check of a call, so a job that could
+    never run is refused when it is made (``validate_job``), not failed at every occurrence.
+    Anything that makes jobs (a door, a declaration in code) asks this, or ``Job.full_clean``.
+    A task unknown here is ``check_target``'s to name; one whose parameters cannot be read,
+    or declared with ``typing=False``, is not checked (``arguments.task_signature``).
     """
     try:
         task = get_schedulable(task_name)
     except UnknownTask:
-        return ""
-    header = getattr(task, "__header__", None)
-    if header is None or not getattr(task, "typing", True):
-        return ""
-    try:
-        header(*args, **kwargs)
-    except TypeError as exc:
-        reason = str(exc)
-    else:
-        return ""
-    try:  # the same refusal in the caller's terms (no ``self``), where the signature says it
-        signature = inspect.signature(task.run, follow_wrapped=False)
-        signature.bind(*args, **kwargs)
-    except TypeError as exc:
-        return f"do not fit {task_name}({_parameters(signature)}): {exc}"
-    except ValueError:
-        pass
-    return f"do not fit {task_name}: {reason}"
+        return {}
+    return fit_errors(task, args, kwargs)
 
 
-def _parameters(signature: inspect.Signature) -> str:
-    """``seconds=1.0, *items`` : the parameters as a caller writes them, without annotations."""
-    shown = []
-    for parameter in signature.parameters.values():
-        stars = {parameter.VAR_POSITIONAL: "*", parameter.VAR_KEYWORD: "**"}.get(parameter.kind, "")
-        default = "" if parameter.default is parameter.empty else f"={parameter.default!r}"
-        shown.append(f"{stars}{parameter.name}{default}")
-    return ", ".join(shown)
+def fit_errors(task: Any, args: Any, kwargs: Any) -> dict[str, str]:
+    """``call_errors`` for the Celery task ``task`` itself, already looked up."""
+    signature = arguments.task_signature(task)
+    found = arguments.binding_error(signature, args, kwargs, name=str(task.name))
+    return dict([found]) if found else {}
+
+
+def call_error(task_name: str, args: Any, kwargs: Any) -> str:
+    """``call_errors`` as one line (``kwargs: missing required argument 'period'``), or ""."""
+    return "; ".join(f"{f}: {r}" for f, r in call_errors(task_name, args, kwargs).items())
+
+
+class ArgumentsDoNotFit(PermanentError):
+    """A run's arguments do not fit its task's parameters (the task's code changed after its
+    job was saved): retrying cannot fix it, so the run fails once, naming why."""
+
+
+def check_run_arguments(task: Any, args: Any, kwargs: Any) -> None:
+    """Raise ``ArgumentsDoNotFit`` naming the argument when ``task`` (a Celery task, about to
+    run) cannot be called with ``args`` and ``kwargs``; the worker asks before the body."""
+    unfit = fit_errors(task, args, kwargs)
+    if unfit:
+        raise ArgumentsDoNotFit("; ".join(f"{f}: {r}" for f, r in unfit.items()))
 
 
 def task_row_model(label: str) -> Any:
@@ -432,7 +440,10 @@ def validate_job(job: Job) -> None:
             continue
         bad = _non_finite(value)
         text = unstorable_text(value)
-        if bad is not None:
+        key = arguments.key_problem(value)
+        if key is not None:
+            errors[field] = key
+        elif bad is not None:
             errors[field] = f"holds {bad!r}; JSON numbers must be finite (no NaN or Infinity)"
         elif text is not None:
             errors[field] = (
@@ -465,8 +476,8 @@ def validate_job(job: Job) -> None:
             errors[field] = (
                 f"must be a number of seconds from 0 to {conf.RETRY_DELAY_LIMIT:g} (a week)"
             )
-    if _real(job.priority) and not 0 <= job.priority <= 255:
-        errors["priority"] = "must be between 0 and 255"
+    if _real(job.priority) and not 0 <= job.priority <= MAX_PRIORITY:
+        errors["priority"] = f"must be between 0 and {MAX_PRIORITY}"
     queue_problem = queue_error(job.queue)
     if queue_problem is not None:
         errors["queue"] = queue_problem
@@ -480,9 +491,7 @@ def validate_job(job: Job) -> None:
     except ValidationError as exc:
         errors.update(exc.message_dict)
     if not errors.keys() & {"task", "args", "kwargs"} and not job.task_table:
-        mismatch = call_error(job.task, job.args, job.kwargs)
-        if mismatch:
-            errors["args" if job.args and not job.kwargs else "kwargs"] = mismatch
+        errors.update(call_errors(job.task, job.args, job.kwargs))
     # An unsaved schedule (a form building both) is cached on the job but has no id yet.
     if job.schedule_id is not None or type(job).schedule.is_cached(job):
         schedule = job.schedule

@@ -182,8 +182,9 @@ def test_priorities_map_onto_the_broker_s() -> None:
 @db
 def test_only_tasks_that_opt_in_may_be_scheduled(admin_user: Any) -> None:
     call_command(
-        "jobs", "add", "ticking", "--task", "tests.tasktable_app.tasks.tick", "--every", "PT1M"
-    )
+        "jobs", "add", "ticking", "--task", "tests.tasktable_app.tasks.tick",
+        "--kwargs", '{"label": "a"}', "--every", "PT1M",
+    )  # fmt: skip
     assert Job.objects.get(name="ticking").task == "tests.tasktable_app.tasks.tick"
     with pytest.raises(CommandError, match="not schedulable"):
         call_command(

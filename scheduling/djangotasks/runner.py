@@ -12,6 +12,7 @@ is committed in the same statement as the completion.
 
 from __future__ import annotations
 
+import inspect
 import json
 import traceback
 from typing import Any
@@ -29,8 +30,9 @@ from scheduling.djangotasks.framework import (
     task_finished,
     task_started,
 )
+from scheduling.rules import arguments
 from scheduling.rules.registry import PermanentError
-from scheduling.worker.taskbase import ScheduledTask
+from scheduling.worker.taskbase import ScheduledTask, worker_is_exiting
 
 #: Celery's own control flow, which is not an error of the task.
 _CONTROL = (Ignore, Reject, Retry)
@@ -38,6 +40,8 @@ _CONTROL = (Ignore, Reject, Retry)
 _registered: set[str] = set()
 #: Whether each Django task (by module path) opted in to schedules.
 _schedulable: dict[str, bool] = {}
+#: The parameters each Django task's function takes from its caller (by module path).
+_signatures: dict[str, inspect.Signature | None] = {}
 
 
 class DjangoTaskRunner(ScheduledTask):
@@ -51,12 +55,19 @@ class DjangoTaskRunner(ScheduledTask):
         """Jobs may target it only when the Django task opted in (``schedulable=True``)."""
         return _schedulable.get(self.name, False)
 
+    @property
+    def argument_signature(self) -> inspect.Signature | None:
+        """The Django task's own parameters, which its runs' arguments must fit (the runner
+        itself takes any): ``scheduling.rules.arguments.task_signature`` reads them."""
+        return _signatures.get(self.name)
+
 
 def register_runner(task: Any) -> str:
     """Make sure the Celery task that runs ``task`` exists; return its name (the module path)."""
     name = str(task.module_path)
     # ``@task_options`` makes the task again with its options: the last word counts.
     _schedulable[name] = bool(getattr(task, "schedulable", False))
+    parameters_of(task)
     if name in _registered:
         return name
 
@@ -70,6 +81,17 @@ def register_runner(task: Any) -> str:
     )(run)
     _registered.add(name)
     return name
+
+
+def parameters_of(task: Any) -> inspect.Signature | None:
+    """The parameters the Django task ``task`` takes from its caller (its context left out),
+    read once per function: what an enqueue's and a job's arguments must fit."""
+    name = str(task.module_path)
+    if name not in _signatures:
+        _signatures[name] = arguments.function_signature(
+            task.func, takes_context=task.takes_context
+        )
+    return _signatures[name]
 
 
 def _task_result(
@@ -112,6 +134,8 @@ def run_django_task(runner: Any, path: str, args: list[Any], kwargs: dict[str, A
     except _CONTROL:
         raise
     except BaseException as exc:
+        if worker_is_exiting(exc):
+            raise  # the worker's shutdown, not the task's error: the run is handed back
         kind = type(exc)
         runner.request.duecourse_task_error = {
             "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",

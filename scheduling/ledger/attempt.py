@@ -4,7 +4,8 @@ On PostgreSQL each is one statement of data-modifying CTEs, prepared on the serv
 (``ledger.hot``): a worker pays one round trip per start and one per end. Their SQLite forms
 are the ORM's writes of the same rows under the same conditions, beside them; the attempt
 specifications run both (``make test`` runs them on SQLite too). The ORM writes the other
-verbs share (``finish_attempt``, ``release_job``, ``attempt_running``) live here as well.
+verbs share (``finish_attempt``, ``release_job``, ``attempt_running``, ``died_attempts``) live
+here as well.
 
 - ``start``: the worker's compare-and-set of one attempt, and its attempt row;
 - ``held_after_crash``: seconds until an execution may start after a crash recovery;
@@ -353,6 +354,15 @@ def attempt_running(execution_id: int, attempt: int | None) -> Q:
             )
         )
     )
+
+
+#: Attempts whose process died under them: killed, ended by their body, or shut down.
+DIED_OUTCOMES = (AttemptOutcome.ABANDONED, AttemptOutcome.INTERRUPTED)
+
+
+def died_attempts(execution_id: int) -> int:
+    """How many finished attempts of ``execution_id`` ended with their process."""
+    return Attempt.objects.filter(execution_id=execution_id, outcome__in=DIED_OUTCOMES).count()
 
 
 def finish_attempt(execution_id: int, outcome: str, error: str, now: datetime) -> None:

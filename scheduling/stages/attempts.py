@@ -259,6 +259,19 @@ def complete_execution(
 #: Attempts lost with their worker (killed, or shut down under them) that a Django task run
 #: gets again even when it asked for no retries: the framework's run must not be lost.
 LOST_OUTCOMES = (AttemptOutcome.ABANDONED, AttemptOutcome.INTERRUPTED, AttemptOutcome.FENCED)
+#: Attempts whose process died under them (killed, ended by its body with ``os._exit``, taken
+#: by the OOM killer, shut down): counted against ``SCHEDULING_MAX_INTERRUPTIONS``.
+DIED_OUTCOMES = attempt_ledger.DIED_OUTCOMES
+
+
+def interruptions_spent_error(count: int, last: str) -> str:
+    """The error of an execution failed because its process died under it ``count`` times."""
+    head, _, rest = last.partition("\n")
+    return (
+        f"the worker process died under it {count} times "
+        f"(SCHEDULING_MAX_INTERRUPTIONS is {conf.get('MAX_INTERRUPTIONS')}); last: {head}"
+        + (f"\n{rest}" if rest else "")
+    )
 
 
 def retries_allowed(execution: Execution, outcome: str) -> int:
@@ -297,8 +310,12 @@ def fail_attempt(
     The execution goes to RETRY with ``retry_count + 1`` and a ``retry_at`` from capped
     exponential backoff (or ``retry_in`` seconds when the task asked for a delay), until the
     job's ``max_retries`` are spent or the error is permanent; then it is FAILED and the job is
-    released. Returns the new status, or None if the execution was no longer running (or,
-    with ``stale_before``, its heartbeat is no longer older than that: the reaper's condition).
+    released. An attempt whose process died under it (``DIED_OUTCOMES``) also counts against
+    ``SCHEDULING_MAX_INTERRUPTIONS``: the one that reaches it fails the execution, naming the
+    count and the last cause. An ``interrupted`` attempt (the worker shut down under it) spends
+    no retry: it is not the task's failure. Returns the new status, or None if the execution
+    was no longer running (or, with ``stale_before``, its heartbeat is no longer older than
+    that: the reaper's condition).
 
     No delay can overflow here (a backoff of 1e308 on a row written behind the model, a task
     asking ``retry(countdown=1e308)``): every delay is held to ``conf.RETRY_DELAY_LIMIT``, so
@@ -321,18 +338,25 @@ def fail_attempt(
             return None
         job = execution.job
         max_retries = retries_allowed(execution, outcome)
+        attempt_error = error
+        if outcome in DIED_OUTCOMES:
+            died = attempt_ledger.died_attempts(execution_id) + 1  # with this one
+            if died >= int(conf.get("MAX_INTERRUPTIONS")):
+                permanent = True
+                error = interruptions_spent_error(died, error)
+        spends_retry = outcome != AttemptOutcome.INTERRUPTED
         execution.last_error = error[:MAX_ERROR]
         execution.task_unknown_since = None  # a process that knew its task tried it
         if task_error is not None:
             kept = execution.result or {}
             execution.result = {**kept, "errors": [*kept.get("errors", []), task_error]}
         execution.updated_at = now
-        if permanent or execution.retry_count >= max_retries:
+        if permanent or (spends_retry and execution.retry_count >= max_retries):
             execution.status = ExecutionStatus.FAILED
             execution.finished_at = now
             execution.retry_at = None
         else:
-            execution.retry_count += 1
+            execution.retry_count += 1 if spends_retry else 0
             if retry_in is None:
                 base = job.retry_backoff if job and job.retry_backoff is not None else None
                 cap = job.retry_backoff_max if job and job.retry_backoff_max is not None else None
@@ -359,7 +383,7 @@ def fail_attempt(
                 *(["result"] if task_error is not None else []),
             ]
         )
-        _finish_attempt(execution_id, outcome, error, now)
+        _finish_attempt(execution_id, outcome, attempt_error, now)
         if execution.status == ExecutionStatus.FAILED:
             _release_job(execution, now=now)
             if execution.job_id is not None:
@@ -504,22 +528,20 @@ def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
     """The pool process is exiting under a running attempt (``task_postrun`` with state None).
 
     The attempt is recorded as interrupted and the execution becomes due for a retry at once
-    (RETRY, ``retry_at`` now; not counted against its retries, since the task did not fail).
-    Its message may be gone: a cold shutdown requeues it, but a SIGTERM sent to the pool
-    process itself (the whole process group signalled, as a service manager may do) makes
-    Celery acknowledge it as WorkerLostError. The scheduler's next tick therefore publishes
-    it again; if the requeued message also arrives, the claim absorbs the second one.
+    (RETRY, ``retry_at`` now; no retry spent, since the task did not fail), until its process
+    has died under it ``SCHEDULING_MAX_INTERRUPTIONS`` times: then it fails, naming that
+    (``fail_attempt``). Its message may be gone: a cold shutdown requeues it, but a SIGTERM
+    sent to the pool process itself (the whole process group signalled, as a service manager
+    may do) makes Celery acknowledge it as WorkerLostError. The scheduler's next tick therefore
+    publishes it again; if the requeued message also arrives, the claim absorbs the second one.
     """
-    with transaction.atomic(durable=True):
-        changed = (
-            Execution.objects.running()
-            .filter(pk=execution_id)
-            .update(status=ExecutionStatus.RETRY, retry_at=now, finished_at=now, updated_at=now)
-        )
-        if changed:
-            _finish_attempt(
-                execution_id, AttemptOutcome.INTERRUPTED, "worker shut down during the run", now
-            )
-    if changed:
-        logger.warning("execution.interrupted execution=%s", execution_id)
-    return bool(changed)
+    status = fail_attempt(
+        execution_id=execution_id,
+        error="interrupted: the worker shut down during the run",
+        outcome=AttemptOutcome.INTERRUPTED,
+        now=now,
+        retry_in=0,
+    )
+    if status is not None:
+        logger.warning("execution.interrupted execution=%s status=%s", execution_id, status)
+    return status is not None

@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scheduling.stages import ticks
+from scheduling.stages import drops, ticks
 from scheduling.web import overview
 
 #: Schedulers silent for longer than this drop out of the per-scheduler series.
@@ -93,6 +93,15 @@ class LedgerCollector(Collector):
             "Running executions whose heartbeat is older than SCHEDULING_STALE_AFTER.",
             value=overview.stale_count(now=now),
         )
+        dropped = CounterMetricFamily(
+            "duecourse_worker_messages_dropped",
+            "Broker messages each worker acknowledged without running them (undecodable, "
+            "malformed, or nested or sized past the limits), by kind.",
+            labels=["worker", "kind"],
+        )
+        for row in drops.totals():
+            dropped.add_metric([row.worker, row.kind], row.dropped_total)
+        yield dropped
         yield from self._schedulers(now)
 
     def _schedulers(self, now: datetime) -> Iterator[Metric]:

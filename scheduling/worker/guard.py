@@ -1,18 +1,33 @@
-"""The worker's guard: a message whose arguments break the limits is refused alone.
+"""The worker's guard: every message is checked before it reaches a pool process.
 
-A worker's main process decodes each message and pickles its arguments to hand them to a
-pool process. Arguments nested a few hundred levels deep decode fine but make that pickling
-raise ``RecursionError`` in the main process itself: it dies, Redis restores the message, and
-the next worker to take it dies too, so one message stops every worker. (Text nested past
-what Python's JSON reader follows already fails to decode, which Celery drops as
-undecodable.) The engine never publishes such a message (``scheduling.rules.arguments``' limits are
-checked at every door and at the claim), but a message can come from anywhere that reaches
-the broker.
+A worker's main process hands each message to a pool process, and what it cannot hand over
+kills it: arguments nested a few thousand levels deep decode fine but make the pickling for
+the pool raise ``RecursionError`` in the main process itself, which dies; Redis restores the
+message, and the next worker to take it dies too, so one message stops every worker. The
+engine never publishes such a message (``scheduling.rules.arguments``' limits are checked at
+every door and at the claim), but a message can come from anywhere that reaches the broker, in
+any shape Celery reads: protocol 2 (a ``task`` header, the body ``[args, kwargs, embed]``),
+protocol 1 (no ``task`` header, the body ``{"task", "id", "args", "kwargs", ...}``), or
+protocol 2 headers over a protocol 1 body, in any content type.
 
-So every ledger task (``ScheduledTask`` and the Django tasks' runners) takes its messages
-through this strategy, Celery's own with a check in front: a message whose ``args`` or
-``kwargs`` break the limits is acknowledged, logged, and its execution (if it names one) is
-failed with the reason; the next message is served as usual. Usage, on a task class::
+So every task's messages go through ``guard``, Celery's own strategy with ``refusal`` in front:
+the ledger tasks name ``guarded_strategy`` as their ``Strategy``, and ``GuardStep``, a bootstep
+of the worker's consumer, puts the same check in front of every other task's. A message is
+refused when:
+
+- its content type is not one the worker accepts, or its body does not decode;
+- its body is none of the shapes above, its args are not a list or its kwargs not a map;
+- any part of it (headers, properties, body) nests deeper than ``structure_limit()`` or holds
+  more than ``WALK_MAX_NODES`` lists and maps;
+- for a ledger task: its body is larger than any the argument limits allow (``body_limit``),
+  or its args or kwargs break those limits.
+
+A refused message is acknowledged (a redelivery would meet the same end, or kill the next
+worker), logged as ``message.dropped`` with its reason, counted by worker and kind
+(``scheduling.stages.drops``, reported by ``/metrics``) and, where it names one of the
+ledger's executions (by the execution header, or by its task id), that execution is failed
+with the reason. The next message is served as usual. Nothing here recurses: nesting is
+measured by an iterative walk that stops at its bounds. Usage, on a task class::
 
     Strategy = "scheduling.worker.guard:guarded_strategy"
 """
@@ -20,82 +35,365 @@ failed with the reason; the next message is served as usual. Usage, on a task cl
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from celery import bootsteps
 from celery.worker.strategy import default as default_strategy
 from django.utils import timezone
-from kombu.exceptions import DecodeError
+from kombu.serialization import prepare_accept_content
 
-from scheduling.models import EXECUTION_STARTABLE, AttemptOutcome
+from scheduling.models import EXECUTION_STARTABLE, AttemptOutcome, DropKind, Execution
 from scheduling.rules import arguments
 from scheduling.rules.registry import EXECUTION_HEADER
-from scheduling.stages import attempts
+from scheduling.stages import attempts, drops
+from scheduling.worker import runtime
 
 logger = logging.getLogger("scheduling")
 
+#: How deeply any part of a message may nest, whatever its task: deeper than any message
+#: Celery writes (a canvas included), and far from where pickling for the pool fails (about
+#: 500 levels on Python 3.11). Raised to fit the argument limit where that is set higher.
+STRUCTURE_MAX_DEPTH = 100
+#: The most lists and maps one part of a message may hold: a walk's bound on its work.
+WALK_MAX_NODES = 1_000_000
+#: What a ledger task's body may hold besides its arguments (the embed, the envelope's
+#: punctuation); with the arguments at most 6 bytes per character of their own JSON (a control
+#: character escaped as ``\u0001``), ``body_limit`` is larger than any body the limits allow.
+BODY_SLACK = 65_536
+#: How deep the walk of a ledger task's arguments goes to say how deeply they nest: past what
+#: Python's JSON reader follows, so a decoded value is measured in full.
+ARGUMENTS_WALK_DEPTH = 20_000
 
-def refusal(message: Any) -> str | None:
-    """Why the message's arguments may not go to a pool process, or None.
 
-    A body within the size limit cannot hold arguments over it, so only the depth is measured
-    then (without recursion); a larger body is measured in full.
-    """
-    try:
-        args, kwargs, _ = message.payload
-    except (DecodeError, TypeError, ValueError):
-        return None  # Celery's own handling of an undecodable or malformed body applies
-    max_depth, max_bytes = arguments.limits()
-    small = len(message.body or b"") <= max_bytes
-    for name, value in (("args", args), ("kwargs", kwargs)):
-        if small:
-            depth = arguments.nesting_depth(value)
-            if depth > max_depth:
-                return f"{name}: {arguments.problem(value)}"
+@dataclass(frozen=True)
+class Refusal:
+    """Why a message may not go to a pool process: its kind (``DropKind``) and one line."""
+
+    kind: str
+    reason: str
+
+
+def structure_limit() -> int:
+    """How deeply any part of a message may nest (``STRUCTURE_MAX_DEPTH``, or deeper when the
+    argument limit is: the arguments sit two levels down in the body)."""
+    return max(STRUCTURE_MAX_DEPTH, int(arguments.limits()[0]) + 3)
+
+
+def body_limit() -> int:
+    """The largest body a ledger task's message may have, in bytes."""
+    return 2 * 6 * int(arguments.limits()[1]) + BODY_SLACK
+
+
+@dataclass(frozen=True)
+class Measure:
+    """How deeply a value nests (a scalar is 0, ``[]`` 1), and whether the walk stopped at
+    its bounds before it saw everything (then ``depth`` is only as deep as it went)."""
+
+    depth: int
+    stopped: bool
+
+
+def measure(value: Any, *, max_depth: int, max_nodes: int = WALK_MAX_NODES) -> Measure:
+    """Measure ``value``'s nesting without recursion, going no deeper than ``max_depth`` + 1
+    and visiting at most ``max_nodes`` lists and maps (a cycle or a web of shared parts, which
+    some serializers can make, stops it too)."""
+    deepest, visited = 0, 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children: Iterable[Any]
+        if isinstance(item, dict):
+            children = (*item.keys(), *item.values())
+        elif isinstance(item, list | tuple):
+            children = item
         else:
-            too_much = arguments.problem(value)
-            if too_much is not None:
-                return f"{name}: {too_much}"
+            continue
+        visited += 1
+        deepest = max(deepest, level)
+        if level > max_depth or visited > max_nodes:
+            return Measure(deepest, stopped=True)
+        stack.extend(
+            (child, level + 1) for child in children if isinstance(child, dict | list | tuple)
+        )
+    return Measure(deepest, stopped=False)
+
+
+def _structure_problem(part: str, value: Any) -> Refusal | None:
+    limit = structure_limit()
+    found = measure(value, max_depth=limit)
+    if found.depth > limit:
+        return Refusal(DropKind.TOO_DEEP, f"{part}: nested more than {limit} levels deep")
+    if found.stopped:
+        return Refusal(
+            DropKind.TOO_DEEP, f"{part}: holds more than {WALK_MAX_NODES:,} lists and maps"
+        )
     return None
 
 
-def refuse(message: Any, reason: str) -> None:
-    """Drop the message for good and fail the execution it names, if any."""
-    headers = message.headers or {}
-    logger.error(
-        "message.refused task=%s id=%s reason=%s", headers.get("task"), headers.get("id"), reason
+def _arguments_problem(name: str, value: Any, *, measure_size: bool) -> Refusal | None:
+    """A ledger task's ``args`` or ``kwargs`` against the argument limits, in their words."""
+    max_depth, _ = arguments.limits()
+    found = measure(value, max_depth=ARGUMENTS_WALK_DEPTH)
+    if found.stopped:
+        return Refusal(
+            DropKind.ARGUMENTS,
+            f"{name}: is nested more than {ARGUMENTS_WALK_DEPTH:,} levels deep or holds more "
+            f"than {WALK_MAX_NODES:,} lists and maps; the limit is {max_depth} "
+            "(SCHEDULING_ARGS_MAX_DEPTH)",
+        )
+    if found.depth > max_depth:
+        return Refusal(
+            DropKind.ARGUMENTS,
+            f"{name}: is nested {found.depth:,} levels deep; the limit is {max_depth} "
+            "(SCHEDULING_ARGS_MAX_DEPTH)",
+        )
+    if measure_size:
+        too_much = arguments.problem(value)
+        if too_much is not None:
+            return Refusal(DropKind.ARGUMENTS, f"{name}: {too_much}")
+    return None
+
+
+def _task_arguments(payload: Any, *, protocol1: bool) -> tuple[Any, Any] | Refusal:
+    """The args and kwargs of a decoded body of any shape Celery reads, or why there are none."""
+    if isinstance(payload, dict):
+        if not protocol1 and "args" not in payload:
+            return Refusal(
+                DropKind.MALFORMED,
+                "body: a map must hold the task's args and kwargs (Celery's protocol 1)",
+            )
+        args, kwargs = payload.get("args", ()), payload.get("kwargs", {})
+    elif isinstance(payload, list | tuple) and not protocol1:
+        if len(payload) != 3:
+            return Refusal(
+                DropKind.MALFORMED,
+                f"body: a list must hold [args, kwargs, embed]; this one holds {len(payload)} "
+                "items",
+            )
+        args, kwargs, embed = payload
+        if embed is not None and not isinstance(embed, dict):
+            return Refusal(DropKind.MALFORMED, "body: its embed (the third item) must be a map")
+    else:
+        return Refusal(
+            DropKind.MALFORMED, f"body: a {type(payload).__name__} is not a task message's body"
+        )
+    if not isinstance(args, list | tuple):
+        return Refusal(DropKind.MALFORMED, f"args: must be a list, not a {type(args).__name__}")
+    if not isinstance(kwargs, dict):
+        return Refusal(DropKind.MALFORMED, f"kwargs: must be a map, not a {type(kwargs).__name__}")
+    if not all(isinstance(key, str) for key in kwargs):
+        return Refusal(DropKind.MALFORMED, "kwargs: every key must be text")
+    return args, kwargs
+
+
+def _accepted(message: Any, fallback: set[str]) -> set[str]:
+    accept = getattr(message, "accept", None)
+    return set(accept) if accept else fallback
+
+
+def refusal(message: Any, body: Any, *, ledger: bool, accepted: set[str]) -> Refusal | None:
+    """Why ``message`` may not go to a pool process, or None.
+
+    ``body`` is what Celery decoded already (a protocol 1 body) or None (protocol 2: Celery
+    leaves the body to the pool process, and it is decoded here to be checked). ``ledger``: the
+    task keeps its runs in the ledger, and the argument limits apply. ``accepted``: the content
+    types the worker accepts.
+    """
+    headers = message.headers
+    if not isinstance(headers, dict):
+        return Refusal(DropKind.MALFORMED, "headers: not a map")
+    for part, value in (
+        ("headers", headers),
+        ("properties", getattr(message, "properties", None)),
+        ("delivery info", getattr(message, "delivery_info", None)),
+    ):
+        found = _structure_problem(part, value)
+        if found is not None:
+            return found
+    raw = message.body
+    size = len(raw) if isinstance(raw, bytes | str) else 0
+    limit = body_limit()
+    if ledger and size > limit:
+        return Refusal(
+            DropKind.TOO_LARGE,
+            f"body: {size:,} bytes; the limit is {limit:,} (from SCHEDULING_ARGS_MAX_BYTES)",
+        )
+    if body is None:
+        content_type = message.content_type
+        if not content_type:
+            return Refusal(DropKind.CONTENT_TYPE, "body: has no content type")
+        allowed = _accepted(message, accepted)
+        if content_type not in allowed:
+            return Refusal(
+                DropKind.CONTENT_TYPE,
+                f"body: content type {text_of(content_type)} is not one this worker accepts "
+                f"({', '.join(sorted(allowed))})",
+            )
+        try:
+            payload = message.payload
+        except Exception as exc:  # any decoder's error (kombu wraps them): it cannot be read
+            if RecursionError in {type(exc), type(exc.__cause__), type(exc.__context__)}:
+                return Refusal(DropKind.UNDECODABLE, f"body: is {arguments.TOO_DEEP_TO_READ}")
+            return Refusal(
+                DropKind.UNDECODABLE,
+                f"body: does not decode as {text_of(content_type)} ({type(exc).__name__})",
+            )
+    else:
+        payload = body
+    found_arguments = _task_arguments(payload, protocol1=body is not None)
+    if isinstance(found_arguments, Refusal):
+        return found_arguments
+    if ledger:
+        small = size <= int(arguments.limits()[1])
+        for name, value in zip(("args", "kwargs"), found_arguments, strict=True):
+            found = _arguments_problem(name, value, measure_size=not small)
+            if found is not None:
+                return found
+    return _structure_problem("body", payload)
+
+
+def text_of(value: Any, limit: int = 80) -> str:
+    """A value a message brought, fit for a log line or a reason: quoted text, cut short (a
+    value that is not text is named by its type, never printed: it may nest without end)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return repr(value[:limit] + ("..." if len(value) > limit else ""))
+    return f"<{type(value).__name__}>"
+
+
+def named_execution(message: Any, body: Any) -> int | None:
+    """The ledger's execution a message names: by the execution header, else by its task id."""
+    headers = message.headers if isinstance(message.headers, dict) else {}
+    proto1 = body if isinstance(body, dict) else {}
+    inner = proto1.get("headers")
+    raw = headers.get(EXECUTION_HEADER)
+    if raw is None and isinstance(inner, dict):
+        raw = inner.get(EXECUTION_HEADER)
+    if isinstance(raw, int | str) and not isinstance(raw, bool):
+        try:
+            execution_id = int(raw)
+        except ValueError:
+            execution_id = 0
+        if 0 < execution_id < 2**63:
+            return execution_id
+    task_id = headers.get("id", proto1.get("id"))
+    if not isinstance(task_id, str):
+        return None
+    try:
+        parsed = uuid.UUID(task_id)
+    except ValueError:
+        return None
+    return runtime.on_live_connection(
+        lambda: Execution.objects.filter(task_id=parsed).values_list("pk", flat=True).first()
     )
-    message.ack()  # a redelivery would be refused again
+
+
+def refuse(
+    message: Any,
+    body: Any,
+    found: Refusal,
+    *,
+    task: str,
+    worker: str,
+    connection_errors: tuple[type[BaseException], ...] = (),
+) -> None:
+    """Drop the message for good; fail the execution it names, if any; count and log the drop."""
+    headers = message.headers if isinstance(message.headers, dict) else {}
+    message_id = headers.get("id", body.get("id") if isinstance(body, dict) else None)
+    message.ack_log_error(logger, connection_errors)  # a redelivery would be refused again
+    logger.error(
+        "message.dropped task=%s id=%s kind=%s worker=%s reason=%s",
+        text_of(task),
+        text_of(message_id),
+        found.kind,
+        worker,
+        found.reason,
+    )
+    record_drop(found, message=message, body=body, worker=worker)
+
+
+def record_drop(found: Refusal, *, message: Any, body: Any, worker: str) -> None:
+    """Count a dropped message, and fail the execution it names (the ledger may be away)."""
+    now = timezone.now()
     try:
-        execution_id = int(headers[EXECUTION_HEADER])
-    except (KeyError, TypeError, ValueError):
-        return
-    try:
-        attempts.fail_attempt(
-            execution_id=execution_id,
-            error=f"message refused by the worker: {reason}",
-            outcome=AttemptOutcome.FAILED,
-            now=timezone.now(),
-            permanent=True,
-            from_statuses=EXECUTION_STARTABLE,
+        execution_id = named_execution(message, body)
+        if execution_id is not None:
+            runtime.on_live_connection(
+                lambda: attempts.fail_attempt(
+                    execution_id=execution_id,
+                    error=f"message refused by the worker: {found.reason}",
+                    outcome=AttemptOutcome.FAILED,
+                    now=now,
+                    permanent=True,
+                    from_statuses=EXECUTION_STARTABLE,
+                )
+            )
+        runtime.on_live_connection(
+            lambda: drops.record_drop(worker=worker, kind=found.kind, reason=found.reason, now=now)
         )
     except Exception:
-        # The ledger is away: the row stays queued, and the republish rule finds it (and the
-        # claim's checks fail a row that is itself over the limits).
-        logger.exception("message.refusal_not_recorded execution=%s", execution_id)
+        # The ledger is away: the drop stays in the log; a named row stays queued, and the
+        # republish rule finds it (and the claim's checks fail a row over the limits).
+        logger.exception("message.drop_not_recorded kind=%s worker=%s", found.kind, worker)
 
 
-def guarded_strategy(task: Any, app: Any, consumer: Any, **options: Any) -> Callable[..., Any]:
-    """Celery's default strategy for ``task``, with ``refusal`` checked before each message."""
-    handle = default_strategy(task, app, consumer, **options)
+Handler = Callable[..., Any]
+
+
+def guard(handle: Handler, *, task: Any, app: Any, consumer: Any) -> Handler:
+    """``handle`` (a task's strategy) with ``refusal`` checked before each message."""
+    ledger = bool(getattr(task, "ledger", False))
+    accepted = set(prepare_accept_content(app.conf.accept_content) or ())
+    worker = str(getattr(consumer, "hostname", "") or "")
+    errors = tuple(getattr(consumer, "connection_errors", ()) or ())
 
     def task_message_handler(
         message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **kwargs: Any
     ) -> Any:
-        reason = refusal(message) if body is None else None
-        if reason is not None:
-            refuse(message, reason)
+        found = refusal(message, body, ledger=ledger, accepted=accepted)
+        if found is not None:
+            refuse(message, body, found, task=task.name, worker=worker, connection_errors=errors)
             return None
         return handle(message, body, ack, reject, callbacks, **kwargs)
 
+    task_message_handler.guarded = True  # type: ignore[attr-defined]
     return task_message_handler
+
+
+def guarded_strategy(task: Any, app: Any, consumer: Any, **options: Any) -> Handler:
+    """Celery's default strategy for ``task``, guarded (a ledger task's ``Strategy``)."""
+    return guard(default_strategy(task, app, consumer, **options), task=task, app=app,
+                 consumer=consumer)  # fmt: skip
+
+
+class GuardStep(bootsteps.StartStopStep):
+    """A bootstep of the worker's consumer: every task's strategy guarded, not only the ledger
+    tasks', and a body Celery itself cannot decode (protocol 1) counted as a drop.
+
+    It starts after the consumer has made its strategies (``Tasks``), each time it does
+    (a reconnection makes them anew), and before the event loop reads the first message.
+    Added by ``scheduling.worker.receivers`` when a worker starts.
+    """
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def start(self, c: Any) -> None:
+        for name, strategy in list(c.strategies.items()):
+            task = c.app.tasks.get(name)
+            if task is not None and not getattr(strategy, "guarded", False):
+                c.strategies[name] = guard(strategy, task=task, app=c.app, consumer=c)
+        celery_on_decode_error = c.on_decode_error
+        if getattr(celery_on_decode_error, "guarded", False):
+            return
+
+        def on_decode_error(message: Any, exc: BaseException) -> None:
+            celery_on_decode_error(message, exc)  # Celery logs it and acknowledges it
+            found = Refusal(DropKind.UNDECODABLE, f"body: does not decode ({type(exc).__name__})")
+            record_drop(found, message=message, body=None, worker=str(c.hostname or ""))
+
+        on_decode_error.guarded = True  # type: ignore[attr-defined]
+        c.on_decode_error = on_decode_error

@@ -25,10 +25,17 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from scheduling.errors import Fenced, format_error
-from scheduling.models import EXECUTION_STARTABLE, AttemptOutcome, Execution, ExecutionStatus
+from scheduling.models import (
+    EXECUTION_STARTABLE,
+    AttemptOutcome,
+    DropKind,
+    Execution,
+    ExecutionStatus,
+)
 from scheduling.stages import attempts
-from scheduling.worker import runtime
+from scheduling.worker import guard, runtime
 from scheduling.worker.heartbeat import heartbeat_thread
+from scheduling.worker.taskbase import BodyExit
 
 logger = logging.getLogger("scheduling")
 
@@ -96,8 +103,18 @@ def on_task_failure(
         return
     runtime.body_ended(execution_id)
     close_old_connections()
+    exited = exception.exited if isinstance(exception, BodyExit) else None
+    if exited is not None:
+        # The body tried to end its process: recorded as what it raised, with its frames.
+        exception, traceback = exited, exited.__traceback__
     outcome, permanent = _classify(sender, exception)
     error = format_error(exception, traceback)
+    if exited is not None:
+        kind = type(exited)
+        error = (
+            f"{kind.__module__}.{kind.__qualname__} raised by the task body (it may not end "
+            f"its worker process; failed like any error): {error}"
+        )
     if outcome == AttemptOutcome.FENCED:
         error = f"fenced: the worker could not renew the lease, so it stopped the body ({error})"
     elif outcome == AttemptOutcome.TIMEOUT:
@@ -289,18 +306,29 @@ def on_task_unknown(name: str | None = None, id: str | None = None, **_: Any) ->
 
 
 @signals.task_rejected.connect
-def on_task_rejected(message: Any = None, exc: BaseException | None = None, **_: Any) -> None:
-    headers = getattr(message, "headers", None) or {}
-    execution_id = _execution_for(None, headers.get("id"))
-    if execution_id is None:
-        return
-    attempts.fail_attempt(
-        execution_id=execution_id,
-        error=f"message rejected by the worker: {exc!r}",
-        outcome=AttemptOutcome.FAILED,
-        now=timezone.now(),
-        permanent=True,
-        from_statuses=EXECUTION_STARTABLE,
+def on_task_rejected(
+    sender: Any = None, message: Any = None, exc: BaseException | None = None, **_: Any
+) -> None:
+    """A message Celery itself refused (no task named, an invalid request): it is gone from
+    the broker; it is counted and logged as a drop, and the execution it names is failed."""
+    headers = getattr(message, "headers", None)
+    headers = headers if isinstance(headers, dict) else {}
+    worker = str(getattr(sender, "hostname", "") or "")
+    reason = (
+        f"Celery cannot read it as a task request ({type(exc).__name__})"
+        if exc is not None
+        else "Celery cannot read it as a task message: it names no task"
+    )
+    logger.error(
+        "message.dropped task=%s id=%s kind=%s worker=%s reason=%s",
+        guard.text_of(headers.get("task")),
+        guard.text_of(headers.get("id")),
+        DropKind.REJECTED,
+        worker,
+        reason,
+    )
+    guard.record_drop(
+        guard.Refusal(DropKind.REJECTED, reason), message=message, body=None, worker=worker
     )
 
 
@@ -313,6 +341,14 @@ def on_worker_process_shutdown(**_: Any) -> None:
             attempts.interrupt_execution(execution_id=execution_id, now=now)
         except Exception:
             logger.exception("execution.interrupt_failed execution=%s", execution_id)
+
+
+@signals.worker_init.connect
+def on_worker_init(sender: Any = None, **_: Any) -> None:
+    """Guard every task's messages in this worker, not only the ledger tasks' (``GuardStep``)."""
+    app = getattr(sender, "app", None)
+    if app is not None:
+        app.steps["consumer"].add(guard.GuardStep)
 
 
 @signals.worker_ready.connect

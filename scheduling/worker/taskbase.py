@@ -5,19 +5,71 @@ A task becomes schedulable by being declared with ``@schedulable_task``, which g
 forget: before the body runs it claims the execution row (a duplicate doorbell is acknowledged
 and does nothing), it hands the body its ``RunContext`` with the last checkpoint, and
 ``self.retry()`` becomes a row update instead of an ETA message in the broker.
+
+A body may not end its worker process: ``SystemExit`` and ``KeyboardInterrupt`` raised by a
+body (``sys.exit()`` included) leave it as ``BodyExit``, an ordinary failure of the attempt
+(recorded with the original's class path and traceback, retried as configured), so a prefork
+child or a ``solo`` worker goes on serving. The worker's own shutdown is let through
+(``worker_is_exiting``).
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from typing import Any
 
+from billiard import common as billiard_common
 from celery import Task, shared_task
-from celery.exceptions import Ignore, Retry
+from celery.exceptions import Ignore, Retry, WorkerShutdown, WorkerTerminate
 
 from scheduling.rules.registry import PermanentError
+from scheduling.rules.validation import check_run_arguments
 from scheduling.runs import RunContext
 from scheduling.worker import runtime
+
+
+class BodyExit(Exception):
+    """A task body raised ``SystemExit`` or ``KeyboardInterrupt``: its attempt fails with it.
+
+    ``exited`` is what the body raised; the failure is recorded under its class path and with
+    its traceback, and the worker process that ran the body lives on.
+    """
+
+    def __init__(self, exited: BaseException) -> None:
+        super().__init__(exited)  # the argument, so that it pickles
+        self.exited = exited
+
+    def __str__(self) -> str:
+        return f"the task body raised {type(self.exited).__name__}({self.exited})"
+
+
+def worker_is_exiting(exc: BaseException) -> bool:
+    """Whether ``exc`` is the worker's own shutdown unwinding through a body, not the body's.
+
+    Celery raises ``WorkerShutdown``/``WorkerTerminate`` in a ``solo`` worker told to stop at
+    once; billiard's handler of SIGTERM (and the like) in a pool process raises ``SystemExit``
+    after noting that it fired; and where Python's own Ctrl+C handler is in place (a worker
+    embedded in a process that did not install Celery's), a ``KeyboardInterrupt`` may be the
+    operator's. ``celery worker`` ignores SIGINT in its pool processes and handles it in its
+    main process, so there a ``KeyboardInterrupt`` comes from the body.
+    """
+    if isinstance(exc, WorkerShutdown | WorkerTerminate):
+        return True
+    if isinstance(exc, SystemExit) and _terminate_handler_fired():
+        return True
+    return isinstance(exc, KeyboardInterrupt) and (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+
+
+def _terminate_handler_fired() -> bool:
+    """Whether billiard's terminate-signal handler ran in this process (the flag it sets before
+    it raises ``SystemExit``, read directly on a billiard without the accessor)."""
+    fired = getattr(billiard_common, "terminate_handler_fired", None)
+    if fired is not None:
+        return bool(fired())
+    return bool(getattr(billiard_common, "_should_have_exited", [False])[0])
 
 
 class ScheduledTask(Task):
@@ -37,15 +89,38 @@ class ScheduledTask(Task):
     #: refused alone instead of killing the worker's main process (``scheduling.worker.guard``).
     Strategy = "scheduling.worker.guard:guarded_strategy"
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the body; a ``SystemExit`` or ``KeyboardInterrupt`` it raises becomes ``BodyExit``.
+
+        Celery's trace lets any ``BaseException`` that is not an ``Exception`` through: the
+        pool process (or a ``solo`` worker) would end under it, and the attempt would be
+        recorded as interrupted and published again, without end. Inside the trace the body
+        is called as ``self.run`` (Celery's own ``__call__`` would push a request without the
+        attempt's); a direct call (``task(...)`` in code) behaves as Celery's does.
+        """
+        if self.request.called_directly:
+            return super().__call__(*args, **kwargs)
+        try:
+            return self.run(*args, **kwargs)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            if worker_is_exiting(exc):
+                raise
+            raise BodyExit(exc) from exc
+
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
         """Claim the execution row; a message that may not run is acknowledged and ignored.
 
-        Runs inside Celery's trace, after ``task_prerun`` and before the body, with the real
-        request in ``self.request``. A signal receiver could not veto the run: Celery logs and
-        swallows exceptions raised by receivers.
+        Arguments the task cannot take fail the attempt as a permanent error
+        (``ArgumentsDoNotFit``), naming the argument. Runs inside Celery's trace, after
+        ``task_prerun`` and before the body, with the real request in ``self.request``. A
+        signal receiver could not veto the run: Celery logs and swallows exceptions raised by
+        receivers.
         """
         if not runtime.begin(self):
             raise Ignore()
+        if self.execution_id is not None:
+            # A job saved before its task's parameters changed: fail once, not at every retry.
+            check_run_arguments(self, args, kwargs)
 
     @property
     def execution_id(self) -> int | None:

@@ -307,6 +307,9 @@ def test_a_worker_refuses_such_a_message_alone_and_serves_the_next(
     )
     assert not refused.attempts.exists(), "nothing of it reached a pool process"
     log = processes.log_of(worker)
-    assert "message.refused" in log
-    # Text nested past what Python reads never decodes: Celery drops it as undecodable.
-    assert "Can't decode message body" in log
+    assert "message.dropped" in log
+    # Text nested past what Python reads never decodes: dropped as undecodable, its run failed.
+    assert Execution.objects.get(pk=unreadable.pk).last_error == (
+        "message refused by the worker: body: is nested deeper than Python's JSON reader can "
+        "follow"
+    )

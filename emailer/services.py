@@ -30,7 +30,7 @@ from emailer.models import (
 from emailer.rendering import SAMPLE_CONTEXT, Rendered, RenderError, compile_task
 from emailer.text import control_character_error
 from emailer.tokens import unsubscribe_url
-from scheduling.api import JobInfo, Policies, Timing, schedule_row
+from scheduling.api import JobInfo, Policies, Timing, schedule_row, unschedule_row
 
 IMPORT_BATCH = 1000
 
@@ -62,13 +62,17 @@ def set_project_state(*, project: Project, state: str) -> Project:
     return project
 
 
-def remove_project(*, project: Project) -> dict[str, int]:
+def remove_project(*, project: Project, by: Any = None) -> dict[str, int]:
     """Delete the project with its participants, tasks, their jobs and history.
 
     Seed 000: "a task stays in the database until the associated project is deleted". Each
-    task's jobs go with it (the task table's delete hook in ``scheduling.api``).
+    task's jobs go first, each removal in its job's audit trail by ``by`` (who asked: a
+    user, or ``scheduling.api.command_line_actor``; ``system`` when None); the task table's
+    delete hook in ``scheduling.api`` would remove any left as ``system``.
     """
     with transaction.atomic():
+        for task in project.tasks.all():
+            unschedule_row(task, by=by)
         _, per_model = project.delete()
     return {label.split(".")[-1].lower(): n for label, n in per_model.items()}
 
@@ -412,11 +416,13 @@ def schedule_task(
     timeout: int | None = None,
     owner: Any = None,
     now: datetime | None = None,
+    by: Any = None,
 ) -> JobInfo:
     """A job that runs ``task`` on ``timing``; a task may have several (seed 000's N:N).
 
     ``expires`` (seconds) skips an occurrence that would start that long after its due time,
-    rather than mailing people hours late.
+    rather than mailing people hours late. ``by`` is who makes it, for the job's audit trail
+    (a user, or ``scheduling.api.command_line_actor``; ``system`` when None).
     """
     if expires is not None and expires < 1:
         raise ValidationError({"expires": "must be at least 1 second"})
@@ -429,6 +435,7 @@ def schedule_task(
         name=name,
         owner=owner,
         now=now,
+        by=by,
     )
 
 

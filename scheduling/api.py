@@ -16,17 +16,26 @@ a worked example.
   ``Calendar``, ``Once``) and a ``Policies`` value; ``next_occurrences`` lists when a job will
   run next.
 - Operate it: ``edit``, ``pause``, ``resume``, ``run_now``, ``cancel``, ``unschedule``,
-  ``backfill`` (the past occurrences of a range that the ledger does not hold), and read it
-  with ``jobs_for_row``, ``executions`` and ``history``. Every change is written to
-  the job's audit trail with source ``api``, by the user passed as ``by`` (else ``system``).
+  ``unschedule_row``, ``backfill`` (the past occurrences of a range that the ledger does not
+  hold), and read it with ``jobs_for_row``, ``executions`` and ``history``. Every change is
+  written to the job's audit trail with source ``api``, by whoever is passed as ``by``: a
+  Django user, a username (or any one-line name), a command line's identity from
+  ``command_line_actor`` (source ``command``), or an admin page's from ``admin_actor``
+  (the signed-in user, source ``admin``, as the engine's own admin records them); ``system``
+  when None.
 - Command lines of your own: ``OneLineCommand`` (a management command whose every refusal,
   from argparse or a ``ValidationError``, is one line naming the option), ``parse_instant``
-  (an ISO-8601 instant with an offset, naming the field when it is not), ``positive_int`` and
+  (an ISO-8601 instant with an offset, naming the field when it is not), ``whole_number``
+  and ``number`` (an option's type: a number within a range, refused naming the range),
+  ``positive_int`` and
   ``error_line`` (a ``ValidationError`` as one line, each field named with the option that set
   it), the same as the engine's own commands use; ``add_timing_options``,
   ``parse_timing_options`` and ``timing_of`` read ``--every | --cron | --rrule | --at``,
   ``--tz``, ``--start``, ``--end`` and ``--allow-past`` exactly as ``jobs add`` does, with its
-  refusals; ``text_table`` (rows under headers, each column as wide as its longest value:
+  refusals; ``add_by_option`` (``--by USERNAME``, an active user, refused in one line
+  otherwise) and ``command_line_actor`` (who a command acts as: the process's operating-system
+  account, and ``--by``'s user) give a command's changes the same ``who`` as ``jobs``';
+  ``text_table`` (rows under headers, each column as wide as its longest value:
   nothing cut) and ``shown_value`` (a value as text: JSON as compact JSON, never a Python
   repr).
 - Run it: a runner receives its row and a ``RunContext`` (ids, the occurrence's due time, the
@@ -36,7 +45,10 @@ a worked example.
   job's retry policy. A run that completes although some of its items failed (a declined
   renewal, an undelivered message) says so with ``run.report_failures(count, detail)``; the
   dashboard, ``/metrics`` and ``manage.py executions`` count them.
-- Pages of your own: ``IdSelectionAdmin`` (a list action refuses a hand-made selection that
+- Pages of your own: ``SafeListAdmin`` (a list answers any filter value in its URL, a date
+  part outside the calendar or a number past its column, as Django answers a bad filter,
+  with the unfiltered list and ``?e=1``, instead of a 500), ``IdSelectionAdmin`` (a list
+  action refuses a hand-made selection that
   holds something other than ids, instead of answering 500), ``ContentSecurityPolicyAdmin``
   (mixed into a ``ModelAdmin``) and
   ``with_content_security_policy`` (around a view) give them the apps' Content-Security-Policy
@@ -62,7 +74,9 @@ user's owner scoping reaches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -78,14 +92,18 @@ from scheduling import ledger
 from scheduling.admintimes import ReadableTimesAdmin, ZonedSplitDateTime
 from scheduling.admintimes import shown as shown_time
 from scheduling.celeryapp import celery_app
+from scheduling.changelists import SafeListAdmin
 from scheduling.cli import (
     OneLineCommand,
+    add_by_option,
     add_timing_options,
+    number,
     parse_timing_options,
     positive_int,
     shown_value,
     text_table,
     timing_of,
+    whole_number,
 )
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.csp import with_csp as with_content_security_policy
@@ -126,15 +144,19 @@ __all__ = [
     "Policies",
     "ReadableTimesAdmin",
     "RunContext",
+    "SafeListAdmin",
     "ScheduledTask",
     "TaskTableAdmin",
     "Timing",
     "ZonedSplitDateTime",
+    "add_by_option",
     "add_timing_options",
+    "admin_actor",
     "ago",
     "backfill",
     "cancel",
     "caption",
+    "command_line_actor",
     "describe_cron",
     "describe_interval",
     "edit",
@@ -146,6 +168,7 @@ __all__ = [
     "jobs_for_row",
     "ledger",
     "next_occurrences",
+    "number",
     "parse_instant",
     "parse_timing_options",
     "pause",
@@ -165,6 +188,7 @@ __all__ = [
     "unschedule",
     "unschedule_row",
     "when",
+    "whole_number",
     "with_content_security_policy",
 ]
 
@@ -184,8 +208,37 @@ R = TypeVar("R", bound=Callable[..., Any])
 
 
 def _actor(by: Any) -> _audit.Actor:
-    """Who a call of this API is, for the audit trail: the user it names, or code."""
-    return _audit.CODE if by is None else _audit.Actor.user(by, source=ChangeSource.API)
+    """Who a call of this API is, for the audit trail: the user or name it gives (source
+    ``api``), a command line's identity as it is, or code (``system``)."""
+    return _audit.Actor.given(by, source=ChangeSource.API)
+
+
+def command_line_actor(by: str | None = None) -> _audit.Actor:
+    """Who a management command acts as, to pass as ``by``: the operating-system account of
+    the process (its real uid, never ``LOGNAME`` or ``USER``), and with ``by`` (the value of
+    ``add_by_option``'s ``--by``, an active user) that user first: ``alice (os: root)``;
+    source ``command``."""
+    return _audit.Actor.command_line(by)
+
+
+def admin_actor(request: HttpRequest) -> _audit.Actor:
+    """Who an admin page acts as, to pass as ``by``: the signed-in user, source ``admin``,
+    the rule the engine's own admin records its changes by."""
+    return _audit.Actor.user(request.user, source=ChangeSource.ADMIN)
+
+
+#: Who is deleting task-table rows in this context (``TaskTableAdmin``'s deletes), for the
+#: delete hook that removes their jobs; None: code (``system``).
+_deleting_as: ContextVar[_audit.Actor | None] = ContextVar("duecourse_deleting_as", default=None)
+
+
+@contextmanager
+def _deleting(by: _audit.Actor) -> Iterator[None]:
+    token = _deleting_as.set(by)
+    try:
+        yield
+    finally:
+        _deleting_as.reset(token)
 
 
 JobRef = int | _jobs.JobInfo
@@ -229,7 +282,8 @@ def task_table(
 
 
 def _unschedule_deleted_row(sender: Any, instance: Any, **_: Any) -> None:
-    _jobs.remove_jobs_for_row(tasktables.label_of(sender), instance.pk)
+    by = _deleting_as.get()
+    _jobs.remove_jobs_for_row(tasktables.label_of(sender), instance.pk, by=by)
 
 
 class TaskTableAdmin:
@@ -242,7 +296,9 @@ class TaskTableAdmin:
     page and the ``delete_selected`` action alike, on GET and on POST) lists the jobs the user
     may see and is refused, naming "job", unless the user may delete every one of them
     (``scheduling.rules.permissions.may_delete_job``). Jobs of an internal table are the row's app's
-    own and go with the row.
+    own and go with the row. Each job a delete made here removes (the delete page or
+    ``delete_selected``) is in its audit trail by the signed-in user, source ``admin``
+    (``admin_actor``), not ``system``.
 
         @admin.register(Report)
         class ReportAdmin(TaskTableAdmin, admin.ModelAdmin): ...
@@ -277,6 +333,14 @@ class TaskTableAdmin:
             )
             model_count[meta.verbose_name_plural] = len(listed)
         return to_delete, model_count, perms_needed, protected
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        with _deleting(admin_actor(request)):
+            super().delete_model(request, obj)  # type: ignore[misc]
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        with _deleting(admin_actor(request)):
+            super().delete_queryset(request, queryset)  # type: ignore[misc]
 
 
 def schedule_row(
@@ -438,19 +502,26 @@ def resume(job: JobRef, *, by: Any = None) -> bool:
     return _jobs.resume_job(job=_get(job), now=timezone.now(), by=_actor(by))
 
 
-def run_now(job: JobRef) -> int:
+def run_now(job: JobRef, *, by: Any = None) -> int:
     """One extra occurrence now, published at once; returns its execution id.
 
     The execution is committed before its message is published, as every occurrence is; if
     the broker cannot be reached, the scheduler publishes it after ``SCHEDULING_PENDING_GRACE``.
+    ``by`` is who asked, for the audit trail (``system`` when None).
     """
-    execution_id = int(_jobs.run_job_now(job=_get(job), now=timezone.now()).pk)
+    execution_id = int(_jobs.run_job_now(job=_get(job), now=timezone.now(), by=_actor(by)).pk)
     publish_now(celery_app(), execution_ids=[execution_id])
     return execution_id
 
 
 def backfill(
-    job: JobRef, *, start: datetime, end: datetime, now: datetime, dry_run: bool = False
+    job: JobRef,
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    dry_run: bool = False,
+    by: Any = None,
 ) -> _backfill.BackfillResult:
     """Make the job's occurrences in ``[start, end)`` that the ledger does not hold yet.
 
@@ -459,14 +530,17 @@ def backfill(
     publishes them as any other. ``end`` may not be later than ``now``; a range holding more
     than ``SCHEDULING_BACKFILL_MAX`` occurrences is refused (``ValidationError`` naming
     ``start``, ``end`` or ``range``). With ``dry_run`` nothing is written; the result says
-    what would be.
+    what would be. ``by`` is who asked, for the audit trail (``system`` when None).
     """
-    return _backfill.backfill_job(job=_get(job), start=start, end=end, now=now, dry_run=dry_run)
+    return _backfill.backfill_job(
+        job=_get(job), start=start, end=end, now=now, dry_run=dry_run, by=_actor(by)
+    )
 
 
-def cancel(job: JobRef, *, reason: str = "cancelled") -> int:
-    """Cancel the job's queued and running executions; returns how many were cancelled."""
-    return _jobs.cancel_job(job_id=_id(job), reason=reason, now=timezone.now())
+def cancel(job: JobRef, *, reason: str = "cancelled", by: Any = None) -> int:
+    """Cancel the job's queued and running executions; returns how many were cancelled.
+    Each is a row of the audit trail by ``by`` (``system`` when None)."""
+    return _jobs.cancel_job(job_id=_id(job), reason=reason, now=timezone.now(), by=_actor(by))
 
 
 def unschedule(job: JobRef, *, by: Any = None) -> None:
@@ -474,9 +548,11 @@ def unschedule(job: JobRef, *, by: Any = None) -> None:
     _jobs.remove_job(job=_get(job), now=timezone.now(), by=_actor(by))
 
 
-def unschedule_row(row: Any) -> int:
-    """Delete every job that runs ``row``; returns how many."""
-    return _jobs.remove_jobs_for_row(tasktables.label_of(type(row)), row.pk)
+def unschedule_row(row: Any, *, by: Any = None) -> int:
+    """Delete every job that runs ``row``; returns how many. ``by`` is who asked, for the
+    audit trail (``system`` when None; deleting the row removes its jobs as ``system`` too,
+    or, deleted in a ``TaskTableAdmin``, as the signed-in user)."""
+    return _jobs.remove_jobs_for_row(tasktables.label_of(type(row)), row.pk, by=_actor(by))
 
 
 def executions(

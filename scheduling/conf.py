@@ -229,6 +229,15 @@ KNOBS: dict[str, Knob] = {
         300, int, "Per-job execution time limit in seconds.", 1, INT_COLUMN_MAX
     ),
     "DEFAULT_MAX_RETRIES": Knob(3, int, "Retries after the first attempt.", 0, INT_COLUMN_MAX),
+    "MAX_INTERRUPTIONS": Knob(
+        3,
+        int,
+        "How many times an execution's worker process may die under it (killed, ended by its "
+        "body with os._exit, taken by the OOM killer, shut down) before it fails naming the "
+        "cause.",
+        1,
+        1_000_000,
+    ),
     "HARD_TIMEOUT_GRACE": Knob(
         10, int, "Seconds between the soft time limit and the hard kill.", 0, 86_400
     ),
@@ -325,6 +334,15 @@ KNOBS: dict[str, Knob] = {
         1,
         10_000,
     ),
+    "TIMING_BUDGET_MS": Knob(
+        50,
+        int,
+        "Milliseconds of CPU one evaluation of a timing may take (a calendar's next "
+        "occurrence): a calendar that needs more is refused when saved, and a job whose "
+        "calendar needs more when it is claimed is paused, naming the reason.",
+        1,
+        10_000,
+    ),
     "BACKFILL_MAX": Knob(
         1000,
         int,
@@ -418,6 +436,11 @@ def refusals() -> dict[str, str]:
         if raw is not _UNSET and (reason := refusal(name, raw)) is not None:
             found[name] = reason
     return found
+
+
+def timing_budget() -> float:
+    """``SCHEDULING_TIMING_BUDGET_MS`` in seconds, as the timing modules take it."""
+    return float(get("TIMING_BUDGET_MS")) / 1000
 
 
 def get(name: str) -> Any:

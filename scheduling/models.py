@@ -18,7 +18,7 @@ from django.db import models
 from django.db.models import Max, Q
 from django.utils.timezone import now as current_time
 
-from scheduling import readable
+from scheduling import conf, readable
 from scheduling.ids import uuid7
 from scheduling.rules import validation
 from scheduling.rules.arguments import ArgumentsField
@@ -133,6 +133,7 @@ class Schedule(models.Model):
             self.starts_at,
             self.ends_at,
             rrule=self.rrule,
+            budget=conf.timing_budget(),
         )
 
     def clean(self) -> None:
@@ -155,7 +156,8 @@ class Schedule(models.Model):
         with ``jitter`` (``schedules.check_savable``)."""
         self.interval = (self.interval or "").strip()
         self.cron = " ".join((self.cron or "").split())
-        self.rrule = calendars.normalise(self.rrule or "")
+        # Times given in UTC or with TZID are stored as wall times of the job's zone.
+        self.rrule = calendars.normalise(self.rrule or "", zone=self.timezone or "UTC")
         try:
             schedules.check_savable(
                 self.interval,
@@ -167,6 +169,7 @@ class Schedule(models.Model):
                 now=current_time(),
                 jitter=jitter,
                 rrule=self.rrule,
+                budget=conf.timing_budget(),
             )
         except ScheduleError as exc:
             raise _timing_error(exc) from None
@@ -699,6 +702,46 @@ class SchedulerState(models.Model):
         return f"{self.name} @ {self.last_tick_at:%Y-%m-%d %H:%M:%S}"
 
 
+class DropKind(models.TextChoices):
+    CONTENT_TYPE = "content_type"  # a content type the worker does not accept, or none
+    UNDECODABLE = "undecodable"  # a body its content type's decoder cannot read
+    MALFORMED = "malformed"  # not a task message's shape (args not a list, kwargs not a map)
+    TOO_DEEP = "too_deep"  # headers, properties or body nested past what a worker hands over
+    TOO_LARGE = "too_large"  # a ledger task's body larger than the argument limits allow
+    ARGUMENTS = "arguments"  # a ledger task's args or kwargs over SCHEDULING_ARGS_MAX_*
+    REJECTED = "rejected"  # refused by Celery itself (no task named, an invalid request)
+
+
+class MessageDrops(models.Model):
+    """Broker messages a worker acknowledged without running them, counted by worker and kind.
+
+    ``scheduling.worker.guard`` checks every message before it reaches a pool process; one it
+    cannot run is acknowledged (redelivered, it would only kill the next worker), logged as
+    ``message.dropped`` with its reason, its execution failed where it names one, and counted
+    here (``scheduling.stages.drops``), one row per worker and kind, so a flood of them costs
+    no more rows. ``/metrics`` reports the totals (``duecourse_worker_messages_dropped_total``).
+    """
+
+    worker = models.CharField(max_length=255, help_text="The worker's name (name@host).")
+    kind = models.CharField(max_length=16, choices=DropKind.choices)
+    dropped_total = models.PositiveBigIntegerField(default=0)
+    last_dropped_at = models.DateTimeField()
+    last_reason = models.TextField(blank=True, help_text="Why the latest one was dropped.")
+
+    class Meta:
+        verbose_name_plural = "message drops"
+        constraints = [
+            # drops.record_drop: "this worker's row of this kind", found and counted.
+            models.UniqueConstraint(fields=["worker", "kind"], name="message_drops_one_per_kind"),
+            models.CheckConstraint(
+                name="message_drops_kind_valid", condition=Q(kind__in=DropKind.values)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.worker}: {self.dropped_total} {self.kind}"
+
+
 class SettledHour(models.Model):
     """The executions due in one hour that has settled, counted once by job owner and status.
 
@@ -722,7 +765,7 @@ class SettledHour(models.Model):
 
 class ChangeSource(models.TextChoices):
     ADMIN = "admin"  # the admin's forms and actions, by the signed-in user
-    COMMAND = "command"  # manage.py, by the operating system's user who ran it
+    COMMAND = "command"  # manage.py: the process's operating-system account (and --by's user)
     API = "api"  # scheduling.api, called by code (a domain app)
     SYSTEM = "system"  # the engine itself (a job that paused itself after failures)
 
@@ -733,15 +776,22 @@ class JobChangeAction(models.TextChoices):
     PAUSED = "paused"  # it stopped firing (by a person, code, or its own failures)
     RESUMED = "resumed"  # it was made active again
     REMOVED = "removed"  # it was deleted; the trail stays, its job link emptied
+    REPLANNED = "replanned"  # its schedule was edited elsewhere (the Schedules page): moved
+    RAN_NOW = "run_now"  # one extra occurrence was made to run now
+    CANCELLED = "cancelled"  # an unfinished execution of it was cancelled by a person or code
+    RETRIED = "retried"  # a failed execution of it was given one more attempt
+    BACKFILLED = "backfilled"  # past occurrences of a range were made for it
 
 
 class JobChange(models.Model):
     """One change of a job's definition or state, by whom, from where, field by field.
 
     The audit trail (``scheduling.stages.audit``): written by the job verbs of
-    ``scheduling.stages.jobs`` in the same transaction as the change, so the admin, the
-    command line and ``scheduling.api`` are covered by one writer, and by the engine when a
-    job pauses itself after failures. ``changes`` maps each field to ``{"from": …, "to": …}``
+    ``scheduling.stages.jobs`` and ``scheduling.stages.backfill`` in the same transaction as
+    the change (its definition, its state, and what a person or code did to its executions:
+    run now, cancel, retry, backfill), so the admin, the command line and ``scheduling.api``
+    are covered by one writer, and by the engine when a job pauses itself after failures.
+    ``changes`` maps each field to ``{"from": …, "to": …}``
     in JSON (each value bounded in size). A removed job's rows stay, with ``job`` emptied and
     its name kept in ``job_name``; the trail is pruned by its own retention
     (``SCHEDULING_AUDIT_RETENTION``), never by the executions'.
@@ -758,7 +808,9 @@ class JobChange(models.Model):
     job_name = models.CharField(max_length=200, help_text="The job's name at the change.")
     at = models.DateTimeField(default=current_time)
     who = models.CharField(
-        max_length=150, help_text="A username, the command line's OS user, or system."
+        max_length=150,
+        help_text="A username; on the command line the process's OS account, or "
+        '"USER (os: ACCOUNT)" with --by; or system.',
     )
     source = models.CharField(max_length=16, choices=ChangeSource.choices)
     action = models.CharField(max_length=16, choices=JobChangeAction.choices)

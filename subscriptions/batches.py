@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
@@ -49,9 +50,10 @@ def policies() -> Policies:
     )
 
 
-def open_batch(due_at: datetime, block: int, *, now: datetime) -> int:
+def open_batch(due_at: datetime, block: int, *, now: datetime, by: Any = None) -> int:
     """The id of the open batch of (``due_at``, ``block``), opening and scheduling one when
-    none is open (caller's transaction)."""
+    none is open (caller's transaction); ``by`` is who the engine job's audit trail names as
+    its maker (the operator whose change opened it; ``system`` when None)."""
     while True:
         found = (
             DueBatch.objects.filter(due_at=due_at, block=block, closed_at__isnull=True)
@@ -71,20 +73,22 @@ def open_batch(due_at: datetime, block: int, *, now: datetime) -> int:
             policies=policies(),
             name=f"subscriptions.DueBatch:{batch.pk}",
             now=now,
+            by=by,
         )
         return batch.pk
 
 
-def assign(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
-    """Set ``batch_id`` on unsaved (or about to be changed) jobs from their action dates."""
+def assign(jobs: Sequence[SubscriptionJob], *, now: datetime, by: Any = None) -> None:
+    """Set ``batch_id`` on unsaved (or about to be changed) jobs from their action dates
+    (``open_batch``'s ``by``)."""
     keys = {(job.action_date, block_of(job.subscription_id)) for job in jobs}
     # In one order everywhere, so two placers opening the same batches cannot deadlock.
-    opened = {key: open_batch(*key, now=now) for key in sorted(keys)}
+    opened = {key: open_batch(*key, now=now, by=by) for key in sorted(keys)}
     for job in jobs:
         job.batch_id = opened[(job.action_date, block_of(job.subscription_id))]
 
 
-def attach(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
+def attach(jobs: Sequence[SubscriptionJob], *, now: datetime, by: Any = None) -> None:
     """After ``jobs`` were written with their batches: move any that landed in a batch
     closed meanwhile (see the module docstring) to an open one. Caller's transaction."""
     while True:
@@ -97,7 +101,7 @@ def attach(jobs: Sequence[SubscriptionJob], *, now: datetime) -> None:
         moved = [job for pk in closed for job in by_batch[pk]]
         for job in moved:
             job.batch_id = None
-        assign(moved, now=now)
+        assign(moved, now=now, by=by)
         for job in moved:
             # Part of the placing change already counted: the job is not visible to anyone
             # but its batch's run, which has not seen it.

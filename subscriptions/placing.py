@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from subscriptions import batches, periods
 from subscriptions.models import (
@@ -33,8 +34,10 @@ def place_job(
     action_date: datetime,
     now: datetime,
     period_number: int | None = None,
+    by: Any = None,
 ) -> SubscriptionJob:
-    """Save one subscription job in the open batch of its action date (caller's transaction)."""
+    """Save one subscription job in the open batch of its action date (caller's transaction);
+    ``by`` names who opened a batch for it, if it opens one (``batches.open_batch``)."""
     (job,) = place_jobs(
         [
             SubscriptionJob(
@@ -45,17 +48,21 @@ def place_job(
             )
         ],
         now=now,
+        by=by,
     )
     return job
 
 
-def place_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[SubscriptionJob]:
-    """Save unsaved jobs, each in the open batch of its action date (caller's transaction)."""
+def place_jobs(
+    jobs: Sequence[SubscriptionJob], *, now: datetime, by: Any = None
+) -> list[SubscriptionJob]:
+    """Save unsaved jobs, each in the open batch of its action date (caller's transaction;
+    ``by`` as ``place_job``'s)."""
     for job in jobs:
         job.time_placed = job.last_update = now
-    batches.assign(jobs, now=now)
+    batches.assign(jobs, now=now, by=by)
     saved = SubscriptionJob.objects.bulk_create(jobs)
-    batches.attach(saved, now=now)
+    batches.attach(saved, now=now, by=by)
     return saved
 
 

@@ -77,9 +77,12 @@ def create_subscription(
     start: datetime | None,
     end: datetime | None,
     now: datetime,
+    by: Any = None,
 ) -> Subscription:
     """Validate everything, then save the subscription, its items, the parent order and the
-    first CreateChildOrder (at the start) in one transaction; nothing is saved on bad input."""
+    first CreateChildOrder (at the start) in one transaction; nothing is saved on bad input.
+    ``by`` is who asks (a user, or ``scheduling.api.command_line_actor``), named by the audit
+    trail of an engine job its first renewal's batch makes (``system`` when None)."""
     starts_at = start or now
     subscription = Subscription(
         customer=(customer or "").strip(),
@@ -127,7 +130,7 @@ def create_subscription(
             item.subscription = subscription
             item.applies_from = subscription.first_period
         SubscriptionItem.objects.bulk_create(rows)
-        start_billing(subscription=subscription, now=now)
+        start_billing(subscription=subscription, now=now, by=by)
     logger.info(
         "subscription.created subscription=%s customer=%s interval=%s",
         subscription.pk,
@@ -161,7 +164,7 @@ def add_item(*, item: SubscriptionItem, now: datetime) -> SubscriptionItem:
     return item
 
 
-def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJob:
+def start_billing(*, subscription: Subscription, now: datetime, by: Any = None) -> SubscriptionJob:
     """The parent order (what the first period costs, with its lines) and the first renewal
     of a saved subscription (also the admin's add).
 
@@ -184,6 +187,7 @@ def start_billing(*, subscription: Subscription, now: datetime) -> SubscriptionJ
         action_date=max(start, subscription.starts_at),
         period_number=number,
         now=now,
+        by=by,
     )
 
 
@@ -300,11 +304,14 @@ def _reason(text: str) -> str:
     return one_line(text, limit=MAX_REASON)
 
 
-def _move(job: SubscriptionJob, *, at: datetime, now: datetime, **values: Any) -> None:
-    """Change the job (conditionally) and put it in the open batch of ``at``."""
-    batch_id = batches.open_batch(at, batches.block_of(job.subscription_id), now=now)
+def _move(
+    job: SubscriptionJob, *, at: datetime, now: datetime, by: Any = None, **values: Any
+) -> None:
+    """Change the job (conditionally) and put it in the open batch of ``at`` (one ``by``
+    opens, if none is open: ``batches.open_batch``)."""
+    batch_id = batches.open_batch(at, batches.block_of(job.subscription_id), now=now, by=by)
     job.change(now=now, action_date=at, batch_id=batch_id, **values)
-    batches.attach([job], now=now)
+    batches.attach([job], now=now, by=by)
 
 
 def _delete_unpaid_order(job: SubscriptionJob) -> None:
@@ -332,10 +339,11 @@ def stop_jobs(jobs: Sequence[SubscriptionJob], *, now: datetime) -> list[Subscri
     return stopped
 
 
-def _pause_engine_jobs(jobs: Sequence[SubscriptionJob], *, reason: str) -> None:
+def _pause_engine_jobs(jobs: Sequence[SubscriptionJob], *, reason: str, by: Any = None) -> None:
+    """Pause the engine jobs that run ``jobs``, each pause in its trail by ``by``."""
     for job in jobs:
         for engine_job in jobs_for_row(job):
-            pause(engine_job, reason=reason)
+            pause(engine_job, reason=reason, by=by)
 
 
 # --- operators ------------------------------------------------------------------------------
@@ -352,7 +360,7 @@ def get_subscription(subscription_id: Any) -> Subscription:
 
 
 def cancel_subscription(
-    *, subscription_id: int, at_period_end: bool, now: datetime
+    *, subscription_id: int, at_period_end: bool, now: datetime, by: Any = None
 ) -> Subscription:
     """End a subscription now, or at the end of the current period (pending cancel).
 
@@ -361,6 +369,8 @@ def cancel_subscription(
 
     Its future jobs are cancelled in the same transaction, under the subscription's row lock,
     so a renewal either committed its order before the cancel or finds it and does nothing.
+    ``by`` is who asks: the engine jobs it pauses, and one it makes for a pending cancel's
+    batch, name them in their audit trail (``system`` when None).
     """
     get_subscription(subscription_id)
     with transaction.atomic():
@@ -386,6 +396,7 @@ def cancel_subscription(
                 action=JobAction.CANCEL,
                 action_date=paid_until,
                 now=now,
+                by=by,
             )
             subscription.status = SubscriptionStatus.PENDING_CANCEL
         else:
@@ -393,7 +404,9 @@ def cancel_subscription(
             subscription.cancelled_at = now
         subscription.save(update_fields=["status", "cancelled_at", "updated_at"])
         transaction.on_commit(
-            lambda: _pause_engine_jobs(stopped, reason=f"subscription {subscription_id} cancelled")
+            lambda: _pause_engine_jobs(
+                stopped, reason=f"subscription {subscription_id} cancelled", by=by
+            )
         )
     logger.info(
         "subscription.cancel subscription=%s at_period_end=%s jobs_cancelled=%s",
@@ -431,8 +444,10 @@ def edit_job(*, job: SubscriptionJob, values: dict[str, Any], now: datetime) -> 
     return job
 
 
-def retry_job_now(*, job_id: int, now: datetime) -> SubscriptionJob:
-    """Run a failed job once more, now (its retry count is kept: one more failure fails it)."""
+def retry_job_now(*, job_id: int, now: datetime, by: Any = None) -> SubscriptionJob:
+    """Run a failed job once more, now (its retry count is kept: one more failure fails it).
+    ``by`` is who asks, named by the audit trail of the engine job of a batch this opens
+    (``system`` when None)."""
     job = SubscriptionJob.objects.filter(pk=job_id).first()
     if job is None:
         raise ValidationError({"job": f"no subscription job with id {job_id}"})
@@ -440,15 +455,16 @@ def retry_job_now(*, job_id: int, now: datetime) -> SubscriptionJob:
         label = SubscriptionJobStatus(job.status).label
         raise ValidationError({"job": f"{job.pk} is {label}; only failed jobs can be retried"})
     with transaction.atomic():
-        _move(job, at=now, now=now, status=SubscriptionJobStatus.ACTIVE)
+        _move(job, at=now, now=now, by=by, status=SubscriptionJobStatus.ACTIVE)
     logger.info("subscription_job.retry_now job=%s", job.pk)
     return job
 
 
-def retry_subscription_now(*, subscription_id: int, now: datetime) -> int:
-    """Retry every failed job of a subscription now; returns how many."""
+def retry_subscription_now(*, subscription_id: int, now: datetime, by: Any = None) -> int:
+    """Retry every failed job of a subscription now; returns how many (``retry_job_now``'s
+    ``by``)."""
     subscription = get_subscription(subscription_id)
     failed = subscription.jobs.filter(status=SubscriptionJobStatus.FAILED).values_list(
         "pk", flat=True
     )
-    return sum(1 for pk in list(failed) if retry_job_now(job_id=pk, now=now))
+    return sum(1 for pk in list(failed) if retry_job_now(job_id=pk, now=now, by=by))

@@ -1,13 +1,24 @@
 """The audit trail of jobs: who changed what, when, from where, field by field.
 
 Every change of a job's definition or state goes through a verb of ``scheduling.stages.jobs``
-(create, edit, pause, resume, remove) or, for a job that pauses itself, through
+(create, edit, re-plan, pause, resume, remove, and what is done to its executions: run now,
+cancel, retry), of ``scheduling.stages.backfill``, or, for a job that pauses itself, of
 ``scheduling.stages.failures``; each calls ``record`` inside the transaction of its change,
 so a change and its row commit together or not at all, and the admin, the command line and
 ``scheduling.api`` need no writer of their own. Who made the change travels with it as an
-``Actor``: the signed-in user in the admin, the operating system's user on the command line
-(commands have no user option of their own), the given user or ``system`` for code, and
-``system`` for the engine.
+``Actor`` (``who``, and ``source``: the door it came in by):
+
+- the admin: the signed-in user's username, source ``admin``;
+- the command line: the operating-system account of the process, read from its real uid
+  (never from ``LOGNAME`` or ``USER``, which anyone can set), source ``command``; with
+  ``--by USERNAME``, that active Django user first: ``alice (os: root)``;
+- ``scheduling.api``: the user or username its caller passes as ``by``, else ``system``,
+  source ``api``;
+- the engine itself (a job paused by its failure counter): ``system``, source ``system``.
+
+What the engine does to executions on its own (claims, retries under the policy, an
+overlap policy's cancel) is execution history, not part of the trail; a person's or code's
+run now, cancel, retry and backfill are.
 
 Values are stored as JSON (times as ISO-8601 text, lengths of time in seconds, the owner by
 username), each one cut to ``MAX_VALUE_CHARS`` of JSON text so a large ``args`` cannot make
@@ -18,20 +29,29 @@ their own retention (``prune_trail``, ``SCHEDULING_AUDIT_RETENTION``), run by
 
 from __future__ import annotations
 
-import getpass
 import json
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from scheduling.models import JOB_POLICY_FIELDS, ChangeSource, Job, JobChange, JobChangeAction
+from scheduling.rules.validation import text_error
+
+try:
+    import pwd
+except ImportError:  # not a POSIX system: no account database to ask
+    pwd = None  # type: ignore[assignment]
 
 #: The longest JSON text one value keeps; a longer one is stored as its start and its length.
 MAX_VALUE_CHARS = 1000
+#: The longest ``who`` (``JobChange.who``).
+MAX_WHO = 150
 #: Who the engine is in the trail.
 SYSTEM = "system"
 #: The timing fields, read from the job's schedule.
@@ -62,16 +82,50 @@ class Actor:
     @classmethod
     def user(cls, user: Any, *, source: str = ChangeSource.ADMIN) -> Actor:
         """A signed-in user (the admin), or a user that code names (``scheduling.api``)."""
-        return cls(who=str(user.get_username())[:150], source=source)
+        return cls(who=str(user.get_username())[:MAX_WHO], source=source)
 
     @classmethod
-    def command_line(cls) -> Actor:
-        """Whoever runs ``manage.py``: the operating system's user of the process."""
-        try:
-            name = getpass.getuser()
-        except (KeyError, OSError):  # no user name for this uid (a bare container)
-            name = "unknown"
-        return cls(who=name[:150], source=ChangeSource.COMMAND)
+    def command_line(cls, by: str | None = None) -> Actor:
+        """Whoever runs ``manage.py``: the process's operating-system account (``os_account``);
+        with ``by`` (``--by``, an active user the command line checked), that user first:
+        ``alice (os: root)``."""
+        account = os_account()
+        who = account if not by else f"{by} (os: {account})"
+        return cls(who=who[:MAX_WHO], source=ChangeSource.COMMAND)
+
+    @classmethod
+    def given(cls, by: Any, *, source: str = ChangeSource.API) -> Actor:
+        """Who a caller of ``scheduling.api`` says acts: an ``Actor`` as it is (a command line's
+        or the admin's, passed through), a Django user, or a name (a username, or whatever
+        names the caller: one line of text); ``CODE`` when None. ValidationError on ``by``
+        for a name that cannot be stored."""
+        if by is None:
+            return CODE
+        if isinstance(by, Actor):
+            return by
+        if hasattr(by, "get_username"):
+            return cls.user(by, source=source)
+        problem = text_error(by, limit=MAX_WHO)
+        if problem is None and not by.strip():
+            problem = "must not be empty"
+        if problem is not None:
+            raise ValidationError({"by": problem})
+        return cls(who=by.strip(), source=source)
+
+
+def os_account() -> str:
+    """The account name of the process's real uid, from the system's account database.
+
+    Not ``getpass.getuser()``: it reads ``LOGNAME`` and ``USER`` first, so ``LOGNAME=alice
+    manage.py jobs edit …`` run as root would be recorded as alice. A uid without a name
+    (a bare container) is ``uid 1000``."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if uid is None or pwd is None:
+        return "unknown"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 #: Code calling ``scheduling.api`` without naming a user.
@@ -94,11 +148,15 @@ def as_json(value: Any) -> Any:
     return f"{text[:MAX_VALUE_CHARS]}… ({len(text)} characters in all)"
 
 
+def timing(schedule: Any) -> dict[str, Any]:
+    """The timing fields of a schedule as the trail stores them."""
+    return {name: as_json(getattr(schedule, name)) for name in TIMING}
+
+
 def snapshot(job: Job) -> dict[str, Any]:
     """The values of ``job`` that the trail follows, as stored (its schedule's timing too)."""
     values = {name: as_json(getattr(job, name)) for name in FIELDS}
-    schedule = job.schedule
-    values.update({name: as_json(getattr(schedule, name)) for name in TIMING})
+    values.update(timing(job.schedule))
     return values
 
 
@@ -126,6 +184,37 @@ def record(
     return JobChange.objects.create(
         job_id=job.pk,
         job_name=job.name,
+        at=now,
+        who=by.who,
+        source=by.source,
+        action=action,
+        changes=changes,
+    )
+
+
+def execution_changed(
+    *,
+    job_id: int,
+    job_name: str,
+    execution_id: int,
+    action: str,
+    before: str | None,
+    after: str,
+    by: Actor,
+    now: datetime,
+    reason: str | None = None,
+) -> JobChange:
+    """One execution of a job moved by a person or code (run now, cancel, retry), in the
+    caller's transaction: ``execution ID`` from its status before (None: it is new) to
+    after, and the reason given, if any."""
+    changes: dict[str, dict[str, Any]] = {
+        f"execution {execution_id}": {"from": before, "to": after}
+    }
+    if reason is not None:
+        changes["reason"] = {"from": None, "to": as_json(reason)}
+    return JobChange.objects.create(
+        job_id=job_id,
+        job_name=job_name,
         at=now,
         who=by.who,
         source=by.source,

@@ -16,27 +16,35 @@ one run of the job at a time, taken as its ``current_execution`` so that the job
 occurrence waits for it as for any of its runs), then publishes them like any other PENDING
 execution. There is no second way to dispatch.
 
-What it refuses, each naming the field: an instant without an offset, ``end`` not after
-``start``, ``end`` later than ``now`` (occurrences from now on are the scheduler's to claim,
-so a backfill never races the claim for them), a range holding more occurrences than
+What it refuses, each naming the field: an instant without an offset, a ``start`` before
+``EARLIEST`` (the Unix epoch: no job ran earlier, and a walk from the calendar's first day
+would step past its edge), ``end`` not after ``start``, ``end`` later than ``now``
+(occurrences from now on are the scheduler's to claim, so a backfill never races the claim
+for them), a range holding more occurrences than
 ``SCHEDULING_BACKFILL_MAX`` (counted without listing more than one past the cap), a schedule
 or target that cannot run. An occurrence in the range whose jittered due time is still ahead
 of ``now`` is left to the scheduler too, and counted as not yet due.
+
+A backfill that made any occurrence is a row of the job's audit trail (``backfilled``: the
+range, how many were made, the first and the last; by whoever asked), written in the
+transaction that makes them; a dry run, or one that found every occurrence held, writes none.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
 from scheduling import conf
 from scheduling.ledger import backfill as backfill_ledger
-from scheduling.models import Job
+from scheduling.models import Job, JobChangeAction
 from scheduling.rules.validation import target_error
+from scheduling.stages import audit
 from scheduling.timing import ranges, schedules
 from scheduling.timing.schedules import ScheduleError, require_aware
 
@@ -45,6 +53,8 @@ logger = logging.getLogger("scheduling")
 #: ``last_error`` of a backfilled row until the scheduler releases it.
 BACKFILLED = "waiting: backfilled; runs as the job's overlap policy and running limits allow"
 SETTING = "SCHEDULING_BACKFILL_MAX"
+#: The earliest instant a backfill reaches back to: the Unix epoch.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,13 @@ def check_range(*, start: Any, end: Any, now: datetime) -> tuple[datetime, datet
                 "now on are the scheduler's, so a backfill ends at now at the latest"
             }
         )
+    if start < EARLIEST:
+        raise ValidationError(
+            {
+                "start": f"{start.isoformat()} is before {EARLIEST.isoformat()}; a backfill "
+                "reaches back to the Unix epoch at the earliest, and ends at now at the latest"
+            }
+        )
     if start >= end:
         raise ValidationError(
             {"start": f"{start.isoformat()} is not before the end {end.isoformat()}"}
@@ -119,10 +136,17 @@ def too_many(*, counted: int | None, cap: int) -> str:
 
 
 def backfill_job(
-    *, job: Job, start: datetime, end: datetime, now: datetime, dry_run: bool = False
+    *,
+    job: Job,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    dry_run: bool = False,
+    by: audit.Actor | None = None,
 ) -> BackfillResult:
     """Make the job's occurrences in ``[start, end)`` the ledger does not hold, WAITING for
-    the scheduler to release them (module docstring); with ``dry_run``, only say which."""
+    the scheduler to release them (module docstring); with ``dry_run``, only say which.
+    ``by`` is who asked, for the audit trail (code when None)."""
     start, end = check_range(start=start, end=end, now=now)
     try:
         timing = job.schedule.timing()
@@ -142,9 +166,24 @@ def backfill_job(
         held = backfill_ledger.held_instants(job_id=job.pk, instants=due)
         instants = [at for at in due if at not in held]
     else:
-        instants = backfill_ledger.insert_waiting(
-            job_id=job.pk, task=job.task, instants=due, reason=BACKFILLED, now=now
-        )
+        with transaction.atomic():
+            instants = backfill_ledger.insert_waiting(
+                job_id=job.pk, task=job.task, instants=due, reason=BACKFILLED, now=now
+            )
+            if instants:
+                audit.record(
+                    job=job,
+                    action=JobChangeAction.BACKFILLED,
+                    by=by or audit.CODE,
+                    now=now,
+                    changes={
+                        "start": {"from": None, "to": audit.as_json(start)},
+                        "end": {"from": None, "to": audit.as_json(end)},
+                        "occurrences": {"from": None, "to": len(instants)},
+                        "first": {"from": None, "to": audit.as_json(instants[0])},
+                        "last": {"from": None, "to": audit.as_json(instants[-1])},
+                    },
+                )
         logger.info(
             "job.backfilled job=%s made=%s held=%s not_due=%s start=%s end=%s",
             job.pk,

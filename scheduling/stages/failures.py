@@ -16,8 +16,9 @@ The count is kept in the ledger, in the transaction that fails the execution: on
 ``UPDATE … SET consecutive_failures = consecutive_failures + 1`` takes the job's row lock, so
 two executions of one job failing at once (``overlap=allow``) are counted one after the other,
 never both from the same value. The pause is a compare-and-set from ACTIVE, written with its
-row of the audit trail (by ``system``) in the same transaction; a job already paused by a
-person keeps that pause and its reason.
+row of the audit trail (by ``system``, source ``system``, with the reason and
+``pause_kind`` ``failures``; a person's pause says ``manual``) in the same transaction; a job
+already paused by a person keeps that pause and its reason.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def count_failure(*, job_id: int, error: str, now: datetime) -> bool:
         changes={
             "status": {"from": JobStatus.ACTIVE.value, "to": JobStatus.PAUSED.value},
             "pause_reason": {"from": job.pause_reason, "to": reason},
+            "pause_kind": {"from": PauseKind.NONE.value, "to": PauseKind.FAILURES.value},
         },
     )
     logger.warning(
@@ -87,3 +89,23 @@ def count_failure(*, job_id: int, error: str, now: datetime) -> bool:
         reason,
     )
     return True
+
+
+def record_claim_pause(*, job_id: int, reason: str, now: datetime) -> None:
+    """The audit row of a pause the claim wrote in its transaction (a job whose timing took
+    longer than ``SCHEDULING_TIMING_BUDGET_MS``, a row it could not plan): by ``system``,
+    with the reason, like a pause after failures."""
+    job = Job.objects.filter(pk=job_id).only("pk", "name", "status").first()
+    if job is None or job.status != JobStatus.PAUSED:
+        return
+    audit.record(
+        job=job,
+        action=JobChangeAction.PAUSED,
+        by=audit.ENGINE,
+        now=now,
+        changes={
+            "status": {"from": JobStatus.ACTIVE.value, "to": JobStatus.PAUSED.value},
+            "pause_reason": {"from": "", "to": reason},
+        },
+    )
+    logger.warning("job.paused job=%s reason=%s", job_id, reason)

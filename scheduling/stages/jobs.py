@@ -1,12 +1,17 @@
 """Job lifecycle: make, edit, plan, pause, resume, run now, retry, cancel and remove jobs.
 
 The command line, the admin and ``scheduling.api`` all come here: one constructor
-(``create_job``) and one function per verb (``edit_job``, ``pause_job``, ``resume_job``,
-``run_job_now``, ``cancel_job``, ``retry_failed``, ``remove_job``, ...), each taking the job
-itself; callers that hold an id look the job up first. A job made by any of them passes the
-same rules (``Job.clean``) and gets its first occurrence planned the same way. A job is
-described by three values: its target (a schedulable task with arguments, or a task-table row),
-its timing (a ``Schedule``) and its policies.
+(``create_job``) and one function per verb (``edit_job``, ``edit_schedule``, ``pause_job``,
+``resume_job``, ``run_job_now``, ``cancel_job``, ``cancel_execution``, ``retry_failed``,
+``retry_execution``, ``remove_job``, ...), each taking the job itself; callers that hold an
+id look the job up first. A job made by any of them passes the same rules (``Job.clean``) and
+gets its first occurrence planned the same way. A job is described by three values: its
+target (a schedulable task with arguments, or a task-table row), its timing (a ``Schedule``)
+and its policies.
+
+Every verb takes ``by`` (an ``audit.Actor``: who, and through which door) and writes its
+row of the audit trail in the transaction of its change; ``by`` None is code
+(``audit.CODE``).
 """
 
 from __future__ import annotations
@@ -39,8 +44,7 @@ from scheduling.models import (
 from scheduling.rules import permissions
 from scheduling.rules.tasktables import TASK_ROW_TASK
 from scheduling.rules.validation import check_reason, check_target, storable
-from scheduling.stages import audit, selectors
-from scheduling.stages.attempts import cancel_execution
+from scheduling.stages import attempts, audit, selectors
 from scheduling.stages.audit import Actor
 from scheduling.timing import schedules
 from scheduling.timing.schedules import FiringRule, Misfire
@@ -428,19 +432,62 @@ def _set_next(job: Job, occurrence: datetime | None) -> None:
         job.next_due_at = schedules.due_time(job.pk, occurrence, job.jitter)
 
 
-def replan_job(*, job: Job, now: datetime) -> None:
+def replan_job(
+    *,
+    job: Job,
+    now: datetime,
+    by: Actor | None = None,
+    changes: dict[str, dict[str, Any]] | None = None,
+) -> None:
     """Recompute an edited job's next occurrence from ``now`` (admin saves, schedule edits).
 
     A job whose current execution is unfinished keeps waiting for it; the new position only
-    decides what comes after.
+    decides what comes after. With ``by``, the re-plan is a row of the trail of its own
+    (``replanned``: ``changes``, such as the schedule's timing from and to, and the next due
+    time from and to); without, the caller's own row tells the change (``edit_job``).
     """
     with transaction.atomic():
         locked = Job.objects.select_for_update().select_related("schedule").get(pk=job.pk)
+        before = (locked.status, locked.next_due_at)
         if locked.status == JobStatus.COMPLETED:
             locked.status = JobStatus.ACTIVE
         plan_from(locked, locked.schedule.timing(), now=now, first=locked.execute_count == 0)
         locked.save(update_fields=["status", "next_due_at", "next_occurrence_at", "updated_at"])
+        moved = audit.differences(
+            {"status": before[0], "next_due_at": audit.as_json(before[1])},
+            {"status": locked.status, "next_due_at": audit.as_json(locked.next_due_at)},
+        )
+        if by is not None and (changes or moved):
+            audit.record(
+                job=locked,
+                action=JobChangeAction.REPLANNED,
+                by=by,
+                now=now,
+                changes={**(changes or {}), **moved},
+            )
     logger.info("job.replanned job=%s next_due_at=%s", job.pk, locked.next_due_at)
+
+
+def edit_schedule(*, schedule: Schedule, now: datetime, by: Actor | None = None) -> int:
+    """Save an edited, validated schedule (the Schedules page) and re-plan every job on it;
+    returns how many.
+
+    Each job's trail gets a ``replanned`` row with ``by`` (code when None): the schedule's
+    timing fields that changed, from and to, and the job's next due time, from and to, in the
+    transaction that saves the schedule. A save that changed no timing and moved no job
+    writes none.
+    """
+    with transaction.atomic():
+        saved = Schedule.objects.select_for_update().get(pk=schedule.pk)
+        before = audit.timing(saved)
+        schedule.save()
+        changes = audit.differences(before, audit.timing(schedule))
+        replanned = 0
+        for job in schedule.jobs.order_by("pk"):
+            replan_job(job=job, now=now, by=by or audit.CODE, changes=changes)
+            replanned += 1
+    logger.info("schedule.edited schedule=%s jobs=%s", schedule.pk, replanned)
+    return replanned
 
 
 def pause_job(*, job: Job, now: datetime, reason: str = "", by: Actor | None = None) -> bool:
@@ -467,6 +514,7 @@ def pause_job(*, job: Job, now: datetime, reason: str = "", by: Actor | None = N
                 changes={
                     "status": {"from": JobStatus.ACTIVE.value, "to": JobStatus.PAUSED.value},
                     "pause_reason": {"from": job.pause_reason, "to": reason},
+                    "pause_kind": {"from": PauseKind.NONE.value, "to": PauseKind.MANUAL.value},
                 },
             )
     if changed:
@@ -484,7 +532,7 @@ def resume_job(*, job: Job, now: datetime, by: Actor | None = None) -> bool:
         locked = Job.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PAUSED).first()
         if locked is None:
             return False
-        reason, failed = locked.pause_reason, locked.consecutive_failures
+        reason, kind, failed = locked.pause_reason, locked.pause_kind, locked.consecutive_failures
         locked.status = JobStatus.ACTIVE
         locked.pause_reason = ""
         locked.pause_kind = PauseKind.NONE
@@ -505,6 +553,7 @@ def resume_job(*, job: Job, now: datetime, by: Actor | None = None) -> bool:
         changes = {
             "status": {"from": JobStatus.PAUSED.value, "to": JobStatus.ACTIVE.value},
             "pause_reason": {"from": reason, "to": ""},
+            "pause_kind": {"from": kind, "to": PauseKind.NONE.value},
         }
         if failed:
             changes["consecutive_failures"] = {"from": failed, "to": 0}
@@ -550,22 +599,35 @@ def _drop_if_unused(schedule: Schedule, *, owner_id: Any) -> None:
         schedule.delete()
 
 
-def run_job_now(*, job: Job, now: datetime) -> Execution:
-    """Create one extra occurrence at ``now``, PENDING like a claimed one.
+def run_job_now(*, job: Job, now: datetime, by: Actor | None = None) -> Execution:
+    """Create one extra occurrence at ``now``, PENDING like a claimed one, with its row of
+    the trail (``run_now``, by ``by``; code when None).
 
     The caller publishes it after the commit (``scheduling.api.run_now``); if that fails, the
     scheduler publishes it once the pending grace has passed, as after any claim.
     """
     check_target(job)
-    execution = Execution.objects.create(
-        job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=now
-    )
+    with transaction.atomic():
+        execution = Execution.objects.create(
+            job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=now
+        )
+        audit.execution_changed(
+            job_id=job.pk,
+            job_name=job.name,
+            execution_id=execution.pk,
+            action=JobChangeAction.RAN_NOW,
+            before=None,
+            after=ExecutionStatus.PENDING.value,
+            by=by or audit.CODE,
+            now=now,
+        )
     logger.info("job.run_now job=%s execution=%s", job.pk, execution.pk)
     return execution
 
 
-def cancel_job(*, job_id: int, now: datetime, reason: str) -> int:
-    """Cancel every unfinished execution of the job (see ``attempts.cancel_execution``).
+def cancel_job(*, job_id: int, now: datetime, reason: str, by: Actor | None = None) -> int:
+    """Cancel every unfinished execution of the job (``cancel_execution``, each with its row
+    of the trail by ``by``, code when None).
 
     Taken by id: only the executions are touched, and a job that is gone has none left to
     cancel (0). The reason becomes each execution's ``last_error`` and a log line: it must be
@@ -575,30 +637,93 @@ def cancel_job(*, job_id: int, now: datetime, reason: str) -> int:
     ids = Execution.objects.filter(job_id=job_id, status__in=EXECUTION_UNFINISHED).values_list(
         "pk", flat=True
     )
-    return sum(cancel_execution(execution_id=i, now=now, reason=reason) for i in list(ids))
+    return sum(cancel_execution(execution_id=i, now=now, reason=reason, by=by) for i in list(ids))
 
 
-def retry_execution(*, execution_id: int, now: datetime) -> bool:
+def cancel_execution(
+    *, execution_id: int, now: datetime, reason: str, by: Actor | None = None
+) -> bool:
+    """A person's or code's cancel of one unfinished execution (``attempts.cancel_execution``),
+    with its row of the trail (``cancelled``: the execution's status from and to, and the
+    reason; by ``by``, code when None) in the same transaction; False when it was not
+    unfinished. A Django task run (no job) has no trail.
+
+    The row is locked first, as ``attempts.cancel_execution`` locks it, so the status
+    recorded is the one it had when it was cancelled.
+    """
+    check_reason(reason)
+    with transaction.atomic():
+        found = (
+            Execution.objects.select_for_update(of=("self",))
+            .filter(pk=execution_id, status__in=EXECUTION_UNFINISHED)
+            .values_list("status", "job_id")
+            .first()
+        )
+        if found is None:
+            return False
+        status, job_id = found
+        if not attempts.cancel_execution(execution_id=execution_id, now=now, reason=reason):
+            return False
+        _execution_changed(
+            job_id=job_id,
+            execution_id=execution_id,
+            action=JobChangeAction.CANCELLED,
+            before=status,
+            after=ExecutionStatus.CANCELLED.value,
+            by=by,
+            now=now,
+            reason=reason,
+        )
+    return True
+
+
+def _execution_changed(*, job_id: int | None, by: Actor | None, **values: Any) -> None:
+    """``audit.execution_changed`` for an execution of a job (none for a Django task run)."""
+    if job_id is None:
+        return
+    name = Job.objects.filter(pk=job_id).values_list("name", flat=True).first()
+    if name is not None:
+        audit.execution_changed(job_id=job_id, job_name=name, by=by or audit.CODE, **values)
+
+
+def retry_execution(*, execution_id: int, now: datetime, by: Actor | None = None) -> bool:
     """Give a failed execution of a job one more attempt; False when it is not failed.
 
     The row goes back to RETRY, due now, so the scheduler's next tick publishes it like any
     retry; its attempts so far stay in its history and the next one is numbered after them.
+    The retry is a row of the job's trail (``retried``, by ``by``; code when None), written
+    in the same transaction.
     """
-    changed = Execution.objects.filter(
-        pk=execution_id, status=ExecutionStatus.FAILED, job__isnull=False
-    ).update(status=ExecutionStatus.RETRY, retry_at=now, finished_at=None, updated_at=now)
+    with transaction.atomic():
+        changed = Execution.objects.filter(
+            pk=execution_id, status=ExecutionStatus.FAILED, job__isnull=False
+        ).update(status=ExecutionStatus.RETRY, retry_at=now, finished_at=None, updated_at=now)
+        if changed:
+            _execution_changed(
+                job_id=Execution.objects.filter(pk=execution_id)
+                .values_list("job_id", flat=True)
+                .first(),
+                execution_id=execution_id,
+                action=JobChangeAction.RETRIED,
+                before=ExecutionStatus.FAILED.value,
+                after=ExecutionStatus.RETRY.value,
+                by=by,
+                now=now,
+            )
     if changed:
         logger.info("execution.retried execution=%s by=hand", execution_id)
     return bool(changed)
 
 
-def retry_failed(*, job: Job, now: datetime, since: datetime | None = None) -> int:
+def retry_failed(
+    *, job: Job, now: datetime, since: datetime | None = None, by: Actor | None = None
+) -> int:
     """``retry_execution`` for each failed execution of the job (due since ``since``)."""
     rows = Execution.objects.filter(job=job, status=ExecutionStatus.FAILED)
     if since is not None:
         rows = rows.filter(scheduled_for__gte=since)
     ids = list(rows.values_list("pk", flat=True))
-    return sum(retry_execution(execution_id=pk, now=now) for pk in ids)
+    return sum(retry_execution(execution_id=pk, now=now, by=by) for pk in ids)
 
 
 def jobs_for_row(task_table: str, task_row_id: int, *, viewer: Any = None) -> list[JobInfo]:
@@ -611,13 +736,14 @@ def jobs_for_row(task_table: str, task_row_id: int, *, viewer: Any = None) -> li
     return [JobInfo.of(job) for job in rows.order_by("pk")]
 
 
-def remove_jobs_for_row(task_table: str, task_row_id: int) -> int:
-    """Delete every job that runs the row (and, by cascade, their history)."""
+def remove_jobs_for_row(task_table: str, task_row_id: int, *, by: Actor | None = None) -> int:
+    """Delete every job that runs the row (and, by cascade, their history), each removal a
+    row of its trail by ``by`` (code when None)."""
     removed = 0
     for job in Job.objects.select_related("schedule").filter(
         task_table=task_table, task_row_id=task_row_id
     ):
-        remove_job(job=job)
+        remove_job(job=job, by=by)
         removed += 1
     return removed
 

@@ -16,6 +16,7 @@ from scheduling.api import (
     ContentSecurityPolicyAdmin,
     IdSelectionAdmin,
     ReadableTimesAdmin,
+    SafeListAdmin,
     shown_time,
 )
 from subscriptions.models import JobStep, SubscriptionJob, SubscriptionJobStatus
@@ -66,9 +67,14 @@ class LatestInline(ReadableTimesAdmin, admin.TabularInline):
 
 
 class ModelAdmin(
-    ReadableTimesAdmin, IdSelectionAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin
+    SafeListAdmin,
+    ReadableTimesAdmin,
+    IdSelectionAdmin,
+    ContentSecurityPolicyAdmin,
+    admin.ModelAdmin,
 ):
-    """Every page of this app: its times read as the engine's do (``ReadableTimesAdmin``);
+    """Every page of this app: its lists answer any filter value in their URL without a 500
+    (``SafeListAdmin``); its times read as the engine's do (``ReadableTimesAdmin``);
     a list action posted with a selection that holds something
     other than ids (a hand-made POST) is refused with a message and changes nothing, where
     Django would filter by it as it came and answer 500."""

@@ -14,6 +14,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
+from scheduling.api import admin_actor
 from subscriptions import services
 from subscriptions.admin.common import ModelAdmin, plural, status_text, step_text, when
 from subscriptions.models import StaleJob, SubscriptionJob
@@ -132,11 +133,11 @@ class SubscriptionJobAdmin(ModelAdmin):
 
     @admin.action(description="Retry now (failed jobs)", permissions=["change"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        now = timezone.now()
+        now, by = timezone.now(), admin_actor(request)
         done, refused = 0, []
         for job in queryset:
             try:
-                services.retry_job_now(job_id=job.pk, now=now)
+                services.retry_job_now(job_id=job.pk, now=now, by=by)
             except ValidationError as exc:
                 refused.append(" ".join(exc.messages))
                 continue

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from scheduling.api import ReadableTimesAdmin, describe_interval, instant
+from scheduling.api import ReadableTimesAdmin, admin_actor, describe_interval, instant
 from subscriptions import pricing, services
 from subscriptions.admin.common import (
     LATEST,
@@ -261,7 +261,9 @@ class SubscriptionAdmin(ModelAdmin):
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         if not change:
-            services.start_billing(subscription=form.instance, now=timezone.now())
+            services.start_billing(
+                subscription=form.instance, now=timezone.now(), by=admin_actor(request)
+            )
 
     def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, **kwargs)
@@ -294,14 +296,14 @@ class SubscriptionAdmin(ModelAdmin):
     def _cancel(
         self, request: HttpRequest, queryset: QuerySet[Any], *, at_period_end: bool, verb: str
     ) -> None:
-        now = timezone.now()
+        now, by = timezone.now(), admin_actor(request)
         self._each(
             request,
             queryset,
             verb,
             lambda s: bool(
                 services.cancel_subscription(
-                    subscription_id=s.pk, at_period_end=at_period_end, now=now
+                    subscription_id=s.pk, at_period_end=at_period_end, now=now, by=by
                 )
             ),
         )
@@ -316,10 +318,10 @@ class SubscriptionAdmin(ModelAdmin):
 
     @admin.action(description="Retry failed jobs now", permissions=["change"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        now = timezone.now()
+        now, by = timezone.now(), admin_actor(request)
         self._each(
             request,
             queryset,
             "retried",
-            lambda s: bool(services.retry_subscription_now(subscription_id=s.pk, now=now)),
+            lambda s: bool(services.retry_subscription_now(subscription_id=s.pk, now=now, by=by)),
         )

@@ -4,8 +4,9 @@ it outlives the job and goes only by its own retention."""
 
 from __future__ import annotations
 
-import getpass
 import json
+import os
+import pwd
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -19,8 +20,8 @@ from django.test import Client
 from django.utils import timezone
 
 from scheduling import api, checks, conf
-from scheduling.models import Execution, Job, JobChange
-from scheduling.stages import audit, retention
+from scheduling.models import Execution, Job, JobChange, Schedule
+from scheduling.stages import attempts, audit, jobs, retention
 from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db
@@ -28,6 +29,8 @@ pytestmark = pytest.mark.django_db
 NOOP = "scheduling.diagnostics.noop"
 JOBS = "/admin/scheduling/job/"
 DAY = timedelta(days=1)
+HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
 
 
 def form_data(**overrides: Any) -> dict[str, Any]:
@@ -67,6 +70,11 @@ def form_data(**overrides: Any) -> dict[str, Any]:
 
 def trail(job: Job) -> list[JobChange]:
     return list(JobChange.objects.filter(job=job).order_by("at", "id"))
+
+
+def account() -> str:
+    """The operating-system account of this process, by its real uid."""
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def run(*argv: str) -> str:
@@ -120,10 +128,12 @@ def test_the_admin_records_creation_edits_pause_and_resume_by_the_signed_in_user
     assert paused.changes == {
         "status": {"from": "active", "to": "paused"},
         "pause_reason": {"from": "", "to": "upgrade"},
+        "pause_kind": {"from": "", "to": "manual"},
     }
     assert resumed.changes == {
         "status": {"from": "paused", "to": "active"},
         "pause_reason": {"from": "upgrade", "to": ""},
+        "pause_kind": {"from": "manual", "to": ""},
     }
 
 
@@ -183,7 +193,7 @@ def test_a_removed_jobs_trail_stays_with_its_name(admin_client: Client, admin_us
 
 
 def test_commands_record_the_operating_systems_user(admin_user: Any) -> None:
-    me = getpass.getuser()
+    me = account()
     run(
         "jobs", "add", "nightly", "--task", NOOP, "--every", "PT1H", "--pause-after-failures", "2"
     )
@@ -232,7 +242,7 @@ def test_jobs_history_prints_the_trail_newest_first(admin_user: Any) -> None:
     at = datetime(2031, 2, 3, 4, 5, 6, 789, tzinfo=UTC)
     JobChange.objects.filter(job=job, action="changed").update(at=at)
     text = run("jobs", "history", "nightly").splitlines()
-    me = getpass.getuser()
+    me = account()
     assert text[0] == f"2031-02-03 04:05:06 UTC changed by {me} (command)"
     assert text[1] == "  max_retries: 3 -> 7"
     assert text[2].endswith(f"UTC created by {me} (command)")
@@ -293,6 +303,275 @@ def test_a_refused_change_records_nothing(admin_user: Any, now: datetime) -> Non
     with pytest.raises(ValidationError):
         api.edit(job.pk, timeout=0)
     assert [r.action for r in trail(job)] == ["created"]
+
+
+# --- what is done to a job's timing and executions ----------------------------------------------
+
+SCHEDULES = "/admin/scheduling/schedule/"
+EXECUTIONS = "/admin/scheduling/execution/"
+
+
+def schedule_form(schedule: Schedule, **overrides: Any) -> dict[str, Any]:
+    """What the Schedules page posts for ``schedule`` as it is, with ``overrides``."""
+    data: dict[str, Any] = {
+        "owner": schedule.owner_id,
+        "name": schedule.name,
+        "interval": schedule.interval,
+        "cron": schedule.cron,
+        "rrule": schedule.rrule,
+        "timezone": schedule.timezone,
+        "run_at_0": "",
+        "run_at_1": "",
+        "starts_at_0": "",
+        "starts_at_1": "",
+        "ends_at_0": "",
+        "ends_at_1": "",
+    }
+    data.update(overrides)
+    return data
+
+
+def failed_execution(job: Job, *, hours_ago: int = 1) -> Execution:
+    due = timezone.now() - timedelta(hours=hours_ago)
+    return Execution.objects.create(
+        job=job, task=job.task, scheduled_for=due, status="failed", finished_at=due
+    )
+
+
+def test_an_edit_on_the_schedules_page_is_on_the_record_of_every_job_it_moves(
+    admin_client: Client, admin_user: Any
+) -> None:
+    """A schedule two jobs share moves both: each job's trail names the user, the timing
+    from and to, and where its next occurrence went."""
+    shared = Schedule.objects.create(owner=admin_user, name="nightly", cron="0 3 * * *")
+    made = timezone.now()
+    first = create_job(owner=admin_user, name="first", task=NOOP, schedule=shared, now=made)
+    second = create_job(owner=admin_user, name="second", task=NOOP, schedule=shared, now=made)
+    saved = admin_client.post(
+        f"{SCHEDULES}{shared.pk}/change/", schedule_form(shared, cron="0 5 * * *")
+    )
+    assert saved.status_code == 302
+    for job in (first, second):
+        before = job.next_due_at
+        job.refresh_from_db()
+        assert job.next_due_at is not None and job.next_due_at.hour == 5
+        [replanned] = [r for r in trail(job) if r.action == "replanned"]
+        assert (replanned.who, replanned.source) == (admin_user.username, "admin")
+        assert replanned.changes == {
+            "cron": {"from": "0 3 * * *", "to": "0 5 * * *"},
+            "next_due_at": {"from": before.isoformat(), "to": job.next_due_at.isoformat()},
+        }
+    assert "replanned by admin (admin)" in run("jobs", "history", "first")
+
+
+def test_a_schedules_page_save_that_changes_no_timing_records_nothing(
+    admin_client: Client, admin_user: Any
+) -> None:
+    shared = Schedule.objects.create(owner=admin_user, name="nightly", cron="0 3 * * *")
+    job = create_job(owner=admin_user, name="first", task=NOOP, schedule=shared, now=timezone.now())
+    admin_client.post(f"{SCHEDULES}{shared.pk}/change/", schedule_form(shared, name="renamed"))
+    assert [r.action for r in trail(job)] == ["created"]
+
+
+def test_run_now_cancel_retry_and_backfill_in_the_admin_are_on_the_record(
+    admin_client: Client, admin_user: Any
+) -> None:
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=timezone.now())
+    admin_client.post(JOBS, {"action": "run_now", "_selected_action": [job.pk]})
+    [ran] = Execution.objects.filter(job=job)  # published: queued (pending without a broker)
+    admin_client.post(
+        JOBS, {"action": "cancel_unfinished_executions", "_selected_action": [job.pk]}
+    )
+    failed, other = failed_execution(job, hours_ago=2), failed_execution(job, hours_ago=3)
+    admin_client.post(EXECUTIONS, {"action": "retry_executions", "_selected_action": [failed.pk]})
+    admin_client.post(EXECUTIONS, {"action": "cancel_executions", "_selected_action": [failed.pk]})
+    admin_client.post(
+        JOBS, {"action": "retry_failed_executions", "_selected_action": [job.pk]}
+    )
+    start = job.created_at - timedelta(hours=3, minutes=1)
+    span = {"start": start.isoformat(), "end": (job.created_at - timedelta(minutes=1)).isoformat()}
+    admin_client.post(
+        JOBS, {"action": "backfill_jobs", "_selected_action": [job.pk], "apply": "Backfill", **span}
+    )
+
+    rows = trail(job)[1:]
+    assert {(r.who, r.source) for r in rows} == {(admin_user.username, "admin")}
+    reason = f"cancelled in the admin by {admin_user.username}"
+    assert [(r.action, r.changes) for r in rows[:5]] == [
+        ("run_now", {f"execution {ran.pk}": {"from": None, "to": "pending"}}),
+        (
+            "cancelled",
+            {
+                f"execution {ran.pk}": {"from": ran.status, "to": "cancelled"},
+                "reason": {"from": None, "to": reason},
+            },
+        ),
+        ("retried", {f"execution {failed.pk}": {"from": "failed", "to": "retry"}}),
+        (
+            "cancelled",
+            {
+                f"execution {failed.pk}": {"from": "retry", "to": "cancelled"},
+                "reason": {"from": None, "to": reason},
+            },
+        ),
+        ("retried", {f"execution {other.pk}": {"from": "failed", "to": "retry"}}),
+    ]
+    backfilled = rows[5]
+    assert backfilled.action == "backfilled" and len(rows) == 6
+    assert backfilled.changes["occurrences"] == {"from": None, "to": 3}
+    assert backfilled.changes["start"] == {"from": None, "to": start.isoformat()}
+    page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
+    section = page[page.index('class="duecourse-changes"') :]
+    for action in ("run_now", "cancelled", "retried", "backfilled"):
+        assert f'class="change-{action}"' in section
+
+
+def test_a_dry_run_and_a_backfill_that_makes_nothing_record_nothing(
+    admin_user: Any, now: datetime
+) -> None:
+    job = create_job(owner=admin_user, name="report", task=NOOP, every="PT1H", now=now)
+    span = {"start": now - 3 * HOUR - MINUTE, "end": now - MINUTE}
+    api.backfill(job.pk, now=now, dry_run=True, **span)
+    assert [r.action for r in trail(job)] == ["created"]
+    api.backfill(job.pk, now=now, by="carol", **span)
+    api.backfill(job.pk, now=now, by="carol", **span)  # every occurrence is held now
+    assert [(r.action, r.who) for r in trail(job)] == [
+        ("created", "system"),
+        ("backfilled", "carol"),
+    ]
+
+
+def test_a_person_s_pause_and_the_failure_counter_s_say_who_paused_and_why(
+    admin_user: Any,
+) -> None:
+    now = timezone.now()  # the API's verbs read the clock
+    job = create_job(
+        owner=admin_user, name="charge", task=NOOP, every="PT1H", now=now,
+        max_retries=0, pause_after_failures=1,
+    )
+    api.pause(job.pk, reason="card processor upgrade", by=admin_user)
+    api.resume(job.pk, by=admin_user)
+    later = timezone.now()
+    running = jobs.run_job_now(job=job, now=later)
+    assert attempts.start_execution(execution_id=running.pk, worker="w", pid=1, now=later)
+    attempts.fail_attempt(execution_id=running.pk, error="boom", outcome="failed", now=later)
+    job.refresh_from_db()
+    manual, _, _, by_counter = trail(job)[1:]  # paused, resumed, run now, paused
+    assert (manual.who, manual.source) == (admin_user.username, "api")
+    assert manual.changes["pause_kind"] == {"from": "", "to": "manual"}
+    assert manual.changes["pause_reason"]["to"] == "card processor upgrade"
+    assert (by_counter.action, by_counter.who, by_counter.source) == ("paused", "system", "system")
+    assert by_counter.changes["pause_kind"] == {"from": "", "to": "failures"}
+    assert by_counter.changes["pause_reason"]["to"] == job.pause_reason
+    assert job.pause_reason.startswith("paused after 1 failed occurrences in a row")
+    api.resume(job.pk)
+    [*_, resumed] = trail(job)
+    assert resumed.changes["pause_kind"] == {"from": "failures", "to": ""}
+
+
+# --- the command line's identity ----------------------------------------------------------------
+
+
+def test_the_command_line_records_the_account_of_its_real_uid_not_logname(
+    admin_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.setenv(name, "alice-from-the-environment")
+    run("jobs", "add", "nightly", "--task", NOOP, "--every", "PT1H")
+    run("jobs", "edit", "nightly", "--max-retries", "1")
+    job = Job.objects.get(name="nightly")
+    assert {(r.who, r.source) for r in trail(job)} == {(account(), "command")}
+
+
+def test_by_names_the_django_user_beside_the_account_on_every_change(
+    admin_user: Any, django_user_model: Any
+) -> None:
+    django_user_model.objects.create_user("alice")
+    by = ("--by", "alice")
+    run("jobs", "add", "nightly", "--task", NOOP, "--every", "PT1H", *by)
+    run("jobs", "edit", "nightly", "--cron", "0 3 * * *", *by)
+    run("jobs", "pause", "nightly", *by)
+    run("jobs", "resume", "nightly", *by)
+    run("jobs", "run", "nightly", *by)
+    job = Job.objects.get(name="nightly")
+    start = (job.created_at - timedelta(days=2)).isoformat()
+    end = (job.created_at - timedelta(hours=1)).isoformat()
+    run("jobs", "backfill", "nightly", "--from", start, "--to", end, *by)
+    run("jobs", "remove", "nightly", *by)
+    rows = list(JobChange.objects.filter(job_name="nightly").order_by("at", "id"))
+    assert [r.action for r in rows] == [
+        "created", "changed", "paused", "resumed", "run_now", "backfilled", "removed",
+    ]
+    assert {(r.who, r.source) for r in rows} == {(f"alice (os: {account()})", "command")}
+    history = json.loads(run("jobs", "history", "nightly", "--json"))
+    assert history[0]["who"] == f"alice (os: {account()})"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("jobs", "add", "nightly", "--task", NOOP, "--every", "PT1H"),
+        ("jobs", "pause", "existing"),
+        ("jobs", "run", "existing"),
+        ("jobs", "backfill", "existing", "--from", "2020-01-01T00Z", "--to", "2020-01-02T00Z"),
+        ("import_beat",),
+    ],
+)
+def test_by_a_user_who_is_not_an_active_user_is_refused_in_one_line(
+    admin_user: Any, django_user_model: Any, argv: tuple[str, ...], now: datetime
+) -> None:
+    create_job(owner=admin_user, name="existing", task=NOOP, every="PT1H", now=now)
+    django_user_model.objects.create_user("gone", is_active=False)
+    before = JobChange.objects.count(), Execution.objects.count()
+    for name in ("nobody", "gone"):
+        with pytest.raises(CommandError) as caught:
+            run(*argv, "--by", name)
+        assert str(caught.value) == f"--by: no active user named {name!r}"
+    assert (JobChange.objects.count(), Execution.objects.count()) == before
+
+
+# --- changes from code -------------------------------------------------------------------------
+
+
+def test_every_verb_of_the_api_takes_who_acts_as_a_user_or_a_username(
+    admin_user: Any, now: datetime
+) -> None:
+    job = api.schedule_task(NOOP, timing=api.Every("PT1H"), name="from-code", by="billing-sync")
+    execution_id = api.run_now(job, by=admin_user)
+    api.cancel(job, reason="superseded", by="billing-sync")
+    api.edit(job, max_retries=1, by="billing-sync")
+    api.pause(job, by="billing-sync")
+    api.resume(job, by=admin_user)
+    api.unschedule(job, by="billing-sync")
+    rows = list(JobChange.objects.filter(job_name="from-code").order_by("at", "id"))
+    assert [(r.action, r.who, r.source) for r in rows] == [
+        ("created", "billing-sync", "api"),
+        ("run_now", admin_user.username, "api"),
+        ("cancelled", "billing-sync", "api"),
+        ("changed", "billing-sync", "api"),
+        ("paused", "billing-sync", "api"),
+        ("resumed", admin_user.username, "api"),
+        ("removed", "billing-sync", "api"),
+    ]
+    assert rows[2].changes[f"execution {execution_id}"]["to"] == "cancelled"
+
+
+def test_the_api_without_by_records_system_as_before(admin_user: Any) -> None:
+    job = api.schedule_task(NOOP, timing=api.Every("PT1H"), name="from-code")
+    api.run_now(job)
+    api.cancel(job)
+    rows = trail(Job.objects.get(pk=job.id))
+    assert {(r.who, r.source) for r in rows} == {("system", "api")}
+    assert [r.action for r in rows] == ["created", "run_now", "cancelled"]
+
+
+@pytest.mark.parametrize("by", ["", "  ", "two\nlines", "x" * 151, 42])
+def test_a_by_the_trail_cannot_hold_is_refused_naming_by(admin_user: Any, by: Any) -> None:
+    job = api.schedule_task(NOOP, timing=api.Every("PT1H"), name="from-code")
+    with pytest.raises(ValidationError) as caught:
+        api.pause(job, by=by)
+    assert set(caught.value.message_dict) == {"by"}
+    assert api.job(job).status == "active"
 
 
 # --- retention --------------------------------------------------------------------------------

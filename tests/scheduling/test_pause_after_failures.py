@@ -83,6 +83,7 @@ def test_a_job_pauses_itself_after_n_failed_occurrences_in_a_row(
     assert change.changes == {
         "status": {"from": "active", "to": "paused"},
         "pause_reason": {"from": "", "to": job.pause_reason},
+        "pause_kind": {"from": "", "to": "failures"},
     }
 
 

@@ -1,7 +1,9 @@
 """``manage.py subscriptions add|cancel|show|list|jobs|charges|gateway script``.
 
 Thin: parse, call one service or selector, print. Bad input is one line naming the field (and
-the option that set it) with the reason, and nothing is saved.
+the option that set it) with the reason, and nothing is saved. ``add`` and ``cancel`` (which
+make and pause engine jobs) record them in the jobs' audit trail as ``manage.py jobs`` does:
+the process's operating-system account, and the Django user ``--by USERNAME`` names.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling.api import OneLineCommand, instant, parse_timing_options, text_table
+from scheduling.api import (
+    OneLineCommand,
+    add_by_option,
+    command_line_actor,
+    instant,
+    parse_timing_options,
+    text_table,
+)
 from subscriptions import payments, pricing, selectors, services
 from subscriptions.models import SubscriptionJobStatus
 
@@ -64,6 +73,7 @@ class Command(OneLineCommand):
         add.add_argument("--every", required=True, help="ISO-8601 interval: P1M, P1Y, P7D, PT30S.")
         add.add_argument("--start", help="First period's start, with offset (default: now).")
         add.add_argument("--end", help="End date, with offset: then the subscription expires.")
+        add_by_option(add)
 
         cancel = command("cancel", "Cancel a subscription now, or at the current period's end.")
         cancel.add_argument("id", help="Subscription id.")
@@ -72,6 +82,7 @@ class Command(OneLineCommand):
             action="store_true",
             help="Pending cancel: end when the current (paid) period ends.",
         )
+        add_by_option(cancel)
 
         show = command("show", "A subscription with its orders, jobs and charges.")
         show.add_argument("id", help="Subscription id.")
@@ -142,6 +153,7 @@ class Command(OneLineCommand):
             start=values["start"],
             end=values["end"],
             now=now,
+            by=command_line_actor(o["by"]),
         )
         data = selectors.subscription_detail(subscription)
         return data, self._describe(data)
@@ -151,6 +163,7 @@ class Command(OneLineCommand):
             subscription_id=services.get_subscription(o["id"]).pk,
             at_period_end=o["at_period_end"],
             now=timezone.now(),
+            by=command_line_actor(o["by"]),
         )
         data = selectors.subscription_row(subscription)
         return data, f"subscription {subscription.pk}: {subscription.status}"

@@ -40,6 +40,7 @@ from scheduling.api import (
     ADMIN_STYLESHEET,
     ContentSecurityPolicyAdmin,
     ReadableTimesAdmin,
+    SafeListAdmin,
     TaskTableAdmin,
     jobs_for_row,
     shown_time,
@@ -164,7 +165,7 @@ class ImportForm(forms.Form):
 
 @admin.register(Project)
 class ProjectAdmin(
-    ReadableTimesAdmin, ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin
+    SafeListAdmin, ReadableTimesAdmin, ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin
 ):
     Media = EngineStyles
     list_display = ("name", "state", "participant_count", "task_count", "created_at")
@@ -301,7 +302,9 @@ class ProjectAdmin(
 
 
 @admin.register(Participant)
-class ParticipantAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class ParticipantAdmin(
+    SafeListAdmin, ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin
+):
     Media = EngineStyles
     list_display = ("email", "name", "status", "project", "unsubscribed_at")
     list_filter = ("project", "status", ("unsubscribed_at", admin.EmptyFieldListFilter))
@@ -350,7 +353,7 @@ class SendEmailTaskForm(forms.ModelForm):
 
 @admin.register(SendEmailTask)
 class SendEmailTaskAdmin(
-    ReadableTimesAdmin, ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin
+    SafeListAdmin, ReadableTimesAdmin, ContentSecurityPolicyAdmin, TaskTableAdmin, admin.ModelAdmin
 ):
     form = SendEmailTaskForm
 
@@ -504,7 +507,9 @@ class SendEmailTaskAdmin(
 
 
 @admin.register(SendEmailHistory)
-class SendEmailHistoryAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class SendEmailHistoryAdmin(
+    SafeListAdmin, ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin
+):
     """One row per run, with live counts; read-only, like all history."""
 
     Media = EngineStyles
@@ -561,7 +566,9 @@ class SendEmailHistoryAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admi
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin):
+class DeliveryAdmin(
+    SafeListAdmin, ReadableTimesAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin
+):
     """The per-participant ledger; read-only."""
 
     Media = EngineStyles

@@ -5,25 +5,30 @@ option) with its usage and a message; ``OneLineParser`` answers with one line na
 (exit status 2). ``OneLineCommand`` turns a ``ValidationError`` from the services into one
 ``CommandError`` line naming each field and the option that set it (exit status 1). The
 engine's commands and the domain apps' (through ``scheduling.api``) are built on it, so every
-command refuses alike; ``--help`` still prints the full usage.
+command refuses alike; ``--help`` still prints the full usage. Every numeric option is
+read by one type (``NumberOption``, made by ``whole_number``, ``number``, ``seconds`` and
+``setting_option``), which refuses a value outside the option's range in one line naming
+the range, before the value reaches a database, a clock or a socket.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any, NoReturn
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduling import readable
-from scheduling.rules.validation import first_error, past_run_at_error
+from scheduling import conf, readable
+from scheduling.rules.validation import first_error, past_run_at_error, storable
+from scheduling.timing.calendars import CalendarError, IcsEvent, read_ics
 from scheduling.timing.schedules import zone_error
 from scheduling.timing.values import Calendar, Cron, Every, Once, Timing, parse_instant
 
@@ -71,26 +76,108 @@ def one_line_reason(message: str) -> str:
     return text
 
 
-def positive_seconds(raw: str) -> float:
-    """argparse type: a finite number of seconds above zero (``nan`` and ``inf`` are not)."""
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive number of seconds")
-    return value
+#: The largest value a whole-number option may take where nothing smaller applies: what a
+#: job's integer columns hold, and what an id (a ``bigint``) may be.
+INT_MAX = conf.INT_COLUMN_MAX
+BIGINT_MAX = 2**63 - 1
 
 
-def positive_int(raw: str) -> int:
-    """argparse type: a whole number of 1 or more."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number of 1 or more")
-    return value
+def whole_number(minimum: int, maximum: int | None = None) -> NumberOption:
+    """argparse type: a whole number from ``minimum`` to ``maximum`` (both included; by
+    default ``INT_MAX``, what an integer column holds).
+
+    Every numeric option of every command is read by this, ``number`` or ``seconds`` (the
+    engine's, and the domain apps' through ``scheduling.api``), so each refuses
+    alike, naming the range: ``--count: '0' is not a whole number from 1 to 1,000``. A
+    value past what its column or the machine holds (``99999999999999999999``) is refused
+    here, before a database or a clock sees it.
+    """
+    return NumberOption(int, minimum, INT_MAX if maximum is None else maximum, "a whole number")
+
+
+def number(minimum: float, maximum: float) -> NumberOption:
+    """argparse type: a finite number from ``minimum`` to ``maximum``
+    (``--rate: 'inf' is not a number from 0 to 100,000``)."""
+    return NumberOption(float, minimum, maximum, "a number")
+
+
+def seconds(minimum: float, maximum: float) -> NumberOption:
+    """argparse type: a finite number of seconds from ``minimum`` to ``maximum``
+    (``--stale-after: 'nan' is not a number of seconds from 1 to 86,400``)."""
+    return NumberOption(float, minimum, maximum, "a number of seconds")
+
+
+def setting_option(name: str) -> NumberOption:
+    """argparse type of an option that stands in for the setting ``SCHEDULING_<name>`` for
+    one run (``runscheduler --batch-size``, ``reap --stale-after``): the setting's own range
+    (``scheduling.conf.KNOBS``)."""
+    knob = conf.KNOBS[name]
+    noun = "a whole number" if knob.kind is int else "a number of seconds"
+    return NumberOption(knob.kind, knob.minimum, knob.maximum, noun)
+
+
+@dataclass(frozen=True)
+class NumberOption:
+    """An argparse type: a number of ``kind`` from ``minimum`` to ``maximum``, checked as a
+    setting is (``conf.Knob``: finite, within its range); a whole number is read exactly,
+    never through a float. Anything else is refused with the range."""
+
+    kind: type
+    minimum: Any
+    maximum: Any
+    noun: str
+
+    def __call__(self, raw: str) -> Any:
+        try:
+            value = self.kind(raw)
+        except (ValueError, OverflowError):
+            value = None
+        knob = conf.Knob(None, self.kind, "", self.minimum, self.maximum)
+        if value is None or knob.problem(value) is not None:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not {self.noun} {self.span}")
+        return value
+
+    @property
+    def span(self) -> str:
+        return f"from {_bound(self.minimum)} to {_bound(self.maximum)}"
+
+
+def _bound(value: float) -> str:
+    """A bound as the refusal says it: 2,147,483,647 (exact), 86,400, 0.01."""
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.0f}" if value.is_integer() else f"{value:g}"
+
+
+#: argparse type: a whole number of 1 or more (up to ``INT_MAX``).
+positive_int = whole_number(1)
+
+
+def active_username(raw: str) -> str:
+    """argparse type of ``--by``: the username of an active Django user, as stored."""
+    model = get_user_model()
+    found = (
+        model.objects.filter(**{model.USERNAME_FIELD: raw}).first()
+        if raw and storable(raw)
+        else None
+    )
+    if found is None or not found.is_active:
+        raise argparse.ArgumentTypeError(f"no active user named {raw!r}")
+    return str(found.get_username())
+
+
+def add_by_option(parser: argparse.ArgumentParser) -> None:
+    """``--by USERNAME``: the Django user a state-changing command acts for. The audit trail
+    records that user beside the operating-system account that ran the command
+    (``alice (os: root)``); a name that is not an active user is refused in one line
+    (``--by: no active user named 'x'``)."""
+    parser.add_argument(
+        "--by",
+        metavar="USERNAME",
+        type=active_username,
+        help="The (active) Django user this change is made for; the audit trail records it "
+        "beside the operating-system account that runs the command.",
+    )
 
 
 def shown_value(value: Any) -> str:
@@ -204,7 +291,8 @@ def add_timing_options(parser: argparse.ArgumentParser, *, editing: bool = False
     when.add_argument(
         "--rrule",
         help="A calendar: RFC 5545 RRULE, RDATE and EXDATE lines (newline-separated), "
-        'such as "FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=9", read in --tz.',
+        'such as "FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=9", read in --tz; or @FILE.ics, an '
+        "iCalendar file with one VEVENT (its DTSTART gives --tz and --start when not given).",
     )
     parser.add_argument(
         "--tz",
@@ -220,25 +308,39 @@ def add_timing_options(parser: argparse.ArgumentParser, *, editing: bool = False
     parser.add_argument("--end", help=f"No occurrence after this instant; then completed{clear}.")
 
 
+#: What an empty ``--every``, ``--cron`` or ``--rrule`` is told to give instead.
+_TIMING_EXAMPLES = {
+    "every": "an ISO-8601 interval such as PT10S",
+    "cron": 'a five-field cron expression such as "0 9 * * 1-5"',
+    "rrule": 'an RFC 5545 RRULE such as "FREQ=DAILY;BYHOUR=9"',
+}
+
+
 def parse_timing_options(
     options: dict[str, Any], *, now: datetime, editing: bool = False
 ) -> dict[str, Any]:
     """The schedule fields the timing options give, checked; one error per field.
 
     Only the options given appear (an empty ``--start``/``--end`` when ``editing`` is None:
-    it clears the bound). Refused here, before any row is read: an instant without an offset
-    or out of range, an ``--end`` already past (a typo in the year would pass unnoticed, and
-    the job would be saved finished), an empty ``--tz``, a ``--tz`` other than UTC without
-    ``--cron`` or ``--rrule`` (the same rule and words as the model's,
-    ``schedules.zone_error``), and
+    it clears the bound). Refused here, before any row is read: an empty ``--every``,
+    ``--cron`` or ``--rrule`` (named, rather than read as no timing at all), an instant
+    without an offset or out of range, an ``--end`` already past (a typo in the year would
+    pass unnoticed, and the job would be saved finished), an empty ``--tz``, a ``--tz``
+    other than UTC without ``--cron`` or ``--rrule`` (the same rule and words as the
+    model's, ``schedules.zone_error``), and
     ``--start``/``--end`` with ``--at`` (a single instant has no window), and, on ``add``,
     an ``--at`` already past unless ``--allow-past`` (``validation.past_run_at_error``, the
     rule the model, the admin and the API apply too, here ending with ``PAST_AT_HINT``).
     """
     errors: dict[str, str] = {}
     fields: dict[str, Any] = {}
+    options = _with_calendar_file(options, errors)
     for option, field in (("every", "interval"), ("cron", "cron"), ("rrule", "rrule")):
-        if options.get(option) is not None:
+        if options.get(option) is None:
+            continue
+        if not options[option].strip():
+            errors[field] = f"must not be empty; give {_TIMING_EXAMPLES[option]}"
+        else:
             fields[field] = options[option]
     for option, field in (("at", "run_at"), ("start", "starts_at"), ("end", "ends_at")):
         raw = options.get(option)
@@ -281,6 +383,57 @@ def parse_timing_options(
     if errors:
         raise ValidationError(errors)
     return fields
+
+
+#: The largest calendar file ``--rrule @FILE`` reads.
+MAX_CALENDAR_FILE = 1024 * 1024
+
+
+def read_calendar_file(path: str) -> IcsEvent:
+    """The one VEVENT of the iCalendar file at ``path`` (``calendars.read_ics``);
+    CalendarError naming the file otherwise."""
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(MAX_CALENDAR_FILE + 1)
+    except OSError as exc:
+        raise CalendarError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(content) > MAX_CALENDAR_FILE:
+        raise CalendarError(f"{path}: is larger than {MAX_CALENDAR_FILE:,} bytes")
+    try:
+        return read_ics(content.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise CalendarError(f"{path}: is not UTF-8 text") from None
+    except CalendarError as exc:
+        raise CalendarError(f"{path}: {exc}") from None
+
+
+def _with_calendar_file(options: dict[str, Any], errors: dict[str, str]) -> dict[str, Any]:
+    """``options`` with ``--rrule @FILE`` replaced by the file's recurrence lines.
+
+    The event's ``DTSTART`` zone is ``--tz`` when none is given (and must agree with one that
+    is: the rule's time of day comes from it), and its instant is ``--start`` when none is
+    given, so ``INTERVAL`` and ``COUNT`` count from it as RFC 5545 does.
+    """
+    raw = options.get("rrule")
+    if not isinstance(raw, str) or not raw.startswith("@"):
+        return options
+    try:
+        event = read_calendar_file(raw[1:])
+    except CalendarError as exc:
+        errors["rrule"] = str(exc)
+        return {**options, "rrule": None}
+    found = {**options, "rrule": event.text}
+    tz = options.get("tz")
+    if event.zone is not None and tz is None:
+        found["tz"] = event.zone
+    elif event.zone is not None and tz is not None and tz.strip() != event.zone:
+        errors["timezone"] = (
+            f"--tz {tz} differs from {raw[1:]}'s DTSTART zone {event.zone}; leave --tz out, "
+            "or give the event's zone"
+        )
+    if event.start is not None and options.get("start") is None:
+        found["start"] = event.start.isoformat()
+    return found
 
 
 def timing_of(fields: dict[str, Any], *, allow_past: bool = False) -> Timing:

@@ -59,8 +59,9 @@ def refusal(exc: ValidationError) -> CommandError:
     return CommandError("; ".join(parts))
 
 
-def run(job: Job, options: dict[str, Any]) -> tuple[BackfillResult, str]:
-    """Backfill ``job`` as the options say; the result and its text."""
+def run(job: Job, options: dict[str, Any], *, by: Any = None) -> tuple[BackfillResult, str]:
+    """Backfill ``job`` as the options say, by ``by`` (``api.command_line_actor``); the
+    result and its text."""
     internal = permissions.internal_refusal(job.task_table) if job.task_table else None
     if internal is not None:
         raise CommandError(f"name: {internal}")
@@ -68,7 +69,7 @@ def run(job: Job, options: dict[str, Any]) -> tuple[BackfillResult, str]:
         start = parse_instant(options["start"], field="start")
         end = parse_instant(options["end"], field="end")
         result = api.backfill(
-            job.pk, start=start, end=end, now=timezone.now(), dry_run=options["dry_run"]
+            job.pk, start=start, end=end, now=timezone.now(), dry_run=options["dry_run"], by=by
         )
     except ValidationError as exc:
         raise refusal(exc) from None

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from scheduling.cli import OneLineCommand, positive_int, positive_seconds
+from scheduling.cli import OneLineCommand, positive_int, seconds, setting_option, whole_number
 from scheduling.timing.schedules import ScheduleError
 from scheduling.timing.values import parse_instant as parse_instant  # the commands' one parser
 
@@ -21,7 +21,9 @@ __all__ = [
     "DuecourseCommand",
     "parse_instant",
     "positive_int",
-    "positive_seconds",
+    "seconds",
+    "setting_option",
+    "whole_number",
 ]
 
 

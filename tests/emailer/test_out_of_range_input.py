@@ -149,27 +149,28 @@ ADD = ("task", "add", "second", "--project", "survey", "--subject", "S", "--body
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        ((*ADD, "--batch-size", HUGE), "batch_size (--batch-size): Ensure this value is less "
-         "than or equal to 2147483647."),
-        ((*ADD, "--batch-size", "0"), "batch_size (--batch-size): Ensure this value is greater "
-         "than or equal to 1."),
-        ((*ADD, "--rate", "nan"), "rate: nan is not a number of messages per second"),
+        ((*ADD, "--batch-size", HUGE), f"--batch-size: '{HUGE}' is not a whole number from 1 to "
+         "2,147,483,647"),
+        ((*ADD, "--batch-size", "0"), "--batch-size: '0' is not a whole number from 1 to "
+         "2,147,483,647"),
+        ((*ADD, "--rate", "nan"), "--rate: 'nan' is not a number from 0 to 100,000"),
         ((*ADD, "--rate", "1e-300"), "rate: 1e-300 messages per second; give 0 (no limit) or "
          "from 0.01 (one message every 100 s) to 100,000"),
-        ((*ADD, "--rate", "abc"), "--rate: 'abc' is not a number"),
+        ((*ADD, "--rate", "abc"), "--rate: 'abc' is not a number from 0 to 100,000"),
         ((*ADD, "--body", "B" * 100_001), "body: template error: 100,001 characters; at most "
          "100,000 (EMAILER_TEMPLATE_MAX_LENGTH)"),
         (("task", "schedule", "invite", "--every", "PT1H", "--expires", HUGE),
-         "expires: Ensure this value is less than or equal to 2147483647."),
+         f"--expires: '{HUGE}' is not a whole number from 1 to 2,147,483,647"),
         (("task", "schedule", "invite", "--every", "PT1H", "--expires", "0"),
-         "expires: must be at least 1 second"),
+         "--expires: '0' is not a whole number from 1 to 2,147,483,647"),
         (("task", "schedule", "invite", "--at", "99999-01-01T00:00Z"),
          "at: '99999-01-01T00:00Z' is not an ISO-8601 date-time"),
         (("task", "schedule", "invite", "--at", "2030-01-01T00:00"),
          "at: '2030-01-01T00:00' has no offset"),
-        (("history", "--limit", HUGE), f"--limit: '{HUGE}' is more than 100,000"),
-        (("history", "--limit", "0"), "--limit: '0' is not a whole number of 1 or more"),
-        (("deliveries", "--task", "invite", "--limit", HUGE), f"--limit: '{HUGE}' is more than"),
+        (("history", "--limit", HUGE), f"--limit: '{HUGE}' is not a whole number from 1 to "
+         "100,000"),
+        (("history", "--limit", "0"), "--limit: '0' is not a whole number from 1 to 100,000"),
+        (("deliveries", "--task", "invite", "--limit", HUGE), f"--limit: '{HUGE}' is not a"),
         (("history", "--task", "x" * 10_000), f"task: no task named '{'x' * 80}'…"),
         (("participants", "unsubscribe", "survey", "y" * 10_000),
          f"email: no participant '{'y' * 80}'… in project 'survey'"),

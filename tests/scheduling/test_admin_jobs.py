@@ -217,9 +217,13 @@ def test_retiming_a_job_on_a_shared_schedule_gives_it_its_own_copy(
 def test_a_cron_job_retimed_to_an_interval_drops_its_zone(
     admin_client: Client, admin_user: Any, new_job: Callable[..., Job]
 ) -> None:
+    """The zone left as it was goes with the cron expression; another one chosen with the
+    interval is refused beside the zone, as ``--tz`` with ``--every`` is."""
     job = new_job(admin_user, cron="0 9 * * *", tz="Europe/Paris")
     data = form_data(owner=admin_user.pk, name=job.name, interval="PT5M", timezone="Asia/Tokyo")
-    response = admin_client.post(f"{JOBS}{job.pk}/change/", data)
+    refused = admin_client.post(f"{JOBS}{job.pk}/change/", data)
+    assert list(form_of(refused).errors) == ["timezone"]
+    response = admin_client.post(f"{JOBS}{job.pk}/change/", {**data, "timezone": "Europe/Paris"})
     assert response.status_code == 302, form_of(response).errors
     schedule = Job.objects.get(pk=job.pk).schedule
     assert (schedule.interval, schedule.cron, schedule.timezone) == ("PT5M", "", "UTC")

@@ -262,10 +262,10 @@ ADD = ["jobs", "add", "nightly", "--task", NOOP]
         (["jobs", "show", "nightly\x00"], "name: no job named 'nightly\\x00'"),
         (["executions", "--job", "nightly\x00"], "name: no job named 'nightly\\x00'"),
         (["executions", "--owner", "root\x00"], "owner: no user named 'root\\x00'"),
-        (["executions", "--limit", "99999999999999999999"], "limit: must be a whole number"),
+        (["executions", "--limit", "99999999999999999999"], "--limit: '9999"),
         (["prune_history", "--older-than", "P9999999999D"], "older_than (--older-than): 'P99"),
-        (["prune_history", "--older-than", "30d", "--keep-last", "99999999999"], "keep_last"),
-        (["prune_history", "--older-than", "30d", "--batch-size", "99999999999"], "batch_size"),
+        (["prune_history", "--older-than", "30d", "--keep-last", "99999999999"], "--keep-last"),
+        (["prune_history", "--older-than", "30d", "--batch-size", "99999999999"], "--batch-size"),
     ],
 )
 def test_a_command_refuses_in_one_line_naming_the_field(

@@ -125,15 +125,15 @@ def test_text_report_names_the_jobs(make_job: Callable[..., Job]) -> None:
         ),
         (
             ["--older-than", "30d", "--keep-last", "-1"],
-            "keep_last (--keep-last): must be zero or more",
+            "--keep-last: '-1' is not a whole number from 0 to 1,000,000",
         ),
         (
             ["--older-than", "30d", "--batch-size", "0"],
-            "--batch-size: '0' is not a whole number of 1 or more",
+            "--batch-size: '0' is not a whole number from 1 to 100,000",
         ),
         (
             ["--older-than", "30d", "--max-seconds", "nan"],
-            "--max-seconds: 'nan' is not a positive number of seconds",
+            "--max-seconds: 'nan' is not a number of seconds from 0.1 to 604,800",
         ),
     ],
 )

@@ -2,11 +2,13 @@
 
 A thin layer over ``emailer.services``: parse, call one verb, report. Every action takes
 ``--help`` and ``--json``; bad input ends with one line naming the field and the reason.
+The actions that make or remove jobs (``task schedule``, ``project remove``) record them in
+the jobs' audit trail as ``manage.py jobs`` does: the process's operating-system account, and
+the Django user ``--by USERNAME`` names (``scheduling.api.command_line_actor``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from django.utils import timezone
 
 from emailer import services
 from emailer.models import (
+    FASTEST_RATE,
     Delivery,
     DeliveryState,
     ParticipantStatus,
@@ -25,13 +28,16 @@ from emailer.models import (
 )
 from scheduling.api import (
     OneLineCommand,
+    add_by_option,
     add_timing_options,
+    command_line_actor,
     instant,
     jobs_for_row,
+    number,
     parse_timing_options,
-    positive_int,
     text_table,
     timing_of,
+    whole_number,
 )
 
 #: Model fields whose command-line option has another name, for error messages.
@@ -53,13 +59,9 @@ OPTION_NAMES = {
 MOST_LISTED = 100_000
 
 
-def listed(raw: str) -> int:
-    """argparse type for ``--limit``: a whole number from 1 to ``MOST_LISTED`` (a larger one
-    is more than the database takes as a limit, and more than anyone reads)."""
-    value = positive_int(raw)
-    if value > MOST_LISTED:
-        raise argparse.ArgumentTypeError(f"{raw!r} is more than {MOST_LISTED:,}")
-    return value
+#: argparse type for ``--limit``: a whole number from 1 to ``MOST_LISTED`` (a larger one is
+#: more than the database takes as a limit, and more than anyone reads).
+listed = whole_number(1, MOST_LISTED)
 
 
 def csv_list(raw: str | None) -> list[str]:
@@ -85,6 +87,7 @@ class Command(OneLineCommand):
             project_actions, "remove", "Delete a project with its participants, tasks and jobs."
         )
         remove.add_argument("name")
+        add_by_option(remove)
 
         people = groups.add_parser("participants", help="Import or unsubscribe participants.")
         people_actions = people.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -115,9 +118,14 @@ class Command(OneLineCommand):
         tadd.add_argument(
             "--requires-state", choices=ProjectState.values, default=ProjectState.ACTIVE
         )
-        tadd.add_argument("--batch-size", type=int, default=10_000, help="Per occurrence.")
         tadd.add_argument(
-            "--rate", type=float, default=0.0, help="Messages per second; 0 = no limit."
+            "--batch-size", type=whole_number(1), default=10_000, help="Per occurrence."
+        )
+        tadd.add_argument(
+            "--rate",
+            type=number(0, FASTEST_RATE),
+            default=0.0,
+            help="Messages per second; 0 = no limit.",
         )
         tadd.add_argument(
             "--on-uncertain", choices=UncertainPolicy.values, default=UncertainPolicy.SKIP
@@ -131,11 +139,16 @@ class Command(OneLineCommand):
         sched.add_argument("name")
         add_timing_options(sched)  # the timing options of ``jobs add``, read alike
         sched.add_argument(
-            "--expires", type=int, help="Skip an occurrence not started this many seconds late."
+            "--expires",
+            type=whole_number(1),
+            help="Skip an occurrence not started this many seconds late.",
         )
         sched.add_argument("--job-name", help="Job name (default emailer.SendEmailTask:ID:N).")
-        sched.add_argument("--max-retries", type=int, help="Retries after the first try.")
-        sched.add_argument("--timeout", type=int, help="Seconds per attempt.")
+        sched.add_argument(
+            "--max-retries", type=whole_number(0), help="Retries after the first try."
+        )
+        sched.add_argument("--timeout", type=whole_number(1), help="Seconds per attempt.")
+        add_by_option(sched)
         prev = self._action(task_actions, "preview", "Render the task for one participant.")
         prev.add_argument("name")
         prev.add_argument("--email", help="The participant (default: the first due one).")
@@ -184,7 +197,7 @@ class Command(OneLineCommand):
 
     def do_project_remove(self, o: dict[str, Any]) -> tuple[Any, str]:
         project = services.get_project(o["name"], field="name")
-        deleted = services.remove_project(project=project)
+        deleted = services.remove_project(project=project, by=command_line_actor(o["by"]))
         summary = ", ".join(f"{n} {what}" for what, n in sorted(deleted.items()) if n)
         return {"name": o["name"], "deleted": deleted}, f"project {o['name']} removed: {summary}"
 
@@ -255,6 +268,7 @@ class Command(OneLineCommand):
             name=o["job_name"],
             max_retries=o["max_retries"],
             timeout=o["timeout"],
+            by=command_line_actor(o["by"]),
         )
         data = {
             "job": job.id,

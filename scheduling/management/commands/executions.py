@@ -9,7 +9,7 @@ from django.core.management.base import CommandParser
 
 from scheduling import readable
 from scheduling.cli import add_zone_option, iso_instant, zone_option
-from scheduling.management.base import DuecourseCommand
+from scheduling.management.base import DuecourseCommand, whole_number
 from scheduling.stages import selectors
 
 
@@ -24,7 +24,12 @@ class Command(DuecourseCommand):
             "--owner", help="Only this user's jobs; with --job, whose job it is (names collide)."
         )
         parser.add_argument("--status", help="Only executions in this status.")
-        parser.add_argument("--limit", type=int, default=50, help="At most N rows (50).")
+        parser.add_argument(
+            "--limit",
+            type=whole_number(1, selectors.MAX_LISTED),
+            default=50,
+            help=f"At most N rows (50; at most {selectors.MAX_LISTED:,}).",
+        )
         parser.add_argument("--attempts", action="store_true", help="Include every attempt.")
         add_zone_option(parser)
 

@@ -9,6 +9,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import beat_import
+from scheduling.cli import add_by_option
 from scheduling.management.base import DuecourseCommand
 from scheduling.stages import audit, jobs
 
@@ -32,6 +33,7 @@ class Command(DuecourseCommand):
         parser.add_argument(
             "--owner", help="Username owning the imported jobs (default: the first superuser)."
         )
+        add_by_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
         results = beat_import.import_beat(
@@ -39,7 +41,7 @@ class Command(DuecourseCommand):
             now=timezone.now(),
             dry_run=o["dry_run"],
             disable_source=o["disable_source"] and not o["dry_run"],
-            by=audit.Actor.command_line(),
+            by=audit.Actor.command_line(o["by"]),
         )
         counts = Counter(r.action for r in results)
         prefix = "would be " if o["dry_run"] else ""

@@ -1,7 +1,9 @@
 """``manage.py jobs add|edit|list|show|next|history|pause|resume|run|remove|backfill``.
 
-Every change is made as the operating system's user who runs the command (commands have no
-user option): that name, with ``command`` as the source, is what the audit trail records.
+Every change is recorded in the audit trail with ``command`` as the source and, as who, the
+operating-system account of the process (its real uid: ``LOGNAME`` and ``USER`` are not
+asked); ``--by USERNAME`` on each action that changes something names the Django user it is
+made for, recorded first: ``alice (os: root)`` (``audit.Actor.command_line``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from django.utils import timezone
 
 from scheduling import api, readable
 from scheduling.cli import (
+    BIGINT_MAX,
+    INT_MAX,
     PAST_AT_HINT,
+    add_by_option,
     add_timing_options,
     add_zone_option,
     iso_instant,
@@ -25,10 +30,16 @@ from scheduling.cli import (
     zone_option,
 )
 from scheduling.management import backfill
-from scheduling.management.base import DuecourseCommand, positive_int
+from scheduling.management.base import DuecourseCommand, whole_number
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap, Schedule
 from scheduling.rules import permissions
-from scheduling.rules.validation import MAX_JITTER, parse_json_argument, parse_seconds, storable
+from scheduling.rules.validation import (
+    MAX_JITTER,
+    MAX_PRIORITY,
+    parse_json_argument,
+    parse_seconds,
+    storable,
+)
 from scheduling.stages import audit, jobs, previews, selectors
 from scheduling.timing.previews import DEFAULT_COUNT, MAX_COUNT
 from scheduling.timing.schedules import Misfire
@@ -57,6 +68,7 @@ class Command(DuecourseCommand):
         super().add_arguments(add)
         add.add_argument("name", help="Job name, unique per owner.")
         add.add_argument("--owner", help="Owning username (default: first superuser).")
+        add_by_option(add)
         self.add_job_options(add, editing=False)
 
         edit = sub.add_parser(
@@ -66,6 +78,7 @@ class Command(DuecourseCommand):
         edit.add_argument("name", help="The job to change.")
         edit.add_argument("--owner", help="Owner's username, when names collide.")
         edit.add_argument("--rename", help="A new name for the job.")
+        add_by_option(edit)
         self.add_job_options(edit, editing=True)
 
         listing = sub.add_parser("list", help="List jobs with their owners.")
@@ -81,7 +94,10 @@ class Command(DuecourseCommand):
         history.add_argument("name")
         history.add_argument("--owner", help="Owner's username, when names collide.")
         history.add_argument(
-            "--limit", type=positive_int, default=100, help="Most changes shown (100)."
+            "--limit",
+            type=whole_number(1, selectors.MAX_LISTED),
+            default=100,
+            help=f"Most changes shown (100; at most {selectors.MAX_LISTED:,}).",
         )
         upcoming = sub.add_parser(
             "next",
@@ -93,7 +109,7 @@ class Command(DuecourseCommand):
         upcoming.add_argument("--owner", help="Owner's username, when names collide.")
         upcoming.add_argument(
             "--count",
-            type=int,
+            type=whole_number(1, MAX_COUNT),
             default=DEFAULT_COUNT,
             help=f"How many ({DEFAULT_COUNT}; at most {MAX_COUNT}).",
         )
@@ -110,6 +126,8 @@ class Command(DuecourseCommand):
             command.add_argument("--owner", help="Owner's username, when names collide.")
             if action in ("show", "resume"):
                 add_zone_option(command)
+            if action != "show":
+                add_by_option(command)
         backfilling = sub.add_parser(
             "backfill",
             help="Make the past occurrences of a range that the ledger does not hold; the "
@@ -117,6 +135,7 @@ class Command(DuecourseCommand):
         )
         super().add_arguments(backfilling)
         backfill.add_options(backfilling)
+        add_by_option(backfilling)
 
     @staticmethod
     def add_job_options(parser: CommandParser, *, editing: bool) -> None:
@@ -137,22 +156,26 @@ class Command(DuecourseCommand):
             "--kwargs", dest="task_kwargs", default=default("{}"), help="JSON object of keywords."
         )
         add_timing_options(parser, editing=editing)
-        parser.add_argument("--max-retries", type=int, help="Retries after the first try (3).")
+        parser.add_argument(
+            "--max-retries", type=whole_number(0, INT_MAX), help="Retries after the first try (3)."
+        )
         parser.add_argument(
             "--max-running",
-            type=int,
+            type=whole_number(0, INT_MAX),
             help="Most of its executions running at once across all workers; more wait in the "
             "ledger (0: no limit, the default).",
         )
         parser.add_argument(
             "--pause-after-failures",
-            type=int,
+            type=whole_number(0, INT_MAX),
             metavar="N",
             help="Pause the job after N failed occurrences in a row (an execution failed after "
             "its retries, timed out or lost for good); a success or a resume starts the count "
             "again (0: never, the default).",
         )
-        parser.add_argument("--timeout", type=int, help="Seconds per attempt (300).")
+        parser.add_argument(
+            "--timeout", type=whole_number(1, INT_MAX), help="Seconds per attempt (300)."
+        )
         parser.add_argument(
             "--jitter", default=default("0"), help="Spread in seconds, up to 86400 (0)."
         )
@@ -161,21 +184,34 @@ class Command(DuecourseCommand):
         )
         parser.add_argument("--overlap", choices=Overlap.values, default=default(Overlap.FORBID))
         parser.add_argument("--queue", default=default("celery"), help="Celery queue (celery).")
-        parser.add_argument("--priority", type=int, help="Message priority 0-255.")
+        parser.add_argument(
+            "--priority",
+            type=whole_number(0, MAX_PRIORITY),
+            help=f"Message priority 0-{MAX_PRIORITY}.",
+        )
         parser.add_argument(
             "--expires",
-            type=int,
+            type=whole_number(0, INT_MAX),
             help="Skip an occurrence that would start more than this many seconds late.",
         )
         parser.add_argument("--note", default=default(""), help="Free text, up to 500 characters.")
         parser.add_argument(
             "--task-table", default=default(""), help="app_label.Model of a task table row."
         )
-        parser.add_argument("--task-row-id", type=int, help="Primary key of the task table row.")
+        parser.add_argument(
+            "--task-row-id",
+            type=whole_number(1, BIGINT_MAX),
+            help="Primary key of the task table row.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
         getattr(self, f"do_{action}")(options)
+
+    @staticmethod
+    def actor(o: dict[str, Any]) -> audit.Actor:
+        """Who this command's change is by: the process's account, and ``--by``'s user."""
+        return audit.Actor.command_line(o.get("by"))
 
     @staticmethod
     def parse_values(o: dict[str, Any], *, now: datetime) -> dict[str, Any]:
@@ -199,13 +235,6 @@ class Command(DuecourseCommand):
                 )
             except ValidationError as exc:
                 errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-        for field in ("max_retries", "timeout", "expires"):
-            if o[field] is not None and o[field] < 0:
-                errors[field] = "must be zero or more"
-        if o["max_running"] is not None and o["max_running"] < 0:
-            errors["max_running"] = "must be zero (no limit) or more"
-        if o["pause_after_failures"] is not None and o["pause_after_failures"] < 0:
-            errors["pause_after_failures"] = "must be zero (never pause) or more"
         if o["jitter"] is not None:
             try:
                 parsed["jitter"] = parse_seconds(o["jitter"], field="jitter", maximum=MAX_JITTER)
@@ -259,7 +288,7 @@ class Command(DuecourseCommand):
                 note=o["note"],
             ),
             now=now,
-            by=audit.Actor.command_line(),
+            by=self.actor(o),
         )
         job = selectors.find_job(job.name, owner=job.owner.get_username())
         self.emit(
@@ -308,7 +337,7 @@ class Command(DuecourseCommand):
             timing=timing,
             allow_past=o["allow_past"],
             past_hint=PAST_AT_HINT,
-            by=audit.Actor.command_line(),
+            by=self.actor(o),
             **changes,
         )
         job = selectors.find_job(job.name, owner=job.owner.get_username())
@@ -400,11 +429,7 @@ class Command(DuecourseCommand):
         self.emit([audit.as_dict(c) for c in changes], text, as_json=o["json"])
 
     def do_next(self, o: dict[str, Any]) -> None:
-        count = o["count"]
-        if not 1 <= count <= MAX_COUNT:
-            raise ValidationError(
-                {"count": f"must be from 1 to {MAX_COUNT}, got {count}; ask for fewer"}
-            )
+        count = o["count"]  # 1 to MAX_COUNT, as its option's type reads it
         job = self._job(o)
         found = previews.job_preview(job, count=count, now=timezone.now())
         moments = [moment.isoformat() for moment in found.occurrences]
@@ -418,6 +443,8 @@ class Command(DuecourseCommand):
             notes.append(f"the schedule ends: only {len(moments)} of {count} occurrences remain")
         if found.error is not None:
             notes.append(f"the list stops early: {found.error}")
+        if found.note:
+            notes.append(found.note)
         if o["json"]:
             self.emit(moments, "", as_json=True)
             for note in notes:
@@ -438,7 +465,7 @@ class Command(DuecourseCommand):
 
     def do_pause(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        changed = jobs.pause_job(job=job, now=timezone.now(), by=audit.Actor.command_line())
+        changed = jobs.pause_job(job=job, now=timezone.now(), by=self.actor(o))
         job.refresh_from_db()
         self.emit(
             selectors.job_summary(job),
@@ -449,7 +476,7 @@ class Command(DuecourseCommand):
     def do_resume(self, o: dict[str, Any]) -> None:
         zone = zone_option(o["tz"])
         job = self._job(o)
-        changed = jobs.resume_job(job=job, now=timezone.now(), by=audit.Actor.command_line())
+        changed = jobs.resume_job(job=job, now=timezone.now(), by=self.actor(o))
         job.refresh_from_db()
         self.emit(
             selectors.job_summary(job),
@@ -461,7 +488,8 @@ class Command(DuecourseCommand):
 
     def do_run(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        execution = Execution.objects.select_related("job").get(pk=api.run_now(job.pk))
+        execution_id = api.run_now(job.pk, by=self.actor(o))
+        execution = Execution.objects.select_related("job").get(pk=execution_id)
         state = "published" if execution.status == ExecutionStatus.QUEUED else "saved"
         self.emit(
             selectors.execution_summary(execution),
@@ -472,11 +500,11 @@ class Command(DuecourseCommand):
     def do_remove(self, o: dict[str, Any]) -> None:
         job = self._job(o)
         data = selectors.job_summary(job)
-        jobs.remove_job(job=job, now=timezone.now(), by=audit.Actor.command_line())
+        jobs.remove_job(job=job, now=timezone.now(), by=self.actor(o))
         self.emit(data, f"removed {data['name']!r}", as_json=o["json"])
 
     def do_backfill(self, o: dict[str, Any]) -> None:
-        result, text = backfill.run(self._job(o), o)
+        result, text = backfill.run(self._job(o), o, by=self.actor(o))
         self.emit(result.as_dict(), text, as_json=o["json"])
 
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.module_loading import module_has_submodule
 
 from scheduling import conf
+from scheduling.cli import add_by_option
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job, Schedule
 from scheduling.stages import audit, jobs
@@ -49,6 +50,7 @@ class Command(DuecourseCommand):
             action="store_true",
             help="Where the demo is not allowed, say so and exit 0 instead of failing.",
         )
+        add_by_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
         if not conf.get("DEMO"):
@@ -86,7 +88,7 @@ class Command(DuecourseCommand):
                     note=f"demo: user {user_id}, {'every ' + interval if recurring else 'once'}",
                 ),
                 now=now,
-                by=audit.Actor.command_line(),
+                by=audit.Actor.command_line(o["by"]),
             )
             created.append(name)
         demo, _ = users.get_or_create(username="demo")
@@ -101,7 +103,7 @@ class Command(DuecourseCommand):
                     note="runs every 10 seconds so that something visibly happens",
                 ),
                 now=now,
-                by=audit.Actor.command_line(),
+                by=audit.Actor.command_line(o["by"]),
             )
             created.append("quick")
         for app in apps.get_app_configs():

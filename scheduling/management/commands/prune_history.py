@@ -9,8 +9,11 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import readable
-from scheduling.management.base import DuecourseCommand, positive_int, positive_seconds
+from scheduling.management.base import DuecourseCommand, seconds, whole_number
 from scheduling.stages import retention
+
+#: The longest ``--max-seconds``: a week.
+MAX_SECONDS = 7 * 86_400
 
 
 class Command(DuecourseCommand):
@@ -33,19 +36,21 @@ class Command(DuecourseCommand):
         )
         parser.add_argument(
             "--keep-last",
-            type=int,
+            type=whole_number(0, retention.MAX_KEEP_LAST),
             default=10,
             metavar="N",
             help="Always keep each job's latest N executions, however old (10).",
         )
         parser.add_argument(
             "--batch-size",
-            type=positive_int,
+            type=whole_number(1, retention.MAX_BATCH),
             default=1000,
             help="Executions per transaction (1000).",
         )
         parser.add_argument(
-            "--max-seconds", type=positive_seconds, help="Stop starting batches after this long."
+            "--max-seconds",
+            type=seconds(0.1, MAX_SECONDS),
+            help="Stop starting batches after this many seconds (at most a week).",
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would go; delete nothing."

@@ -8,7 +8,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import conf
-from scheduling.management.base import DuecourseCommand, positive_seconds
+from scheduling.management.base import DuecourseCommand, setting_option
 from scheduling.stages import liveness
 
 
@@ -19,7 +19,7 @@ class Command(DuecourseCommand):
         super().add_arguments(parser)
         parser.add_argument(
             "--stale-after",
-            type=positive_seconds,
+            type=setting_option("STALE_AFTER"),
             help="Seconds without heartbeat (SCHEDULING_STALE_AFTER).",
         )
 

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from scheduling.celeryapp import celery_app
-from scheduling.management.base import DuecourseCommand, positive_int, positive_seconds
+from scheduling.management.base import DuecourseCommand, setting_option
 from scheduling.scheduler.loop import Dispatcher
 
 
@@ -22,9 +22,15 @@ class Command(DuecourseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument("--once", action="store_true", help="Run one tick and exit.")
-        parser.add_argument("--batch-size", type=positive_int, help="Jobs claimed per transaction.")
         parser.add_argument(
-            "--max-sleep", type=positive_seconds, help="Longest sleep between ticks (s)."
+            "--batch-size",
+            type=setting_option("BATCH_SIZE"),
+            help="Jobs claimed per transaction (SCHEDULING_BATCH_SIZE).",
+        )
+        parser.add_argument(
+            "--max-sleep",
+            type=setting_option("MAX_SLEEP"),
+            help="Longest sleep between ticks, in seconds (SCHEDULING_MAX_SLEEP).",
         )
         parser.add_argument(
             "-l",

@@ -30,12 +30,14 @@ from django.urls import NoReverseMatch, reverse
 
 from scheduling import conf
 from scheduling.celeryapp import app_path
-from scheduling.management.base import DuecourseCommand, positive_int
+from scheduling.management.base import DuecourseCommand, whole_number
 from scheduling.management.console import JobNames, Quieter
 
 STOP_TIMEOUT = 20.0
 WEB_START_TIMEOUT = 15.0
 DEMO_ADMIN = "demo-admin"
+#: The most worker processes ``--concurrency`` starts on one machine.
+MAX_CONCURRENCY = 256
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -98,14 +100,18 @@ class Command(DuecourseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--concurrency", type=positive_int, default=2, help="Worker processes (2)."
+            "--concurrency",
+            type=whole_number(1, MAX_CONCURRENCY),
+            default=2,
+            help=f"Worker processes (2; at most {MAX_CONCURRENCY}).",
         )
         parser.add_argument("--loglevel", default="INFO")
         parser.add_argument("--host", default="127.0.0.1", help="Admin address (127.0.0.1).")
         parser.add_argument(
             "--port",
-            type=positive_int,
-            default=int(os.environ.get("DUECOURSE_PORT", "8000")),
+            type=whole_number(1, 65_535),
+            # Read by its type like a typed value: a bad DUECOURSE_PORT is refused naming --port.
+            default=os.environ.get("DUECOURSE_PORT", "8000"),
             help="Admin port (8000, or DUECOURSE_PORT); a free one when it is taken.",
         )
         parser.add_argument("--no-web", action="store_true", help="Do not serve the admin.")

@@ -31,6 +31,7 @@ from django.utils.translation import ngettext
 from scheduling import api
 from scheduling.models import Job
 from scheduling.rules import permissions
+from scheduling.stages.audit import Actor
 from scheduling.stages.backfill import check_range
 from scheduling.timing.values import parse_instant
 
@@ -149,7 +150,9 @@ def _apply(
 ) -> None:
     for job in jobs:
         try:
-            result = api.backfill(job.pk, start=start, end=end, now=now)
+            result = api.backfill(
+                job.pk, start=start, end=end, now=now, by=Actor.user(request.user)
+            )
         except ValidationError as exc:
             modeladmin.message_user(request, f"{job.name}: {said(exc)}", messages.ERROR)
             continue

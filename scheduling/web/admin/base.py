@@ -9,18 +9,14 @@ nothing.
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 from django.contrib import admin
-from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from scheduling.admintimes import ReadableTimesAdmin
+from scheduling.changelists import SafeListAdmin
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import Job, Schedule
-from scheduling.rules import validation
 from scheduling.selections import IdSelectionAdmin
 
 
@@ -39,12 +35,12 @@ def usable_schedules(request: HttpRequest) -> QuerySet[Schedule]:
     return schedules if sees_everything(request) else schedules.filter(owner=request.user)
 
 
-#: A date hierarchy walks to the next year, month or day: the calendar's last one has none.
-LAST_LISTED_YEAR = 9998
-
-
 class LedgerAdmin(
-    ReadableTimesAdmin, IdSelectionAdmin, ContentSecurityPolicyAdmin, admin.ModelAdmin
+    SafeListAdmin,
+    ReadableTimesAdmin,
+    IdSelectionAdmin,
+    ContentSecurityPolicyAdmin,
+    admin.ModelAdmin,
 ):
     """The engine's admin pages: their times read by ``scheduling.readable``'s rule
     (``scheduling.admintimes``); whatever a list's URL or an action's POST holds, the answer
@@ -53,29 +49,10 @@ class LedgerAdmin(
     (``scheduling.csp``), with the engine's styles from its static files.
 
     Django passes list parameters, the search term and the selected ids to the database as
-    they come; PostgreSQL refuses a NUL in text, and a date hierarchy on the calendar's last
-    day overflows. Such input names nothing that exists, so it is answered as any lookup that
-    finds nothing, or as an empty selection.
+    they come; PostgreSQL refuses a NUL in text, and a date part outside the calendar fails
+    as the query is compiled. Such input names nothing that exists, so it is answered as any
+    bad filter (``scheduling.changelists``), or as an empty selection.
     """
 
     class Media:
         css = {"all": ("scheduling/duecourse.css",)}
-
-    def get_changelist_instance(self, request: HttpRequest) -> Any:
-        for key, values in request.GET.lists():
-            if not all(validation.storable(text) for text in (key, *values)):
-                raise IncorrectLookupParameters(f"{key}: holds text no row can hold")
-        if self.date_hierarchy:
-            year = request.GET.get(f"{self.date_hierarchy}__year")
-            if year is not None and not (
-                re.fullmatch(r"[0-9]{1,4}", year) and 1 <= int(year) <= LAST_LISTED_YEAR
-            ):
-                raise IncorrectLookupParameters(f"{self.date_hierarchy}__year: out of range")
-        return super().get_changelist_instance(request)
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
-    ) -> tuple[QuerySet[Any], bool]:
-        if not validation.storable(search_term):
-            return queryset.none(), False
-        return super().get_search_results(request, queryset, search_term)

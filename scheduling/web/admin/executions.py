@@ -17,7 +17,7 @@ from scheduling import readable
 from scheduling.admintimes import ReadableTimesAdmin, shown
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
 from scheduling.rules import permissions
-from scheduling.stages import attempts, jobs, selectors
+from scheduling.stages import audit, jobs, selectors
 from scheduling.web.admin.base import LedgerAdmin, sees_everything
 from scheduling.web.admin.display import badge, say
 
@@ -153,7 +153,9 @@ class ExecutionAdmin(LedgerAdmin):
         reason = f"cancelled in the admin by {request.user.get_username()}"
         count = 0
         for execution in queryset.filter(status__in=EXECUTION_UNFINISHED):
-            if attempts.cancel_execution(execution_id=execution.pk, now=now, reason=reason):
+            if jobs.cancel_execution(
+                execution_id=execution.pk, now=now, reason=reason, by=audit.Actor.user(request.user)
+            ):
                 self.log_change(request, execution, "Cancelled.")
                 count += 1
         self.message_user(
@@ -167,7 +169,9 @@ class ExecutionAdmin(LedgerAdmin):
         now = timezone.now()
         count = 0
         for execution in queryset.filter(status=ExecutionStatus.FAILED):
-            if jobs.retry_execution(execution_id=execution.pk, now=now):
+            if jobs.retry_execution(
+                execution_id=execution.pk, now=now, by=audit.Actor.user(request.user)
+            ):
                 self.log_change(request, execution, "Retried.")
                 count += 1
         self.message_user(

@@ -227,6 +227,11 @@ class JobForm(forms.ModelForm):
         else:
             previous = self.instance.schedule.run_at if self.instance.schedule_id else None
             self.instance.schedule = timing_schedule(data)
+            if "timezone" in self.changed_data:
+                # A zone chosen for an interval or an instant is refused beside the zone
+                # (``schedules.zone_error``), as ``--tz`` is on the command line; one left as
+                # it was (a cron job retimed to an interval) goes with the cron expression.
+                self.instance.schedule.timezone = data.get("timezone") or "UTC"
             # A one-off already past is refused (validation.past_run_at_error) when it is new
             # or changed, beside "Once at", with this page's way to run a job now.
             self.instance.schedule.saved_run_at = previous
@@ -273,11 +278,18 @@ class JobForm(forms.ModelForm):
                 self.add_error(home, message)
 
     def _update_errors(self, errors: ValidationError) -> None:
-        """Show a model error about a field this form lacks beside the field that sets it."""
+        """Show a model error about a field this form lacks beside the field that sets it.
+
+        A field the form refused already (a name too long, a required one left empty) never
+        reached the model, which judged the value it had instead: its error about that field
+        would describe what was not typed ("must not be empty" under a 300-character name).
+        """
         if hasattr(errors, "error_dict"):
             placed: dict[str, list[Any]] = {}
             for field, found in errors.error_dict.items():
                 home = field if field in self.fields else ERROR_HOME.get(field, NON_FIELD_ERRORS)
+                if home != NON_FIELD_ERRORS and home in self._errors:
+                    continue
                 placed.setdefault(home, []).extend(found)
             errors = ValidationError(placed)
         super()._update_errors(errors)

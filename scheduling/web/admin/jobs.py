@@ -378,7 +378,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         count = 0
         for job in queryset:
             try:
-                execution_id = api.run_now(job.pk)
+                execution_id = api.run_now(job.pk, by=audit.Actor.user(request.user))
             except ValidationError as exc:
                 self.message_user(request, f"{job.name}: {' '.join(exc.messages)}", messages.ERROR)
                 continue
@@ -430,7 +430,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         now = timezone.now()
         count = 0
         for job in queryset:
-            retried = jobs.retry_failed(job=job, now=now)
+            retried = jobs.retry_failed(job=job, now=now, by=audit.Actor.user(request.user))
             if retried:
                 self.log_change(request, job, f"Retried {retried} failed execution(s).")
                 count += retried
@@ -449,7 +449,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         count = 0
         reason = f"cancelled in the admin by {request.user.get_username()}"
         for job in queryset:
-            cancelled = api.cancel(job.pk, reason=reason)
+            cancelled = api.cancel(job.pk, reason=reason, by=audit.Actor.user(request.user))
             if cancelled:
                 self.log_change(request, job, f"Cancelled {cancelled} execution(s).")
                 count += cancelled

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from scheduling.models import Schedule
-from scheduling.stages import jobs, selectors
+from scheduling.stages import audit, jobs, selectors
 from scheduling.web.admin.base import LedgerAdmin, sees_everything, usable_schedules
 from scheduling.web.admin.filters import InternalScheduleFilter
 from scheduling.web.admin.owners import OwnerChoiceAdmin
@@ -73,10 +73,11 @@ class ScheduleAdmin(OwnerChoiceAdmin, LedgerAdmin):
         return int(getattr(schedule, "job_total", 0))
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
-        if not change and not sees_everything(request):
-            obj.owner = request.user
-        super().save_model(request, obj, form, change)
-        if change:
-            now = timezone.now()
-            for job in obj.jobs.all():
-                jobs.replan_job(job=job, now=now)
+        """A new schedule is saved as it is; an edited one moves every job on it, each job's
+        trail saying who changed which timing (``jobs.edit_schedule``)."""
+        if not change:
+            if not sees_everything(request):
+                obj.owner = request.user
+            super().save_model(request, obj, form, change)
+            return
+        jobs.edit_schedule(schedule=obj, now=timezone.now(), by=audit.Actor.user(request.user))

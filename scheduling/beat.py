@@ -2,7 +2,8 @@
 
 A ``celery.beat.Scheduler`` that keeps no schedule in memory: each ``tick`` runs one round of
 ``scheduling.scheduler.loop.Dispatcher`` against the database and returns the sleep it asks for.
-Nothing happens in ``__init__`` (Celery builds a lazy instance just to print its banner), and
+Nothing happens in ``__init__`` (Celery builds a lazy instance just to print its banner);
+``setup_schedule``, run once by the real scheduler, reconciles the jobs declared in code; and
 ``sync`` has nothing to save because every tick commits its own work.
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from celery.beat import Scheduler
+from django.utils import timezone
 
 from scheduling.scheduler.loop import Dispatcher
+from scheduling.stages import declarations
 
 
 class DatabaseScheduler(Scheduler):
@@ -23,7 +26,10 @@ class DatabaseScheduler(Scheduler):
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
-        """Nothing to load: due work is read from the database on every tick."""
+        """Reconcile the jobs declared in code (``beat_schedule``, ``SCHEDULING_JOBS``) with the
+        ledger, as django-celery-beat loads ``beat_schedule`` at start
+        (``SCHEDULING_SYNC_ON_START``); due work is read from the database on every tick."""
+        declarations.sync_on_start(now=timezone.now(), app=self.app)
 
     @property
     def schedule(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from scheduling.models import Job, JobChangeAction, JobStatus, Schedule
 from scheduling.rules.validation import first_error
 from scheduling.stages import audit, jobs
 from scheduling.stages.audit import Actor
+from scheduling.timing.beat_schedules import Unmappable, cron_fields, interval_of
 from scheduling.timing.schedules import Misfire, ScheduleError, timing_from
 
 if TYPE_CHECKING:
@@ -44,13 +45,8 @@ MARK = "Imported from django-celery-beat"
 SOURCE_DISABLED = "(its PeriodicTask was disabled on import)"
 PAUSE_REASON = "disabled in django-celery-beat"
 
-_PERIODS = {"days": "D", "hours": "H", "minutes": "M", "seconds": "S"}
 SCHEDULE_FIELDS = ("interval", "cron", "timezone", "run_at", "starts_at", "ends_at")
 JOB_FIELDS = ("task", "args", "kwargs", "queue", "priority", "expires", "note")
-
-
-class Unmappable(Exception):
-    """A PeriodicTask that has no equivalent job; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -98,29 +94,17 @@ def _json(text: str | None, *, field_name: str, kind: type) -> Any:
     return value
 
 
-def interval_of(every: int, period: str) -> str:
-    """``every`` times ``period`` as an ISO-8601 duration (microseconds only in whole seconds)."""
-    if period == "microseconds":
-        if every % 1_000_000:
-            raise Unmappable(
-                f"an interval of {every} microseconds is not a whole number of seconds"
-            )
-        every, period = every // 1_000_000, "seconds"
-    if period not in _PERIODS:
-        raise Unmappable(f"unknown interval period {period!r}")
-    unit = _PERIODS[period]
-    return f"P{every}D" if unit == "D" else f"PT{every}{unit}"
-
-
 def cron_of(crontab: Any) -> tuple[str, str]:
-    fields = (
+    """A CrontabSchedule row as a cron expression and its zone (``beat_schedules``' reading,
+    the one ``beat_schedule`` entries get too)."""
+    expression = cron_fields(
         crontab.minute,
         crontab.hour,
         crontab.day_of_month,
         crontab.month_of_year,
         crontab.day_of_week,
     )
-    return " ".join(str(f).replace(" ", "") for f in fields), str(crontab.timezone)
+    return expression, str(crontab.timezone)
 
 
 def spec_of(row: PeriodicTask, *, now: datetime) -> Spec:

@@ -21,6 +21,7 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.W011 | warning | occurrences of a task unknown here wait for a process that knows it |
 | scheduling.W012 | warning | the partitioned history has no period made for now (PostgreSQL) |
 | scheduling.W013 | warning | a job's arguments no longer fit its task's parameters |
+| scheduling.E014 | error | a job declared in code cannot be expressed (solar, unknown task) |
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from scheduling.ledger import partitions
 from scheduling.models import Job, JobStatus, SchedulerState
 from scheduling.rules import arguments, tasktables
 from scheduling.rules.validation import fit_errors, queue_error, visibility_timeout
+from scheduling.stages import declarations
 from scheduling.web import overview
 
 INSTALL_DOC = "see docs/install.md"
@@ -451,4 +453,31 @@ def check_history_periods(**_: Any) -> list[CheckMessage]:
             "the next ones within a minute (docs/operations.md, Partitions).",
             id="scheduling.W012",
         )
+    ]
+
+
+@register("scheduling")
+def check_declarations(**_: Any) -> list[CheckMessage]:
+    """Every entry of ``beat_schedule`` and ``SCHEDULING_JOBS`` the engine cannot express (a
+    solar schedule, an unknown task, an option ``jobs add`` does not take or whose value its
+    parser refuses), named with its reason: the scheduler refuses it at start too. What only
+    the ledger can tell (an owner, a task-table row) is ``jobs sync --check``'s to say."""
+    if is_fallback(celery_app()):
+        return []
+    # The task modules imported directly, as ``check_awaiting_tasks`` does, never through the
+    # registry's loader (it would run these checks again from inside).
+    app = celery_app()
+    for module in app.loader.default_modules:
+        app.loader.import_task_module(module)
+    autodiscover_modules("tasks")
+    refused = declarations.code_refusals(tasks=app.tasks)
+    return [
+        Error(
+            f"{refusal.line}: this job declared in code cannot be expressed, and is not scheduled.",
+            hint="Change the entry as the reason says, or remove it; docs/scheduling.md, "
+            "Schedules in code.",
+            obj=f"{refusal.origin}[{refusal.key!r}]",
+            id="scheduling.E014",
+        )
+        for refusal in refused
     ]

@@ -27,9 +27,18 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from scheduling import conf, readable
-from scheduling.rules.validation import first_error, past_run_at_error, storable
+from scheduling.models import Overlap
+from scheduling.rules.validation import (
+    MAX_JITTER,
+    MAX_PRIORITY,
+    first_error,
+    parse_json_argument,
+    parse_seconds,
+    past_run_at_error,
+    storable,
+)
 from scheduling.timing.calendars import CalendarError, IcsEvent, read_ics
-from scheduling.timing.schedules import zone_error
+from scheduling.timing.schedules import Misfire, zone_error
 from scheduling.timing.values import Calendar, Cron, Every, Once, Timing, parse_instant
 
 
@@ -447,3 +456,133 @@ def timing_of(fields: dict[str, Any], *, allow_past: bool = False) -> Timing:
     if fields.get("rrule") is not None:
         return Calendar(fields["rrule"], tz=fields.get("timezone") or "UTC", **window)
     return Every(fields.get("interval") or "", **window)
+
+
+# -- the options of a job: what ``jobs add`` reads, and what the declarations in code
+#    (``SCHEDULING_JOBS``, ``beat_schedule``) are read as, so both refuse alike.
+
+
+#: A job's fields whose option has another name, for one-line refusals (``first_error``).
+JOB_OPTION_NAMES = {
+    "interval": "--every",
+    "timezone": "--tz",
+    "run_at": "--at",
+    "starts_at": "--start",
+    "ends_at": "--end",
+    "max_retries": "--max-retries",
+    "max_running": "--max-running",
+    "pause_after_failures": "--pause-after-failures",
+    "task_table": "--task-table",
+    "task_row_id": "--task-row-id",
+    "rrule": "--rrule",
+}
+
+
+def add_job_options(parser: argparse.ArgumentParser, *, editing: bool) -> None:
+    """The options of ``jobs add``; for ``edit`` none has a default, so only given ones
+    change. ``job_options_parser`` reads the declarations in code with them too."""
+
+    def default(value: Any) -> Any:
+        return None if editing else value
+
+    parser.add_argument(
+        "--task",
+        default=default(""),
+        help="Schedulable Celery task (dotted name); not needed with --task-table.",
+    )
+    parser.add_argument(
+        "--args", dest="task_args", default=default("[]"), help="JSON list of arguments."
+    )
+    parser.add_argument(
+        "--kwargs", dest="task_kwargs", default=default("{}"), help="JSON object of keywords."
+    )
+    add_timing_options(parser, editing=editing)
+    parser.add_argument(
+        "--max-retries", type=whole_number(0, INT_MAX), help="Retries after the first try (3)."
+    )
+    parser.add_argument(
+        "--max-running",
+        type=whole_number(0, INT_MAX),
+        help="Most of its executions running at once across all workers; more wait in the "
+        "ledger (0: no limit, the default).",
+    )
+    parser.add_argument(
+        "--pause-after-failures",
+        type=whole_number(0, INT_MAX),
+        metavar="N",
+        help="Pause the job after N failed occurrences in a row (an execution failed after "
+        "its retries, timed out or lost for good); a success or a resume starts the count "
+        "again (0: never, the default).",
+    )
+    parser.add_argument(
+        "--timeout", type=whole_number(1, INT_MAX), help="Seconds per attempt (300)."
+    )
+    parser.add_argument(
+        "--jitter", default=default("0"), help="Spread in seconds, up to 86400 (0)."
+    )
+    parser.add_argument(
+        "--misfire", choices=[m.value for m in Misfire], default=default("catch_up")
+    )
+    parser.add_argument("--overlap", choices=Overlap.values, default=default(Overlap.FORBID))
+    parser.add_argument("--queue", default=default("celery"), help="Celery queue (celery).")
+    parser.add_argument(
+        "--priority",
+        type=whole_number(0, MAX_PRIORITY),
+        help=f"Message priority 0-{MAX_PRIORITY}.",
+    )
+    parser.add_argument(
+        "--expires",
+        type=whole_number(0, INT_MAX),
+        help="Skip an occurrence that would start more than this many seconds late.",
+    )
+    parser.add_argument("--note", default=default(""), help="Free text, up to 500 characters.")
+    parser.add_argument(
+        "--task-table", default=default(""), help="app_label.Model of a task table row."
+    )
+    parser.add_argument(
+        "--task-row-id",
+        type=whole_number(1, BIGINT_MAX),
+        help="Primary key of the task table row.",
+    )
+
+
+def parse_job_options(o: dict[str, Any], *, now: datetime) -> dict[str, Any]:
+    """The JSON, instants and numbers of ``add``/``edit``, checked; one error per field.
+
+    Options that were not given stay ``None``. The timing options are read by
+    ``parse_timing_options`` (``timing``: the schedule fields given), the
+    one reader the domain apps' commands use too, so they refuse alike.
+    """
+    errors: dict[str, str] = {}
+    parsed: dict[str, Any] = {}
+    try:
+        parsed["timing"] = parse_timing_options(o, now=now, editing=o["action"] == "edit")
+    except ValidationError as exc:
+        errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+    for field, expect in (("args", list), ("kwargs", dict)):
+        raw = o[f"task_{field}"]
+        try:
+            parsed[field] = (
+                None if raw is None else parse_json_argument(raw, field=field, expect=expect)
+            )
+        except ValidationError as exc:
+            errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+    if o["jitter"] is not None:
+        try:
+            parsed["jitter"] = parse_seconds(o["jitter"], field="jitter", maximum=MAX_JITTER)
+        except ValidationError as exc:
+            errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
+    else:
+        parsed["jitter"] = None
+    if errors:
+        raise ValidationError(errors)
+    return parsed
+
+
+def job_options_parser() -> OneLineParser:
+    """A parser of ``jobs add``'s job options (``--owner`` and ``add_job_options``) that
+    raises ``CommandError`` with one line naming the option instead of exiting."""
+    parser = OneLineParser(prog="jobs add", add_help=False, called_from_command_line=False)
+    parser.add_argument("--owner")
+    add_job_options(parser, editing=False)
+    return parser

@@ -241,6 +241,12 @@ KNOBS: dict[str, Knob] = {
     "HARD_TIMEOUT_GRACE": Knob(
         10, int, "Seconds between the soft time limit and the hard kill.", 0, 86_400
     ),
+    "SYNC_ON_START": Knob(
+        True,
+        bool,
+        "Reconcile the jobs declared in code (SCHEDULING_JOBS, beat_schedule) with the ledger "
+        "when a scheduler starts.",
+    ),
     "RECORD_ADHOC": Knob(
         False, bool, "Record executions of schedulable tasks called outside any job."
     ),
@@ -407,6 +413,13 @@ KNOBS: dict[str, Knob] = {
 _UNSET = object()
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+
+def declared_jobs() -> Any:
+    """``SCHEDULING_JOBS``: the jobs the project declares in its settings, name -> the options
+    of ``jobs add`` as Python values (checked by ``scheduling.stages.declarations``, not a
+    knob: its values are a job's, with the job's rules)."""
+    return getattr(settings, "SCHEDULING_JOBS", {})
 
 
 def _raw(name: str) -> Any:

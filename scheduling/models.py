@@ -241,6 +241,32 @@ JOB_POLICY_FIELDS = (
 )
 
 
+class DeclaredIn(models.TextChoices):
+    """Where the code declares a job (``scheduling.stages.declarations``); "" for none."""
+
+    NONE = "", "not declared"  # made in the admin, the command line or the API
+    BEAT_SCHEDULE = "beat_schedule", "beat_schedule"  # Celery's app.conf.beat_schedule
+    SCHEDULING_JOBS = "SCHEDULING_JOBS", "SCHEDULING_JOBS"  # the Django setting
+
+
+class DeclarationSet(models.Model):
+    """One set of declarations a process of the project carried, known by its fingerprint.
+
+    ``sequence`` orders the sets: a set gets the next number when the ledger first sees it,
+    and again when ``manage.py jobs sync`` applies it by hand. A scheduler applies its set at
+    start only when no applied set has a higher number (docs/operations.md, *Rolling deploys*).
+    """
+
+    fingerprint = models.CharField(max_length=64, unique=True)
+    sequence = models.PositiveBigIntegerField()
+    entries = models.PositiveIntegerField(default=0, help_text="How many entries it declares.")
+    first_seen_at = models.DateTimeField(default=current_time)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"declarations #{self.sequence} ({self.fingerprint[:12]})"
+
+
 class Job(models.Model):
     """*What + when*: a schedule joined to a target, with its next due time and policies.
 
@@ -344,12 +370,27 @@ class Job(models.Model):
         help_text="Since when its due occurrence waits for a scheduler that knows its task "
         "(a rolling deploy); it fails after SCHEDULING_UNKNOWN_TASK_GRACE.",
     )
+    #: Declared in code: where, under which key, the entry's fingerprint ("" once the entry
+    #: is gone from the code: the job is paused and a person's again), and the sequence of
+    #: the declaration set that last wrote it (``scheduling.stages.declarations``).
+    declared_in = models.CharField(
+        max_length=16, choices=DeclaredIn.choices, blank=True, default="", db_default=""
+    )
+    declared_key = models.CharField(max_length=200, blank=True, default="", db_default="")
+    declared_fingerprint = models.CharField(max_length=64, blank=True, default="", db_default="")
+    declared_release = models.PositiveBigIntegerField(null=True, blank=True)
+    #: A Celery task that is not schedulable, which a declared job runs through
+    #: ``scheduling.run_celery_task`` (its ``task``); "" otherwise.
+    declared_task = models.CharField(max_length=200, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=current_time, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["owner", "name"], name="job_name_unique_per_owner"),
+            models.CheckConstraint(
+                name="job_declared_in_valid", condition=Q(declared_in__in=DeclaredIn.values)
+            ),
             models.CheckConstraint(
                 name="job_pause_kind_valid", condition=Q(pause_kind__in=PauseKind.values)
             ),
@@ -392,6 +433,13 @@ class Job(models.Model):
                 name="job_task_unknown_idx",
                 condition=Q(task_unknown_since__isnull=False),
             ),
+            # declarations.reconcile: "the jobs the code declares"; partial, so it holds
+            # only those rows.
+            models.Index(
+                fields=["declared_in", "declared_key"],
+                name="job_declared_idx",
+                condition=~Q(declared_in=""),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -401,6 +449,16 @@ class Job(models.Model):
     @property
     def targets_task_row(self) -> bool:
         return bool(self.task_table)
+
+    @property
+    def declared(self) -> bool:
+        """Whether the code owns this job's definition now (declared, its entry still there)."""
+        return bool(self.declared_in and self.declared_fingerprint)
+
+    @property
+    def declaration(self) -> str:
+        """Where the code declares it: ``SCHEDULING_JOBS['nightly']``, or ""."""
+        return f"{self.declared_in}[{self.declared_key!r}]" if self.declared_in else ""
 
     def clean(self) -> None:
         validation.validate_job(self)
@@ -768,6 +826,7 @@ class ChangeSource(models.TextChoices):
     COMMAND = "command"  # manage.py: the process's operating-system account (and --by's user)
     API = "api"  # scheduling.api, called by code (a domain app)
     SYSTEM = "system"  # the engine itself (a job that paused itself after failures)
+    CODE = "code"  # schedules declared in code, reconciled (jobs sync, a scheduler's start)
 
 
 class JobChangeAction(models.TextChoices):

@@ -9,9 +9,10 @@ from django.utils import timezone
 
 from scheduling import diagnostics  # noqa: F401  (registers the diagnostic tasks)
 from scheduling.rules import tasktables
-from scheduling.rules.registry import PermanentError
+from scheduling.rules.registry import CELERY_TASK_RUNNER, PermanentError
 from scheduling.rules.tasktables import TASK_ROW_TASK
 from scheduling.rules.validation import first_error as error_line
+from scheduling.rules.validation import fit_errors
 from scheduling.stages import retention, selectors
 from scheduling.worker.taskbase import schedulable_task
 
@@ -38,6 +39,30 @@ def run_task_row(self: Any) -> Any:
     if row is None:
         raise PermanentError(f"task_row_id: no {label} row with id {row_id}")
     return table.runner(row, run)
+
+
+# Superusers only: a job made by a person names a schedulable task; only the code declares
+# jobs that run any task of the project's Celery app (``scheduling.stages.declarations``).
+@schedulable_task(name=CELERY_TASK_RUNNER, bind=True, superuser_only=True)
+def run_celery_task(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run the plain Celery task a declared job names (``Job.declared_task``), in this attempt.
+
+    Its body runs here, inside this attempt, so the ledger records the execution like any
+    other (start, end, retries under the job's policy, history). What Celery's own
+    ``apply_async`` would add around the body (the task's own retry options, ``rate_limit``,
+    its routing) does not apply: the job's policies and queue do.
+    """
+    run = self.run_context
+    if run is None:
+        raise PermanentError("run_celery_task runs only for a job's execution")
+    name = selectors.declared_target(run.execution_id)
+    task = self.app.tasks.get(name) if name else None
+    if task is None:
+        raise PermanentError(f"task: {name or 'none'!r} is not a registered Celery task")
+    unfit = fit_errors(task, list(args), kwargs)
+    if unfit:
+        raise PermanentError("; ".join(f"{f}: {r}" for f, r in unfit.items()))
+    return task(*args, **kwargs)
 
 
 # Superusers only: it trims every owner's history, not the job owner's.

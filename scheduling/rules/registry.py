@@ -13,6 +13,9 @@ from typing import Any
 from scheduling.celeryapp import celery_app
 
 EXECUTION_HEADER = "duecourse_execution"
+#: The task a job declared in code runs when its Celery task is not schedulable
+#: (``scheduling.tasks.run_celery_task``).
+CELERY_TASK_RUNNER = "scheduling.run_celery_task"
 
 
 class PermanentError(Exception):
@@ -58,6 +61,12 @@ def schedulable_names() -> list[str]:
     """Every schedulable task's name, sorted: the choices a job's target may take."""
     app = _load_tasks()
     return sorted(name for name, task in app.tasks.items() if getattr(task, "schedulable", False))
+
+
+def get_registered(name: str) -> Any:
+    """The Celery task called ``name``, schedulable or not, or raise UnknownTask: what a job
+    declared in code may target (``scheduling.stages.declarations``)."""
+    return _registered(name)
 
 
 def get_ledger_task(name: str) -> Any:

@@ -32,6 +32,7 @@ from scheduling import conf
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
+    DeclaredIn,
     Execution,
     ExecutionStatus,
     Job,
@@ -65,6 +66,18 @@ class Target:
     task_table: str = ""
     task_row_id: int | None = None
 
+    @classmethod
+    def of_options(cls, o: dict[str, Any], parsed: dict[str, Any]) -> Target:
+        """The target ``jobs add``'s options give (``o``, read by ``cli.parse_job_options``
+        into ``parsed``); the declarations in code are read through the same options."""
+        return cls(
+            task=o["task"],
+            args=[] if parsed["args"] is None else parsed["args"],
+            kwargs={} if parsed["kwargs"] is None else parsed["kwargs"],
+            task_table=o["task_table"],
+            task_row_id=o["task_row_id"],
+        )
+
 
 @dataclass(frozen=True)
 class Policies:
@@ -97,6 +110,23 @@ class Policies:
         """Policies from optional values (command-line flags, an imported row): a value left
         None takes its default, so a caller passes what it was given without sorting it."""
         return cls(**{name: value for name, value in values.items() if value is not None})
+
+    @classmethod
+    def of_options(cls, o: dict[str, Any], parsed: dict[str, Any]) -> Policies:
+        """The policies ``jobs add``'s options give (see ``Target.of_options``)."""
+        return cls.given(
+            max_retries=o["max_retries"],
+            max_running=o["max_running"] or None,
+            pause_after_failures=o["pause_after_failures"] or None,
+            timeout=o["timeout"],
+            jitter=parsed["jitter"],
+            misfire=o["misfire"],
+            overlap=o["overlap"],
+            queue=o["queue"],
+            priority=o["priority"],
+            expires=o["expires"],
+            note=o["note"],
+        )
 
 
 @dataclass(frozen=True)
@@ -201,33 +231,8 @@ def create_job(
     ``by`` is who makes it, for the audit trail (``scheduling.stages.audit``; code when None),
     written as ``created`` with the first values in the same transaction.
     """
-    job = Job(
-        owner=owner,
-        name=name,
-        schedule=schedule,
-        task=target.task or (TASK_ROW_TASK if target.task_table else ""),
-        args=target.args,
-        kwargs=target.kwargs,
-        task_table=target.task_table,
-        task_row_id=target.task_row_id,
-        max_retries=(
-            conf.get("DEFAULT_MAX_RETRIES")
-            if policies.max_retries is None
-            else policies.max_retries
-        ),
-        timeout=conf.get("DEFAULT_TIMEOUT") if policies.timeout is None else policies.timeout,
-        retry_backoff=policies.retry_backoff,
-        retry_backoff_max=policies.retry_backoff_max,
-        jitter=policies.jitter or timedelta(0),
-        misfire=policies.misfire,
-        overlap=policies.overlap,
-        queue=policies.queue,
-        priority=policies.priority,
-        expires=policies.expires,
-        note=policies.note,
-        max_running=policies.max_running,
-        pause_after_failures=policies.pause_after_failures,
-        created_at=now,
+    job = new_job(
+        owner=owner, name=name, schedule=schedule, target=target, policies=policies, now=now
     )
     # Kept as ValidationError instances: their codes tell Django's generic messages from ours.
     errors: dict[str, list[ValidationError]] = {}
@@ -266,6 +271,42 @@ def create_job(
         audit.created(job=job, by=by or audit.CODE, now=now)
     logger.info("job.created job=%s name=%s next_due_at=%s", job.pk, job.name, job.next_due_at)
     return job
+
+
+def new_job(
+    *, owner: Any, name: str, schedule: Schedule, target: Target, policies: Policies, now: datetime
+) -> Job:
+    """The unsaved job these values make, each policy left None at its setting's default
+    (``create_job`` validates and saves it; the declarations in code compare it with the
+    ledger's)."""
+    return Job(
+        owner=owner,
+        name=name,
+        schedule=schedule,
+        task=target.task or (TASK_ROW_TASK if target.task_table else ""),
+        args=target.args,
+        kwargs=target.kwargs,
+        task_table=target.task_table,
+        task_row_id=target.task_row_id,
+        max_retries=(
+            conf.get("DEFAULT_MAX_RETRIES")
+            if policies.max_retries is None
+            else policies.max_retries
+        ),
+        timeout=conf.get("DEFAULT_TIMEOUT") if policies.timeout is None else policies.timeout,
+        retry_backoff=policies.retry_backoff,
+        retry_backoff_max=policies.retry_backoff_max,
+        jitter=policies.jitter or timedelta(0),
+        misfire=policies.misfire,
+        overlap=policies.overlap,
+        queue=policies.queue,
+        priority=policies.priority,
+        expires=policies.expires,
+        note=policies.note,
+        max_running=policies.max_running,
+        pause_after_failures=policies.pause_after_failures,
+        created_at=now,
+    )
 
 
 #: Job fields ``edit_job`` may change (timing goes through ``timing`` or ``schedule``).
@@ -310,6 +351,7 @@ def edit_job(
     by: Actor | None = None,
     allow_past: bool = False,
     past_hint: str | None = None,
+    as_declared: bool = False,
     **changes: Any,
 ) -> Job:
     """Change a job in place, only the given values, keeping its id and history.
@@ -325,6 +367,10 @@ def edit_job(
     ``past_hint`` is the refusal's last sentence, where the caller's door says it better).
     Each field that changed, its timing included, is written to the audit trail with ``by``
     (code when None), in the same transaction.
+
+    A job the code declares (``Job.declared``) is the code's to change: any change is refused
+    naming the setting to change (``declared_refusal``), except from the declarations'
+    reconciliation itself (``as_declared``).
     """
     unknown = set(changes) - EDITABLE
     if unknown or set(timing or {}) - set(TIMING_FIELDS):
@@ -332,6 +378,10 @@ def edit_job(
     if timing and schedule is not None:
         raise TypeError("edit_job takes timing or an existing schedule, not both")
     job = Job.objects.select_related("schedule", "owner").get(pk=job.pk)
+    if job.declared and not as_declared:
+        asked = sorted({*changes, *(timing or {}), *(["schedule"] if schedule else [])})
+        if asked:
+            raise ValidationError({asked[0]: declared_refusal(job)})
     old_schedule = job.schedule
     before = audit.snapshot(job)
     if changes.get("task_table"):
@@ -432,6 +482,19 @@ def _set_next(job: Job, occurrence: datetime | None) -> None:
         job.next_due_at = schedules.due_time(job.pk, occurrence, job.jitter)
 
 
+def declared_refusal(job: Job) -> str:
+    """Why a field of a job the code declares cannot be changed here, naming the setting."""
+    setting = (
+        "SCHEDULING_JOBS"
+        if job.declared_in == DeclaredIn.SCHEDULING_JOBS
+        else "CELERY_BEAT_SCHEDULE (the Celery app's beat_schedule)"
+    )
+    return (
+        f"is declared in code; change {setting}[{job.declared_key!r}] and deploy (pause, "
+        "resume, run now and backfill work here as for any job)"
+    )
+
+
 def replan_job(
     *,
     job: Job,
@@ -477,6 +540,9 @@ def edit_schedule(*, schedule: Schedule, now: datetime, by: Actor | None = None)
     transaction that saves the schedule. A save that changed no timing and moved no job
     writes none.
     """
+    declared = schedule.jobs.exclude(declared_fingerprint="").exclude(declared_in="").first()
+    if declared is not None:
+        raise ValidationError({"schedule": declared_refusal(declared)})
     with transaction.atomic():
         saved = Schedule.objects.select_for_update().get(pk=schedule.pk)
         before = audit.timing(saved)

@@ -262,6 +262,16 @@ def task_row_target(execution_id: int) -> tuple[str, int] | None:
     return (row["job__task_table"], int(row["job__task_row_id"])) if row else None
 
 
+def declared_target(execution_id: int) -> str:
+    """The Celery task a declared job runs through ``scheduling.run_celery_task``, or ""."""
+    found = (
+        Execution.objects.filter(pk=execution_id, job__isnull=False)
+        .values_list("job__declared_task", flat=True)
+        .first()
+    )
+    return found or ""
+
+
 # --- the schedule in words, and the job list's health columns --------------------------------
 
 

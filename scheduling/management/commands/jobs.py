@@ -1,4 +1,4 @@
-"""``manage.py jobs add|edit|list|show|next|history|pause|resume|run|remove|backfill``.
+"""``manage.py jobs add|edit|list|show|next|history|pause|resume|run|remove|backfill|sync``.
 
 Every change is recorded in the audit trail with ``command`` as the source and, as who, the
 operating-system account of the process (its real uid: ``LOGNAME`` and ``USER`` are not
@@ -12,55 +12,36 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from scheduling import api, readable
 from scheduling.cli import (
-    BIGINT_MAX,
-    INT_MAX,
+    JOB_OPTION_NAMES,
     PAST_AT_HINT,
     add_by_option,
-    add_timing_options,
+    add_job_options,
     add_zone_option,
     iso_instant,
-    parse_timing_options,
+    parse_job_options,
     shown_value,
     text_table,
     zone_option,
 )
 from scheduling.management import backfill
 from scheduling.management.base import DuecourseCommand, whole_number
-from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Overlap, Schedule
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
 from scheduling.rules import permissions
 from scheduling.rules.validation import (
-    MAX_JITTER,
-    MAX_PRIORITY,
-    parse_json_argument,
-    parse_seconds,
     storable,
 )
-from scheduling.stages import audit, jobs, previews, selectors
+from scheduling.stages import audit, declarations, jobs, previews, selectors
 from scheduling.timing.previews import DEFAULT_COUNT, MAX_COUNT
-from scheduling.timing.schedules import Misfire
 
 
 class Command(DuecourseCommand):
     help = "Create, inspect and control scheduled jobs."
-    option_names = {
-        "interval": "--every",
-        "timezone": "--tz",
-        "run_at": "--at",
-        "starts_at": "--start",
-        "ends_at": "--end",
-        "max_retries": "--max-retries",
-        "max_running": "--max-running",
-        "pause_after_failures": "--pause-after-failures",
-        "task_table": "--task-table",
-        "task_row_id": "--task-row-id",
-        "rrule": "--rrule",
-        "count": "--count",
-    }
+    option_names = {**JOB_OPTION_NAMES, "count": "--count"}
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -128,6 +109,29 @@ class Command(DuecourseCommand):
                 add_zone_option(command)
             if action != "show":
                 add_by_option(command)
+        syncing = sub.add_parser(
+            "sync",
+            help="Make the ledger match the jobs declared in code (SCHEDULING_JOBS and the "
+            "Celery app's beat_schedule): new entries made, changed ones changed, removed ones "
+            "paused (history kept).",
+        )
+        super().add_arguments(syncing)
+        check_or_dry = syncing.add_mutually_exclusive_group()
+        check_or_dry.add_argument(
+            "--dry-run", action="store_true", help="Say what would change; write nothing."
+        )
+        check_or_dry.add_argument(
+            "--check",
+            action="store_true",
+            help="Write nothing; exit 1 naming each difference when the ledger differs from "
+            "the code (a deploy pipeline's gate).",
+        )
+        syncing.add_argument(
+            "--adopt",
+            action="store_true",
+            help="Let a declaration own a job of its name that was made by hand (refused "
+            "otherwise).",
+        )
         backfilling = sub.add_parser(
             "backfill",
             help="Make the past occurrences of a range that the ledger does not hold; the "
@@ -139,70 +143,8 @@ class Command(DuecourseCommand):
 
     @staticmethod
     def add_job_options(parser: CommandParser, *, editing: bool) -> None:
-        """The options of ``add``; for ``edit`` none has a default, so only given ones change."""
-
-        def default(value: Any) -> Any:
-            return None if editing else value
-
-        parser.add_argument(
-            "--task",
-            default=default(""),
-            help="Schedulable Celery task (dotted name); not needed with --task-table.",
-        )
-        parser.add_argument(
-            "--args", dest="task_args", default=default("[]"), help="JSON list of arguments."
-        )
-        parser.add_argument(
-            "--kwargs", dest="task_kwargs", default=default("{}"), help="JSON object of keywords."
-        )
-        add_timing_options(parser, editing=editing)
-        parser.add_argument(
-            "--max-retries", type=whole_number(0, INT_MAX), help="Retries after the first try (3)."
-        )
-        parser.add_argument(
-            "--max-running",
-            type=whole_number(0, INT_MAX),
-            help="Most of its executions running at once across all workers; more wait in the "
-            "ledger (0: no limit, the default).",
-        )
-        parser.add_argument(
-            "--pause-after-failures",
-            type=whole_number(0, INT_MAX),
-            metavar="N",
-            help="Pause the job after N failed occurrences in a row (an execution failed after "
-            "its retries, timed out or lost for good); a success or a resume starts the count "
-            "again (0: never, the default).",
-        )
-        parser.add_argument(
-            "--timeout", type=whole_number(1, INT_MAX), help="Seconds per attempt (300)."
-        )
-        parser.add_argument(
-            "--jitter", default=default("0"), help="Spread in seconds, up to 86400 (0)."
-        )
-        parser.add_argument(
-            "--misfire", choices=[m.value for m in Misfire], default=default("catch_up")
-        )
-        parser.add_argument("--overlap", choices=Overlap.values, default=default(Overlap.FORBID))
-        parser.add_argument("--queue", default=default("celery"), help="Celery queue (celery).")
-        parser.add_argument(
-            "--priority",
-            type=whole_number(0, MAX_PRIORITY),
-            help=f"Message priority 0-{MAX_PRIORITY}.",
-        )
-        parser.add_argument(
-            "--expires",
-            type=whole_number(0, INT_MAX),
-            help="Skip an occurrence that would start more than this many seconds late.",
-        )
-        parser.add_argument("--note", default=default(""), help="Free text, up to 500 characters.")
-        parser.add_argument(
-            "--task-table", default=default(""), help="app_label.Model of a task table row."
-        )
-        parser.add_argument(
-            "--task-row-id",
-            type=whole_number(1, BIGINT_MAX),
-            help="Primary key of the task table row.",
-        )
+        """``scheduling.cli.add_job_options``: the options of ``add`` and ``edit``."""
+        add_job_options(parser, editing=editing)
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -215,36 +157,9 @@ class Command(DuecourseCommand):
 
     @staticmethod
     def parse_values(o: dict[str, Any], *, now: datetime) -> dict[str, Any]:
-        """The JSON, instants and numbers of ``add``/``edit``, checked; one error per field.
-
-        Options that were not given stay ``None``. The timing options are read by
-        ``scheduling.cli.parse_timing_options`` (``timing``: the schedule fields given), the
-        one reader the domain apps' commands use too, so they refuse alike.
-        """
-        errors: dict[str, str] = {}
-        parsed: dict[str, Any] = {}
-        try:
-            parsed["timing"] = parse_timing_options(o, now=now, editing=o["action"] == "edit")
-        except ValidationError as exc:
-            errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-        for field, expect in (("args", list), ("kwargs", dict)):
-            raw = o[f"task_{field}"]
-            try:
-                parsed[field] = (
-                    None if raw is None else parse_json_argument(raw, field=field, expect=expect)
-                )
-            except ValidationError as exc:
-                errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-        if o["jitter"] is not None:
-            try:
-                parsed["jitter"] = parse_seconds(o["jitter"], field="jitter", maximum=MAX_JITTER)
-            except ValidationError as exc:
-                errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
-        else:
-            parsed["jitter"] = None
-        if errors:
-            raise ValidationError(errors)
-        return parsed
+        """``scheduling.cli.parse_job_options``: the one reader of these options, which the
+        declarations in code (``SCHEDULING_JOBS``, ``beat_schedule``) go through too."""
+        return parse_job_options(o, now=now)
 
     @staticmethod
     def refuse_internal(task_table: str | None) -> None:
@@ -267,26 +182,8 @@ class Command(DuecourseCommand):
             owner=owner,
             name=o["name"],
             schedule=schedule,
-            target=jobs.Target(
-                task=o["task"],
-                args=[] if parsed["args"] is None else parsed["args"],
-                kwargs={} if parsed["kwargs"] is None else parsed["kwargs"],
-                task_table=o["task_table"],
-                task_row_id=o["task_row_id"],
-            ),
-            policies=jobs.Policies.given(
-                max_retries=o["max_retries"],
-                max_running=o["max_running"] or None,
-                pause_after_failures=o["pause_after_failures"] or None,
-                timeout=o["timeout"],
-                jitter=parsed["jitter"],
-                misfire=o["misfire"],
-                overlap=o["overlap"],
-                queue=o["queue"],
-                priority=o["priority"],
-                expires=o["expires"],
-                note=o["note"],
-            ),
+            target=jobs.Target.of_options(o, parsed),
+            policies=jobs.Policies.of_options(o, parsed),
             now=now,
             by=self.actor(o),
         )
@@ -502,6 +399,41 @@ class Command(DuecourseCommand):
         data = selectors.job_summary(job)
         jobs.remove_job(job=job, now=timezone.now(), by=self.actor(o))
         self.emit(data, f"removed {data['name']!r}", as_json=o["json"])
+
+    def do_sync(self, o: dict[str, Any]) -> None:
+        """``declarations.reconcile``: applied, or only compared (``--dry-run``, ``--check``).
+
+        A refused entry (one the engine cannot express) ends the command with status 1 after
+        the rest is applied; ``--check`` ends so on any difference; a conflict with a job made
+        by hand refuses everything, in one line, unless ``--adopt``.
+        """
+        apply = not (o["dry_run"] or o["check"])
+        report = declarations.reconcile(
+            now=timezone.now(),
+            apply=apply,
+            adopt=o["adopt"],
+            by=audit.Actor(
+                who=f"code (os: {audit.os_account()})"[: audit.MAX_WHO],
+                source=declarations.CODE_ACTOR.source,
+            ),
+        )
+        drift = report.drift
+        prefix = "" if apply else "would be "
+        lines = [f"{prefix}{c.line}" for c in drift]
+        unchanged = len(report.changes) - len(drift)
+        lines.append(
+            f"{len(report.changes)} declaration(s): {len(drift)} "
+            f"{'to change' if not apply else 'changed or refused'}, {unchanged} in step"
+        )
+        self.emit(report.as_dict(), "\n".join(lines), as_json=o["json"])
+        refused = report.refused
+        if o["check"] and drift:
+            raise CommandError(
+                f"the ledger differs from the code in {len(drift)} declaration(s): "
+                f"{drift[0].line}"
+            )
+        if refused:
+            raise CommandError(f"{len(refused)} declaration(s) refused: {refused[0].line}")
 
     def do_backfill(self, o: dict[str, Any]) -> None:
         result, text = backfill.run(self._job(o), o, by=self.actor(o))

@@ -1,5 +1,6 @@
 """``manage.py runscheduler [--once] [--batch-size N] [--loglevel L]``: the scheduler loop
-without celery beat."""
+without celery beat; at start, the jobs declared in code are reconciled with the ledger
+(``SCHEDULING_SYNC_ON_START``)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import threading
 from typing import Any
 
 from django.core.management.base import CommandParser
+from django.utils import timezone
 
 from scheduling.celeryapp import celery_app
 from scheduling.management.base import DuecourseCommand, setting_option
 from scheduling.scheduler.loop import Dispatcher
+from scheduling.stages import declarations
 
 
 class Command(DuecourseCommand):
@@ -43,6 +46,7 @@ class Command(DuecourseCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         log_to_stderr_unless_configured(logging.getLogger("scheduling"), o["loglevel"])
+        declarations.sync_on_start(now=timezone.now(), app=celery_app())
         dispatcher = Dispatcher(celery_app(), batch_size=o["batch_size"], max_sleep=o["max_sleep"])
         stop = threading.Event()
         if not o["once"]:

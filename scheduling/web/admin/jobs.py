@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote, unquote
@@ -128,7 +129,51 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
 
     # --- the form
 
+    #: What a declared job's page shows, read-only: the code owns it (``declared_sets``).
+    declared_fields = ("declaration", "name", "owner", "note", "task", "args", "kwargs")
+
+    @admin.display(description="declared in")
+    def declaration(self, obj: Job) -> str:
+        """Where the code declares the job, and that it owns the fields below."""
+        if obj.declared:
+            return format_html(
+                "{} &mdash; the code owns this job's fields: change {} and deploy "
+                "(<code>manage.py jobs sync</code>). Pause, resume, run now and backfill work "
+                "here as for any job.",
+                obj.declaration,
+                "SCHEDULING_JOBS"
+                if obj.declared_in == "SCHEDULING_JOBS"
+                else "CELERY_BEAT_SCHEDULE (the Celery app's beat_schedule)",
+            )
+        if obj.declared_in:
+            return f"was {obj.declaration}; removed from the code"
+        return "-"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is not None and obj.declared:
+            return (
+                *self.declared_fields,
+                *self.policy_fields,
+                *self.readonly_fields,
+            )
+        return super().get_readonly_fields(request, obj)
+
+    def declared_sets(self, request: HttpRequest, obj: Job) -> list[Any]:
+        sets: list[Any] = [
+            (None, {"fields": self.declared_fields[:4]}),
+            ("Target", {"fields": self.declared_fields[4:]}),
+            ("Schedule", {"fields": ("schedule_in_words", "upcoming")}),
+            ("Policies", {"fields": self.policy_fields, "classes": ("collapse",)}),
+            ("State", {"fields": self.state_fields}),
+        ]
+        if permissions.may_view(request.user, Execution):
+            sets.append(("Recent executions", {"fields": ("recent_executions",)}))
+        sets.append(("Changes", {"fields": ("change_trail",), "classes": ("collapse",)}))
+        return sets
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        if obj is not None and obj.declared:
+            return self.declared_sets(request, obj)
         first = ("owner", "name", "note") if sees_everything(request) else ("name", "note")
         sets: list[Any] = [
             (None, {"fields": first}),
@@ -162,6 +207,9 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         return sets
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any):
+        if obj is not None and obj.declared:
+            # The code owns every field: the page's form has none to post.
+            kw.update(form=forms.ModelForm, fields=())
         form = super().get_form(request, obj, change, **kw)
         form.schedule_queryset = usable_schedules(request)
         form.owner_for_new = None if sees_everything(request) else request.user
@@ -195,6 +243,8 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
             obj.pk = created.pk
             obj.refresh_from_db()
             return
+        if obj.declared:
+            return  # nothing of it is the admin's to change (``get_form``)
         data = form.cleaned_data
         changes = {name: data[name] for name in form.changed_data if name in jobs.EDITABLE}
         if {"task", "task_row_id"} & set(changes):

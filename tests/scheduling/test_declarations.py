@@ -1,0 +1,377 @@
+"""Schedules declared in code: ``beat_schedule`` and ``SCHEDULING_JOBS`` reconciled with the ledger.
+
+In-process specifications of the one service (``scheduling.stages.declarations``) and its doors
+(``manage.py jobs sync``, ``manage.py check``, the admin, the command line's and the API's
+edits); the real schedulers and workers are in ``test_declarations_processes.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from celery.schedules import crontab, schedule, solar
+from django.core.exceptions import ValidationError
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from scheduling import api
+from scheduling.checks import check_declarations
+from scheduling.models import ChangeSource, DeclarationSet, DeclaredIn, Job, JobChange, JobStatus
+from scheduling.rules.registry import CELERY_TASK_RUNNER
+from scheduling.stages import declarations, jobs
+from scheduling.timing.beat_schedules import Unmappable, timing_of
+from tests.conftest import celery_settings
+from tests.factories import create_job
+from tests.scheduling.code_tasks import PLAIN_TASK
+
+pytestmark = pytest.mark.django_db
+
+NOOP = "scheduling.diagnostics.noop"
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+@pytest.fixture
+def app() -> Any:
+    from config.celery import app
+
+    return app
+
+
+@pytest.fixture
+def beat(app: Any) -> Iterator[Any]:
+    """Set the Celery app's ``beat_schedule`` for one test (``beat(entries)``)."""
+
+    def put(entries: dict[str, Any]) -> None:
+        app.conf["beat_schedule"] = app.conf["CELERY_BEAT_SCHEDULE"] = entries
+
+    with celery_settings(app, beat_schedule={}):
+        yield put
+
+
+def a_solar(event: str, lat: float, lon: float) -> solar:
+    """A solar schedule as a project declares it (made without ``ephem``, which Celery needs
+    only to compute its times)."""
+    found = solar.__new__(solar)
+    found.event, found.lat, found.lon = event, lat, lon
+    return found
+
+
+def sync(**options: Any) -> declarations.Report:
+    return declarations.reconcile(now=options.pop("now", NOW), apply=True, **options)
+
+
+# --- translation of each schedule kind -----------------------------------------------------
+
+
+def test_a_number_of_seconds_and_a_timedelta_become_intervals() -> None:
+    assert timing_of(30, app_zone=UTC) == {"every": "PT30S"}
+    assert timing_of(timedelta(hours=2), app_zone=UTC) == {"every": "PT7200S"}
+    assert timing_of(schedule(run_every=timedelta(minutes=5)), app_zone=UTC) == {"every": "PT300S"}
+
+
+def test_a_crontab_is_read_in_the_apps_zone() -> None:
+    assert timing_of(crontab(minute="*/15", hour=[9, 17]), app_zone=BERLIN) == {
+        "cron": "*/15 9,17 * * *",
+        "tz": "Europe/Berlin",
+    }
+
+
+def test_a_crontab_with_its_own_nowfun_is_read_in_that_zone() -> None:
+    own = crontab(minute=0, hour=6, nowfun=lambda: datetime.now(ZoneInfo("Asia/Tokyo")))
+    assert timing_of(own, app_zone=BERLIN) == {"cron": "0 6 * * *", "tz": "Asia/Tokyo"}
+
+
+def test_a_custom_schedule_object_the_engine_can_express_is_read_by_its_interval() -> None:
+    class every_ten_minutes(schedule):
+        def __init__(self) -> None:
+            super().__init__(run_every=timedelta(minutes=10))
+
+    assert timing_of(every_ten_minutes(), app_zone=UTC) == {"every": "PT600S"}
+
+
+def test_a_solar_schedule_and_a_fraction_of_a_second_are_refused_with_the_reason() -> None:
+    with pytest.raises(Unmappable, match=r"solar schedules .* have no equivalent"):
+        timing_of(a_solar("sunset", 52.5, 13.4), app_zone=UTC)
+    with pytest.raises(Unmappable, match="not a whole number of seconds"):
+        timing_of(0.5, app_zone=UTC)
+    with pytest.raises(Unmappable, match="a object cannot be expressed"):
+        timing_of(object(), app_zone=UTC)
+
+
+def test_a_beat_entry_becomes_a_job_named_after_its_key_with_its_options(beat: Any) -> None:
+    beat(
+        {
+            "nightly": {
+                "task": NOOP,
+                "schedule": crontab(minute=30, hour=2),
+                "args": (1, "a"),
+                "kwargs": {"k": 2},
+                "options": {"queue": "reports", "priority": 5, "expires": 60, "time_limit": 90},
+            }
+        }
+    )
+    report = sync()
+    assert [c.action for c in report.changes] == ["created"]
+    job = Job.objects.select_related("schedule", "owner").get(name="nightly")
+    assert (job.declared_in, job.declared_key, job.task) == ("beat_schedule", "nightly", NOOP)
+    assert (job.args, job.kwargs, job.queue, job.priority, job.expires, job.timeout) == (
+        [1, "a"],
+        {"k": 2},
+        "reports",
+        5,
+        60,
+        90,
+    )
+    assert (job.schedule.cron, job.schedule.timezone, job.misfire) == (
+        "30 2 * * *",
+        "UTC",
+        "coalesce",
+    )
+    assert job.owner.get_username() == jobs.SYSTEM_OWNER
+
+
+def test_a_plain_celery_task_runs_through_the_runner_and_its_arguments_are_bound(beat: Any) -> None:
+    """The code is the project's own: any registered task, its arguments checked against it."""
+    beat({"plain": {"task": PLAIN_TASK, "schedule": 10, "args": ["x"]}})
+    sync()
+    job = Job.objects.get(name="plain")
+    assert (job.task, job.declared_task, job.args) == (CELERY_TASK_RUNNER, PLAIN_TASK, ["x"])
+    beat({"plain": {"task": PLAIN_TASK, "schedule": 10, "args": ["x", "y"]}})
+    report = sync()
+    assert [c.action for c in report.changes] == ["refused"]
+    assert "tick() takes 1 positional argument but 2 were given" in report.changes[0].reason
+
+
+def test_an_unknown_task_and_a_solar_entry_are_refused_and_the_rest_applied(beat: Any) -> None:
+    beat(
+        {
+            "ok": {"task": NOOP, "schedule": 60},
+            "sun": {"task": NOOP, "schedule": a_solar("sunrise", 1, 2)},
+            "ghost": {"task": "no.such.task", "schedule": 60},
+        }
+    )
+    report = sync()
+    lines = sorted(c.line for c in report.refused)
+    assert lines[0].startswith("refused   beat_schedule['ghost']: task: 'no.such.task' is not")
+    assert lines[1].startswith("refused   beat_schedule['sun']: schedule: solar schedules")
+    assert list(Job.objects.values_list("name", flat=True)) == ["ok"]
+
+
+# --- SCHEDULING_JOBS: validated as jobs add validates ---------------------------------------
+
+
+def test_scheduling_jobs_take_every_option_of_jobs_add(settings: Any, beat: Any) -> None:
+    settings.SCHEDULING_JOBS = {
+        "report": {
+            "task": NOOP,
+            "cron": "0 9 * * 1-5",
+            "tz": "Europe/Berlin",
+            "kwargs": {"period": "day"},
+            "overlap": "buffer_one",
+            "misfire": "skip",
+            "max_retries": 0,
+            "timeout": 120,
+            "max_running": 2,
+            "pause_after_failures": 3,
+            "jitter": timedelta(seconds=5),
+            "queue": "reports",
+        }
+    }
+    sync()
+    job = Job.objects.select_related("schedule").get(name="report")
+    assert job.declared_in == DeclaredIn.SCHEDULING_JOBS
+    assert (job.schedule.cron, job.schedule.timezone) == ("0 9 * * 1-5", "Europe/Berlin")
+    assert (job.overlap, job.misfire, job.max_retries, job.timeout) == (
+        "buffer_one",
+        "skip",
+        0,
+        120,
+    )
+    assert (job.max_running, job.pause_after_failures, job.jitter) == (2, 3, timedelta(seconds=5))
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        ({"task": NOOP, "every": "PT1M", "max_retries": -1}, "--max-retries: '-1' is not a whole"),
+        ({"task": NOOP, "every": "PT1M", "misfire": "often"}, "--misfire: invalid choice: 'often'"),
+        ({"task": NOOP}, "--every: one of --every, --cron, --at, --rrule is required"),
+        ({"task": NOOP, "every": "PT1M", "tz": "Europe/Paris"}, "timezone (--tz):"),
+        ({"task": NOOP, "every": "PT1M", "colour": "red"}, "'colour' is not an option of jobs add"),
+        ({"task": NOOP, "every": "PT1M", "args": [1, 2, 3], "queue": "amq.x"}, "queue: 'amq.x'"),
+    ],
+)
+def test_a_scheduling_jobs_entry_is_refused_naming_the_entry_and_the_option(
+    settings: Any, beat: Any, options: dict[str, Any], reason: str
+) -> None:
+    settings.SCHEDULING_JOBS = {"bad": options}
+    report = sync()
+    assert [c.action for c in report.changes] == ["refused"]
+    assert report.changes[0].line.startswith("refused   SCHEDULING_JOBS['bad']: ")
+    assert reason in report.changes[0].line
+    assert not Job.objects.exists()
+
+
+# --- reconciliation -------------------------------------------------------------------------
+
+
+def test_a_second_sync_changes_nothing(settings: Any, beat: Any) -> None:
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
+    beat({"b": {"task": NOOP, "schedule": crontab(minute=5)}})
+    sync()
+    trail = JobChange.objects.count()
+    again = sync(now=NOW + timedelta(hours=1))
+    assert [c.action for c in again.changes] == ["unchanged", "unchanged"]
+    assert JobChange.objects.count() == trail
+
+
+def test_a_changed_entry_changes_its_job_recorded_as_a_change_by_the_code(
+    settings: Any, beat: Any
+) -> None:
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M", "queue": "one"}}
+    sync()
+    job = Job.objects.get(name="a")
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT5M", "queue": "two"}}
+    report = sync()
+    assert [c.action for c in report.changes] == ["changed"]
+    job.refresh_from_db()
+    assert (job.schedule.interval, job.queue) == ("PT5M", "two")
+    change = JobChange.objects.filter(job=job, action="changed").get()
+    assert (change.who, change.source) == ("code", ChangeSource.CODE)
+    assert change.changes["interval"] == {"from": "PT1M", "to": "PT5M"}
+    assert change.changes["queue"] == {"from": "one", "to": "two"}
+
+
+def test_a_removed_entry_pauses_its_job_with_the_reason_and_keeps_it(
+    settings: Any, beat: Any
+) -> None:
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
+    sync()
+    settings.SCHEDULING_JOBS = {}
+    report = sync()
+    assert [c.action for c in report.changes] == ["disabled"]
+    job = Job.objects.get(name="a")
+    assert job.status == JobStatus.PAUSED
+    assert job.pause_reason.startswith("removed from SCHEDULING_JOBS")
+    assert not job.declared  # a person's job again: editable, never paused twice
+    assert [c.action for c in sync().changes] == []
+    # Declared again: changed back to the code's and resumed.
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
+    assert [c.action for c in sync().changes] == ["adopted"]
+    job.refresh_from_db()
+    assert (job.status, job.declared) == (JobStatus.ACTIVE, True)
+
+
+def test_a_job_made_by_hand_with_a_declared_name_is_refused_unless_adopted(
+    settings: Any, beat: Any, owner: Any
+) -> None:
+    made = create_job(owner=owner, name="a", task=NOOP, every="PT1H", now=NOW)
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
+    with pytest.raises(ValidationError, match=r"jobs sync --adopt"):
+        sync()
+    assert not Job.objects.get(pk=made.pk).declared_in
+    with pytest.raises(CommandError, match=r"made a job named 'a' that is not declared"):
+        call_command("jobs", "sync", stdout=StringIO())
+    report = sync(adopt=True)
+    assert [c.action for c in report.changes] == ["adopted"]
+    made.refresh_from_db()
+    assert (made.declared_in, made.schedule.interval) == ("SCHEDULING_JOBS", "PT1M")
+    adopted = JobChange.objects.filter(job=made, source=ChangeSource.CODE).values_list(
+        "changes", flat=True
+    )
+    assert any("declared_in" in c for c in adopted) and any("interval" in c for c in adopted)
+
+
+def test_dry_run_and_check_write_nothing_and_check_fails_on_drift(settings: Any, beat: Any) -> None:
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
+    out = StringIO()
+    call_command("jobs", "sync", "--dry-run", stdout=out)
+    assert "would be created   SCHEDULING_JOBS['a']" in out.getvalue()
+    with pytest.raises(CommandError, match=r"differs from the code in 1 declaration\(s\)"):
+        call_command("jobs", "sync", "--check", stdout=StringIO())
+    assert not Job.objects.exists() and not DeclarationSet.objects.exists()
+    out = StringIO()
+    call_command("jobs", "sync", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["applied"] and [c["action"] for c in data["changes"]] == ["created"]
+    assert Job.objects.get(name="a").changes.get(action="created").source == ChangeSource.CODE
+    call_command("jobs", "sync", "--check", stdout=StringIO())  # in step: exits 0
+
+
+def test_an_older_declaration_set_never_overwrites_a_newer_one_at_start(
+    settings: Any, beat: Any
+) -> None:
+    """Rolling deploys: the old release's scheduler restarting after the new one changes
+    nothing; ``jobs sync`` by hand (a rollback) applies and becomes the newest."""
+    old = {"a": {"task": NOOP, "every": "PT1M"}}
+    new = {"a": {"task": NOOP, "every": "PT2M"}}
+    settings.SCHEDULING_JOBS = old
+    sync(on_start=True)
+    settings.SCHEDULING_JOBS = new
+    sync(on_start=True)
+    settings.SCHEDULING_JOBS = old
+    report = sync(on_start=True)
+    assert report.skipped.startswith("declaration set #1 is older than #2")
+    assert Job.objects.get(name="a").schedule.interval == "PT2M"
+    sync()  # by hand
+    assert Job.objects.get(name="a").schedule.interval == "PT1M"
+    settings.SCHEDULING_JOBS = new
+    assert sync(on_start=True).skipped  # the rollback is now the newest
+
+
+# --- the doors ------------------------------------------------------------------------------
+
+
+def test_the_command_line_and_the_api_refuse_an_edit_of_a_declared_field(
+    settings: Any, beat: Any
+) -> None:
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
+    sync()
+    with pytest.raises(
+        CommandError, match=r"^queue: is declared in code; change SCHEDULING_JOBS\['a'\]"
+    ):
+        call_command("jobs", "edit", "a", "--queue", "other", stdout=StringIO())
+    with pytest.raises(ValidationError, match=r"change SCHEDULING_JOBS\['a'\] and deploy"):
+        api.edit(Job.objects.get(name="a").pk, max_retries=9)
+    # Pause, resume and run now work as for any job.
+    call_command("jobs", "pause", "a", stdout=StringIO())
+    call_command("jobs", "resume", "a", stdout=StringIO())
+    assert Job.objects.get(name="a").status == JobStatus.ACTIVE
+
+
+def test_manage_py_check_names_each_entry_that_cannot_be_expressed(
+    settings: Any, beat: Any
+) -> None:
+    beat(
+        {
+            "sun": {"task": NOOP, "schedule": a_solar("sunset", 1, 2)},
+            "ok": {"task": NOOP, "schedule": 5},
+        }
+    )
+    settings.SCHEDULING_JOBS = {"ghost": {"task": "no.such.task", "every": "PT1M"}}
+    found = check_declarations()
+    assert [m.id for m in found] == ["scheduling.E014", "scheduling.E014"]
+    assert found[0].msg.startswith("beat_schedule['sun']: schedule: solar schedules")
+    assert found[1].msg.startswith("SCHEDULING_JOBS['ghost']: task: 'no.such.task' is not")
+
+
+def test_the_admin_shows_where_a_job_is_declared_and_keeps_its_fields_read_only(
+    settings: Any, beat: Any, admin_client: Any
+) -> None:
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M", "queue": "one"}}
+    sync()
+    job = Job.objects.get(name="a")
+    url = f"/admin/scheduling/job/{job.pk}/change/"
+    page = admin_client.get(url).content.decode()
+    assert "SCHEDULING_JOBS[&#x27;a&#x27;]" in page
+    assert 'name="queue"' not in page and 'name="interval"' not in page
+    admin_client.post(url, {"queue": "two", "interval": "PT9M", "name": "b"})
+    job.refresh_from_db()
+    assert (job.queue, job.schedule.interval, job.name) == ("one", "PT1M", "a")

@@ -33,7 +33,7 @@ from scheduling.models import (
     ExecutionStatus,
 )
 from scheduling.stages import attempts
-from scheduling.worker import guard, runtime
+from scheduling.worker import guard, reconnect, runtime
 from scheduling.worker.heartbeat import heartbeat_thread
 from scheduling.worker.taskbase import BodyExit
 
@@ -345,10 +345,12 @@ def on_worker_process_shutdown(**_: Any) -> None:
 
 @signals.worker_init.connect
 def on_worker_init(sender: Any = None, **_: Any) -> None:
-    """Guard every task's messages in this worker, not only the ledger tasks' (``GuardStep``)."""
+    """Guard every task's messages in this worker, not only the ledger tasks' (``GuardStep``),
+    and let it survive closing a connection to a broker that went away (``ReconnectStep``)."""
     app = getattr(sender, "app", None)
     if app is not None:
         app.steps["consumer"].add(guard.GuardStep)
+        app.steps["consumer"].add(reconnect.ReconnectStep)
 
 
 @signals.worker_ready.connect

@@ -26,7 +26,8 @@ A refused message is acknowledged (a redelivery would meet the same end, or kill
 worker), logged as ``message.dropped`` with its reason, counted by worker and kind
 (``scheduling.stages.drops``, reported by ``/metrics``) and, where it names one of the
 ledger's executions (by the execution header, or by its task id), that execution is failed
-with the reason. The next message is served as usual. Nothing here recurses: nesting is
+with the reason. On Redis, an envelope kombu itself cannot read is dropped and counted too
+(``guard_envelopes``). The next message is served as usual. Nothing here recurses: nesting is
 measured by an iterative walk that stops at its bounds. Usage, on a task class::
 
     Strategy = "scheduling.worker.guard:guarded_strategy"
@@ -35,6 +36,7 @@ measured by an iterative walk that stops at its bounds. Usage, on a task class::
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -235,12 +237,7 @@ def refusal(message: Any, body: Any, *, ledger: bool, accepted: set[str]) -> Ref
         try:
             payload = message.payload
         except Exception as exc:  # any decoder's error (kombu wraps them): it cannot be read
-            if RecursionError in {type(exc), type(exc.__cause__), type(exc.__context__)}:
-                return Refusal(DropKind.UNDECODABLE, f"body: is {arguments.TOO_DEEP_TO_READ}")
-            return Refusal(
-                DropKind.UNDECODABLE,
-                f"body: does not decode as {text_of(content_type)} ({type(exc).__name__})",
-            )
+            return unreadable("body", exc, f" as {text_of(content_type)}")
     else:
         payload = body
     found_arguments = _task_arguments(payload, protocol1=body is not None)
@@ -253,6 +250,15 @@ def refusal(message: Any, body: Any, *, ledger: bool, accepted: set[str]) -> Ref
             if found is not None:
                 return found
     return _structure_problem("body", payload)
+
+
+def unreadable(part: str, exc: BaseException, what: str = "") -> Refusal:
+    """Why ``part`` of a message, whose decoding raised ``exc``, cannot be read: too deep for
+    Python's JSON reader (how deep that is depends on the Python: about 1,000 levels on 3.11,
+    several thousand on 3.12 and later), or not decodable at all."""
+    if RecursionError in {type(exc), type(exc.__cause__), type(exc.__context__)}:
+        return Refusal(DropKind.UNDECODABLE, f"{part}: is {arguments.TOO_DEEP_TO_READ}")
+    return Refusal(DropKind.UNDECODABLE, f"{part}: does not decode{what} ({type(exc).__name__})")
 
 
 def text_of(value: Any, limit: int = 80) -> str:
@@ -305,6 +311,12 @@ def refuse(
     headers = message.headers if isinstance(message.headers, dict) else {}
     message_id = headers.get("id", body.get("id") if isinstance(body, dict) else None)
     message.ack_log_error(logger, connection_errors)  # a redelivery would be refused again
+    log_drop(found, task=task, message_id=message_id, worker=worker)
+    record_drop(found, message=message, body=body, worker=worker)
+
+
+def log_drop(found: Refusal, *, task: Any, message_id: Any, worker: str) -> None:
+    """The log line of a dropped message: ``message.dropped``, its task, id, kind and reason."""
     logger.error(
         "message.dropped task=%s id=%s kind=%s worker=%s reason=%s",
         text_of(task),
@@ -313,7 +325,6 @@ def refuse(
         worker,
         found.reason,
     )
-    record_drop(found, message=message, body=body, worker=worker)
 
 
 def record_drop(found: Refusal, *, message: Any, body: Any, worker: str) -> None:
@@ -344,6 +355,81 @@ def record_drop(found: Refusal, *, message: Any, body: Any, worker: str) -> None
 Handler = Callable[..., Any]
 
 
+def guard_envelopes(channel: Any, *, worker: str) -> bool:
+    """On Redis, drop an envelope that does not decode, where it would stop the worker.
+
+    Kombu's Redis transport keeps each message as a JSON envelope (headers, properties, the
+    body as base64) and decodes it itself, in the worker's main process, as it pops it
+    (``Channel._brpop_read``), before Celery or ``guard`` sees a message: an envelope that is
+    no JSON, or whose headers nest deeper than Python's JSON reader follows (about 1,000
+    levels on Python 3.11), raised out of the event loop and the worker died. The envelope is
+    already gone from Redis then (popped, not yet delivered), so the drop loses nothing a
+    redelivery could save: it is logged as ``message.dropped`` and counted, and the next
+    message is read.
+
+    Only an error raised by the envelope's decoding (kombu's ``bytes_to_str`` or ``loads``
+    called from ``_brpop_read``) is caught; an error of the delivery that follows is not.
+    The hook is checked to be as kombu 5.5 to 5.7 make it; where it is not (another
+    transport: nothing to do; another kombu: logged as the worker starts) the channel is left
+    as it is.
+    Returns whether the channel's envelopes are guarded.
+    """
+    redis_transport = sys.modules.get("kombu.transport.redis")
+    if redis_transport is None or not isinstance(channel, redis_transport.Channel):
+        return False
+    read = getattr(channel, "_brpop_read", None)
+    if getattr(read, "guarded", False):
+        return True
+    handlers = getattr(channel, "handlers", None)
+    caller = getattr(getattr(read, "__func__", None), "__code__", None)
+    decoders = {
+        getattr(getattr(redis_transport, name, None), "__code__", None)
+        for name in ("bytes_to_str", "loads")
+    }
+    hooked = isinstance(handlers, dict) and handlers.get("BRPOP") == read
+    if caller is None or None in decoders or not hooked:
+        logger.warning(
+            "worker.envelope_guard_absent worker=%s reason=kombu's Redis channel has no "
+            "_brpop_read handler as expected: an envelope that does not decode stops the "
+            "worker",
+            worker,
+        )
+        return False
+
+    def brpop_read(**options: Any) -> Any:
+        try:
+            return read(**options)
+        except (RecursionError, ValueError) as exc:
+            if not _raised_between(exc, caller, decoders):
+                raise
+            found = unreadable("envelope", exc)
+            log_drop(found, task=None, message_id=None, worker=worker)
+            try:
+                runtime.on_live_connection(
+                    lambda: drops.record_drop(
+                        worker=worker, kind=found.kind, reason=found.reason, now=timezone.now()
+                    )
+                )
+            except Exception:
+                logger.exception("message.drop_not_recorded kind=%s worker=%s", found.kind, worker)
+            return True  # a message was read (and dropped): the poller goes on as after one
+
+    brpop_read.guarded = True  # type: ignore[attr-defined]
+    channel._brpop_read = brpop_read  # kombu calls it so when it closes the channel
+    handlers["BRPOP"] = brpop_read  # and so when the event loop finds a reply
+    return True
+
+
+def _raised_between(exc: BaseException, caller: Any, callees: set[Any]) -> bool:
+    """Whether ``exc`` was raised in a call that the function of code ``caller`` made
+    directly to one of code ``callees`` (or deeper in that call)."""
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_frame.f_code is not caller:
+        frame = frame.tb_next
+    called = frame.tb_next if frame is not None else None
+    return called is not None and called.tb_frame.f_code in callees
+
+
 def guard(handle: Handler, *, task: Any, app: Any, consumer: Any) -> Handler:
     """``handle`` (a task's strategy) with ``refusal`` checked before each message."""
     ledger = bool(getattr(task, "ledger", False))
@@ -372,7 +458,8 @@ def guarded_strategy(task: Any, app: Any, consumer: Any, **options: Any) -> Hand
 
 class GuardStep(bootsteps.StartStopStep):
     """A bootstep of the worker's consumer: every task's strategy guarded, not only the ledger
-    tasks', and a body Celery itself cannot decode (protocol 1) counted as a drop.
+    tasks', a body Celery itself cannot decode (protocol 1) counted as a drop, and on Redis an
+    envelope kombu cannot decode dropped rather than stopping the worker (``guard_envelopes``).
 
     It starts after the consumer has made its strategies (``Tasks``), each time it does
     (a reconnection makes them anew), and before the event loop reads the first message.
@@ -382,18 +469,23 @@ class GuardStep(bootsteps.StartStopStep):
     requires = ("celery.worker.consumer.tasks:Tasks",)
 
     def start(self, c: Any) -> None:
+        worker = str(c.hostname or "")
         for name, strategy in list(c.strategies.items()):
             task = c.app.tasks.get(name)
             if task is not None and not getattr(strategy, "guarded", False):
                 c.strategies[name] = guard(strategy, task=task, app=c.app, consumer=c)
+        task_consumer = getattr(c, "task_consumer", None)
+        guard_envelopes(getattr(task_consumer, "channel", None), worker=worker)
         celery_on_decode_error = c.on_decode_error
         if getattr(celery_on_decode_error, "guarded", False):
             return
 
         def on_decode_error(message: Any, exc: BaseException) -> None:
             celery_on_decode_error(message, exc)  # Celery logs it and acknowledges it
-            found = Refusal(DropKind.UNDECODABLE, f"body: does not decode ({type(exc).__name__})")
-            record_drop(found, message=message, body=None, worker=str(c.hostname or ""))
+            found = unreadable("body", exc)
+            headers = message.headers if isinstance(message.headers, dict) else {}
+            log_drop(found, task=headers.get("task"), message_id=headers.get("id"), worker=worker)
+            record_drop(found, message=message, body=None, worker=worker)
 
         on_decode_error.guarded = True  # type: ignore[attr-defined]
         c.on_decode_error = on_decode_error

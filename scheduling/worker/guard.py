@@ -27,8 +27,11 @@ worker), logged as ``message.dropped`` with its reason, counted by worker and ki
 (``scheduling.stages.drops``, reported by ``/metrics``) and, where it names one of the
 ledger's executions (by the execution header, or by its task id), that execution is failed
 with the reason. On Redis, an envelope kombu itself cannot read is dropped and counted too
-(``guard_envelopes``). The next message is served as usual. Nothing here recurses: nesting is
-measured by an iterative walk that stops at its bounds. Usage, on a task class::
+(``guard_envelopes``); on RabbitMQ, a header table nested past what the AMQP client reads is
+read entry by entry and the message refused (``guard_header_tables``). The next message is
+served as usual. Nothing here recurses (py-amqp's reader aside, whose ``RecursionError`` is
+caught): nesting is measured by an iterative walk that stops at its bounds. Usage, on a task
+class::
 
     Strategy = "scheduling.worker.guard:guarded_strategy"
 """
@@ -40,6 +43,8 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from struct import error as StructError
+from struct import pack, unpack_from
 from typing import Any
 
 from celery import bootsteps
@@ -207,6 +212,12 @@ def refusal(message: Any, body: Any, *, ledger: bool, accepted: set[str]) -> Ref
     headers = message.headers
     if not isinstance(headers, dict):
         return Refusal(DropKind.MALFORMED, "headers: not a map")
+    for key, value in headers.items():
+        if isinstance(value, str) and value == UNREADABLE_HEADER:
+            return Refusal(
+                DropKind.TOO_DEEP,
+                f"headers: {text_of(key)} is nested deeper than the AMQP client can read",
+            )
     for part, value in (
         ("headers", headers),
         ("properties", getattr(message, "properties", None)),
@@ -352,6 +363,112 @@ def record_drop(found: Refusal, *, message: Any, body: Any, worker: str) -> None
         logger.exception("message.drop_not_recorded kind=%s worker=%s", found.kind, worker)
 
 
+#: What stands in for a header entry of a RabbitMQ message that the AMQP client could not
+#: read (``guard_header_tables``): ``refusal`` refuses the message that holds it.
+UNREADABLE_HEADER = "\x00unreadable: nested deeper than the AMQP client reads\x00"
+#: The AMQP content header frame, and the flag of its basic properties' header table.
+CONTENT_HEADER_FRAME = 2
+HEADERS_FLAG = 0x2000
+
+
+def guard_header_tables(connection: Any, *, worker: str) -> bool:
+    """On RabbitMQ, refuse a message whose header table nests past the client, where the
+    table's reading would stop the worker.
+
+    py-amqp reads a message's header table itself, recursively, in the worker's main process,
+    as the content header frame arrives (``Connection.on_inbound_frame``, down to
+    ``amqp.serialization._read_item``), before Celery or ``guard`` sees a message: a table
+    nested more levels than Python's recursion limit (about 1,000), which RabbitMQ accepts and
+    delivers, raised ``RecursionError`` out of the event loop; the worker died with the message
+    unacknowledged, and RabbitMQ handed it to the next worker. Where that happens, the frame is
+    read again with each entry of the table that is too deep (or deeper than
+    ``structure_limit()``) replaced by ``UNREADABLE_HEADER``, its bytes skipped by their length;
+    the message is then delivered as usual, and ``refusal`` refuses it: acknowledged, logged
+    as ``message.dropped`` and counted as ``too_deep``. Frames that read are not touched.
+
+    The hook is checked to be as py-amqp 5 makes it (the connection's ``_on_inbound_frame``
+    and ``amqp.serialization._read_item``); where it is not (another transport: nothing to
+    do; another py-amqp: logged as the worker starts) the connection is left as it is.
+    Returns whether the connection's header tables are guarded.
+    """
+    amqp_connection = sys.modules.get("amqp.connection")
+    if amqp_connection is None or not isinstance(connection, amqp_connection.Connection):
+        return False
+    read = getattr(connection, "_on_inbound_frame", None)
+    if getattr(read, "guarded", False):
+        return True
+    read_item = getattr(sys.modules.get("amqp.serialization"), "_read_item", None)
+    if not callable(read) or not callable(read_item):
+        logger.warning(
+            "worker.header_guard_absent worker=%s reason=py-amqp's connection has no "
+            "_on_inbound_frame or amqp.serialization._read_item as expected: a message whose "
+            "headers nest past the client stops the worker",
+            worker,
+        )
+        return False
+
+    def on_inbound_frame(frame: Any) -> Any:
+        try:
+            return read(frame)
+        except RecursionError:
+            frame_type, channel_id, buf = frame
+            readable = (
+                _readable_header_frame(buf, read_item)
+                if frame_type == CONTENT_HEADER_FRAME
+                else None
+            )
+            if readable is None:
+                raise
+            return read((frame_type, channel_id, readable))
+
+    on_inbound_frame.guarded = True  # type: ignore[attr-defined]
+    connection._on_inbound_frame = on_inbound_frame  # what ``blocking_read`` calls
+    return True
+
+
+def _readable_header_frame(buf: Any, read_item: Callable[..., Any]) -> bytes | None:
+    """A basic content header frame (``buf``) with each entry of its header table that does
+    not read, or nests deeper than ``structure_limit()``, replaced by ``UNREADABLE_HEADER``;
+    None where it is not such a frame or no entry could be replaced."""
+    try:
+        class_id, flags = unpack_from(">H", buf, 0)[0], unpack_from(">H", buf, 12)[0]
+        if class_id != 60 or not flags & HEADERS_FLAG:  # 60: the basic class
+            return None
+        offset = 14
+        for flag in (0x8000, 0x4000):  # content type and encoding, short strings before it
+            if flags & flag:
+                offset += 1 + buf[offset]
+        length = unpack_from(">I", buf, offset)[0]
+        position, end = offset + 4, offset + 4 + length
+        marker = UNREADABLE_HEADER.encode()
+        entries: list[bytes] = []
+        replaced = False
+        while position < end:
+            key_at = position
+            value_at = position + 1 + buf[position]
+            try:
+                value, position = read_item(buf, value_at)
+                readable = measure(value, max_depth=structure_limit()).depth <= structure_limit()
+            except RecursionError:
+                if bytes(buf[value_at : value_at + 1]) not in (b"F", b"A"):
+                    return None
+                position = value_at + 5 + unpack_from(">I", buf, value_at + 1)[0]
+                readable = False
+            if readable:
+                entries.append(bytes(buf[key_at:position]))
+            else:
+                entries.append(
+                    bytes(buf[key_at:value_at]) + b"S" + pack(">I", len(marker)) + marker
+                )
+                replaced = True
+        table = b"".join(entries)
+        if not replaced or position != end:
+            return None
+        return bytes(buf[:offset]) + pack(">I", len(table)) + table + bytes(buf[end:])
+    except (IndexError, StructError):  # not a frame as the protocol writes it: as it was
+        return None
+
+
 Handler = Callable[..., Any]
 
 
@@ -459,7 +576,8 @@ def guarded_strategy(task: Any, app: Any, consumer: Any, **options: Any) -> Hand
 class GuardStep(bootsteps.StartStopStep):
     """A bootstep of the worker's consumer: every task's strategy guarded, not only the ledger
     tasks', a body Celery itself cannot decode (protocol 1) counted as a drop, and on Redis an
-    envelope kombu cannot decode dropped rather than stopping the worker (``guard_envelopes``).
+    envelope kombu cannot decode dropped rather than stopping the worker (``guard_envelopes``),
+    and on RabbitMQ a header table py-amqp cannot read refused (``guard_header_tables``).
 
     It starts after the consumer has made its strategies (``Tasks``), each time it does
     (a reconnection makes them anew), and before the event loop reads the first message.
@@ -476,6 +594,9 @@ class GuardStep(bootsteps.StartStopStep):
                 c.strategies[name] = guard(strategy, task=task, app=c.app, consumer=c)
         task_consumer = getattr(c, "task_consumer", None)
         guard_envelopes(getattr(task_consumer, "channel", None), worker=worker)
+        broker = getattr(c, "connection", None)
+        if broker is not None and getattr(broker, "connected", False):
+            guard_header_tables(broker.connection, worker=worker)
         celery_on_decode_error = c.on_decode_error
         if getattr(celery_on_decode_error, "guarded", False):
             return

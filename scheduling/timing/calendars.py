@@ -19,8 +19,9 @@ properties on one line is not allowed, so write one property per line::
 * **Times are wall times of the job's zone** (``--tz``, as for cron) unless they say otherwise.
   ``RDATE``, ``EXDATE`` and ``UNTIL`` also take RFC 5545's other forms, as calendar tools
   export them: UTC (``EXDATE:20270101T090000Z``), a zone parameter
-  (``EXDATE;TZID=America/New_York:20270101T090000``; a wall time the clocks skip or repeat
-  there is read as RFC 5545 says, with the offset before the change) and ``VALUE=DATE`` or
+  (``EXDATE;TZID=America/New_York:20270101T090000``, or a Windows zone name as Outlook and
+  Exchange write, read as its IANA zone by ``windows_zones``; a wall time the clocks skip or
+  repeat there is read as RFC 5545 says, with the offset before the change) and ``VALUE=DATE`` or
   ``VALUE=DATE-TIME``. Such a time names one instant, and fires (or is excluded) at that
   instant whatever the job's zone; ``normalise`` with the job's zone rewrites it as the wall
   time of that zone, so the stored text and what the admin and ``jobs show`` display read in
@@ -59,18 +60,21 @@ Every evaluation is bounded by a ``budgets.Budget`` the caller passes (the engin
 ``SCHEDULING_TIMING_BUDGET_MS``, 50 ms of CPU by default; ``budgets.OverBudget`` past it), and
 expansion never enumerates what it will discard:
 
-* ``next_after`` starts the rule at the period holding the instant asked about (on the
-  ``INTERVAL`` grid counted from the anchor), which yields the same occurrences because every
-  day and time field the rule leaves open was made explicit when it was parsed. Only a
+* ``next_after`` starts the rule at the day holding the instant asked about (at the week,
+  month or year for a ``BYSETPOS`` rule by those), which yields the same occurrences because
+  every day and time field the rule leaves open was made explicit when it was parsed. Only a
   ``COUNT`` rule expands from the anchor (``COUNT`` is at most ``MAX_COUNT``, and what it has
   expanded is kept per anchor).
-* Daily and coarser rules without ``BYSETPOS`` are expanded as days, then times: dateutil lists
-  the days the rule matches, an excluded day (``EXDATE`` of a date) costs one step whatever
-  its times, and the day asked about starts at the first time after the instant.
-* Hourly and minutely rules (and ``BYSETPOS`` rules) start again after a run of excluded days
-  at the first period of the day after it, instead of generating the excluded days' times.
-* dateutil runs in windows of about a year of the rule's periods, so no call runs long without
-  returning control, and the budget is checked between windows and between occurrences.
+* Every rule is expanded as days, then times: dateutil lists the days the rule matches a year
+  at a time (one listing per search: dateutil only stops at a day it yields, so a listing cut
+  into windows would run on to the next matching day from each), the ``INTERVAL`` grid is
+  applied here, an excluded day (``EXDATE`` of a date) costs one step whatever its times, and
+  the day asked about starts at the first time after the instant.
+* ``BYSETPOS`` picks from a period's days times its times by arithmetic (``_Rule.picked``),
+  never building the set (86,400 a day for a rule naming every second).
+* The budget is checked between days and between occurrences, so no step runs long; the
+  proof that a set fires at all (``parse``) is bounded the same way, and its refusals are kept
+  per text like its successes.
 
 Daylight-saving time
 --------------------
@@ -90,20 +94,31 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import re
 import threading
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
-from itertools import islice, product
+from itertools import islice
+from typing import TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dateutil import rrule as du
 
-from scheduling.timing.budgets import Budget
+from scheduling.timing import windows_zones
+from scheduling.timing.budgets import Budget, OverBudget
 
-__all__ = ["MAX_TEXT", "CalendarError", "CalendarRule", "IcsEvent", "normalise", "read_ics"]
+__all__ = [
+    "MAX_TEXT",
+    "CalendarError",
+    "CalendarOverBudget",
+    "CalendarRule",
+    "IcsEvent",
+    "normalise",
+    "read_ics",
+]
 
 #: Longest text accepted: a rule and a few years of holidays fit many times over.
 MAX_TEXT = 4000
@@ -146,26 +161,21 @@ _BYDAY = re.compile(r"^([+-]?\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)$")
 _DATE = re.compile(r"^\d{8}$")
 _DATETIME = re.compile(r"^\d{8}T\d{6}Z?$", re.IGNORECASE)
 _SECOND = timedelta(seconds=1)
-#: Grid steps (of ``INTERVAL`` periods each) one window of dateutil's work covers: about a
-#: year of days for day-level rules, a month of hours, a week of minutes.
-_WINDOW_STEPS = {
-    du.YEARLY: 1,
-    du.MONTHLY: 12,
-    du.WEEKLY: 53,
-    du.DAILY: 366,
-    du.HOURLY: 24 * 31,
-    du.MINUTELY: 24 * 60 * 7,
-}
-_PERIOD = {
-    du.WEEKLY: timedelta(weeks=1),
-    du.DAILY: timedelta(days=1),
-    du.HOURLY: timedelta(hours=1),
-    du.MINUTELY: timedelta(minutes=1),
-}
 
 
 class CalendarError(ValueError):
     """A recurrence set that cannot be used; str() is a one-line human reason."""
+
+
+class CalendarOverBudget(CalendarError):
+    """Proving that a set fires at all took longer than ``seconds`` of CPU (``parse``)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"its next occurrence cannot be found within the timing budget of "
+            f"{seconds * 1000:g} ms of CPU; simplify the rule (fewer BYxxx values, fewer dates)"
+        )
+        self.seconds = seconds
 
 
 @dataclass(frozen=True)
@@ -181,74 +191,124 @@ class _Rule:
     until_instant: datetime | None = None  # UNTIL given in UTC (``...Z``), aware
 
     @functools.cached_property
-    def by_days(self) -> bool:
-        """Expanded as days, then times (every rule without ``BYSETPOS``)."""
-        return "bysetpos" not in dict(self.fields)
+    def positions(self) -> tuple[int, ...]:
+        """The ``BYSETPOS`` values (empty without one)."""
+        return tuple(sorted(set(dict(self.fields).get("bysetpos") or ())))  # type: ignore[call-overload]
 
     @functools.cached_property
-    def by_years(self) -> bool:
-        """Days listed a year at a time, the INTERVAL grid applied here: every rule whose day
-        parts only filter (all but yearly ones and monthly ones with a numbered weekday), since
-        dateutil walks those a period at a time, which for a rule matching few days costs up
-        to milliseconds a day."""
-        if not self.by_days:
-            return False
-        if self.freq == du.MONTHLY:  # a numbered weekday (2TU) counts within its month
-            weekdays = dict(self.fields).get("byweekday") or ()
-            return all(day.n is None for day in weekdays)  # type: ignore[attr-defined, union-attr]
-        return self.freq != du.YEARLY
+    def whole_periods(self) -> bool:
+        """Days are picked per week, month or year, not per day: a ``BYSETPOS`` rule picks
+        among all of a period's days."""
+        return bool(self.positions) and self.freq < du.DAILY
 
     @functools.cached_property
     def day_fields(self) -> dict[str, object]:
-        """The fields that pick days, with the time at midnight: dateutil lists the days."""
-        found = {k: v for k, v in self.fields if k not in _TIME_KEYWORDS}
-        if self.by_years and not any(k in found for k in _DAY_KEYWORDS):
+        """The fields that pick days, for dateutil to list them a year at a time (the
+        INTERVAL grid and the times are this module's): a rule matching few days costs
+        dateutil a step per period of its own frequency, a millisecond a day at worst."""
+        found = {k: v for k, v in self.fields if k not in _TIME_KEYWORDS and k != "bysetpos"}
+        if self.freq != du.YEARLY and not any(k in found for k in _DAY_KEYWORDS):
             found["byweekday"] = tuple(range(7))  # a yearly rule needs days, or takes one
+        if self.freq == du.MONTHLY:  # a numbered weekday (2TU) counts within its month
+            found.setdefault("bymonth", tuple(range(1, 13)))
         return {**found, "byhour": (0,), "byminute": (0,), "bysecond": (0,)}
+
+    @functools.cached_property
+    def clock(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """The hours, minutes and seconds the rule names, each sorted (all when left open)."""
+        fields = dict(self.fields)
+        return (
+            tuple(sorted(set(fields.get("byhour") or range(24)))),  # type: ignore[call-overload]
+            tuple(sorted(set(fields.get("byminute") or range(60)))),  # type: ignore[call-overload]
+            tuple(sorted(set(fields["bysecond"]))),  # type: ignore[call-overload]
+        )
+
+    def on_grid(self, offset: int, hour: int, minute: int = 0) -> bool:
+        """Whether the hour (minute) of the day ``offset`` days after the anchor's is on an
+        hourly (minutely) rule's INTERVAL grid, counted from the anchor's midnight."""
+        if self.freq == du.HOURLY:
+            return not (offset * 24 + hour) % self.interval
+        if self.freq == du.MINUTELY:
+            return not (offset * 1440 + hour * 60 + minute) % self.interval
+        return True
 
     def day_times(self, offset: int, after: time | None) -> Iterator[time]:
         """The times of the day ``offset`` days after the anchor's, after ``after``, in order.
 
         Daily and coarser rules fire at every time of a day they match; hourly and minutely
-        ones at the times on their INTERVAL grid, counted from the anchor's midnight.
+        ones at the times on their INTERVAL grid, counted from the anchor's midnight. Walked,
+        never listed: a rule naming every second has 86,400 a day.
         """
-        fields = dict(self.fields)
-        seconds: list[int] = sorted(set(fields["bysecond"]))  # type: ignore[call-overload]
-        if self.freq <= du.DAILY:
-            times = self.times
-            begin = 0 if after is None else bisect_right(times, after)
-            yield from times[begin:]
-            return
-        hours: list[int] = sorted(set(fields.get("byhour") or range(24)))  # type: ignore[call-overload]
-        minutes: list[int] = sorted(set(fields.get("byminute") or range(60)))  # type: ignore[call-overload]
-        step = self.interval
+        hours, minutes, seconds = self.clock
         for hour in hours:
             if after is not None and hour < after.hour:
                 continue
-            if self.freq == du.HOURLY and (offset * 24 + hour) % step:
+            if self.freq == du.HOURLY and not self.on_grid(offset, hour):
                 continue
             for minute in minutes:
                 if after is not None and (hour, minute) < (after.hour, after.minute):
                     continue
-                if self.freq == du.MINUTELY and (offset * 1440 + hour * 60 + minute) % step:
+                if self.freq == du.MINUTELY and not self.on_grid(offset, hour, minute):
                     continue
                 for second in seconds:
                     moment = time(hour, minute, second)
                     if after is None or moment > after:
                         yield moment
 
-    @functools.cached_property
-    def times(self) -> tuple[time, ...]:
-        """Each day's times, in order (the product of BYHOUR, BYMINUTE and BYSECOND)."""
-        fields = dict(self.fields)
-        return tuple(
-            time(h, m, s)
-            for h, m, s in product(
-                sorted(set(fields["byhour"])),  # type: ignore[call-overload]
-                sorted(set(fields["byminute"])),  # type: ignore[call-overload]
-                sorted(set(fields["bysecond"])),  # type: ignore[call-overload]
+    def picked(self, days: list[date], offset: int) -> list[datetime]:
+        """The walls ``BYSETPOS`` picks from a period of ``days`` (sorted; ``offset``: the
+        first's days after the anchor's), in order.
+
+        A period's set is its days times its times, in order, so the Nth is day N // T at time
+        N % T (T times a period) and is found by arithmetic, never by building the set; an
+        hourly (minutely) period is one hour (minute) of a matching day, so on a day each of
+        its hours (minutes) on the grid is a period of its own.
+        """
+        hours, minutes, seconds = self.clock
+        if self.freq <= du.DAILY:
+            periods = [(days, (hours, minutes, seconds), ())]
+        elif self.freq == du.HOURLY:
+            periods = [
+                (days, (minutes, seconds), (hour,)) for hour in hours if self.on_grid(offset, hour)
+            ]
+        else:
+            periods = [
+                (days, (seconds,), (hour, minute))
+                for hour in hours
+                for minute in minutes
+                if self.on_grid(offset, hour, minute)
+            ]
+        found: list[datetime] = []
+        for period_days, dims, fixed in periods:
+            found.extend(
+                datetime.combine(period_days[day], time(*fixed, *parts))
+                for day, parts in _picks(self.positions, len(period_days), dims)
             )
-        )
+        return found
+
+
+def _picks(
+    positions: tuple[int, ...], days: int, dims: tuple[tuple[int, ...], ...]
+) -> list[tuple[int, tuple[int, ...]]]:
+    """The (day index, time parts) each position names in ``days`` days times the product of
+    ``dims``, in order, without repeats; a position beyond the set names nothing (dateutil's
+    reading of ``BYSETPOS``)."""
+    size = 1
+    for values in dims:
+        size *= len(values)
+    total = days * size
+    found = set()
+    for position in positions:
+        index = position - 1 if position > 0 else total + position
+        if not 0 <= index < total:
+            continue
+        day, rest = divmod(index, size)
+        parts = []
+        for values in reversed(dims):
+            rest, at = divmod(rest, len(values))
+            parts.append(values[at])
+        found.add((day, tuple(reversed(parts))))
+    return sorted(found)
 
 
 class _Counted:
@@ -271,8 +331,12 @@ class _Counted:
             return
         following = _advance(start, rule)
         end = datetime.max if following is None else following - _SECOND
-        walls = _window(rule, self.first, start, end, datetime.min, frozenset())
-        found = list(islice(walls, self.remaining))
+        walls = _window(rule, self.first, start, end, datetime.min, frozenset(), budget)
+        found = []
+        for wall in islice(walls, self.remaining):
+            if not len(found) % 256:
+                budget.check()  # up to MAX_COUNT walls a window: checked as they are made
+            found.append(wall)
         self.walls.extend(found)
         self.remaining -= len(found)
         self.next_start = following if self.remaining > 0 else None
@@ -302,18 +366,30 @@ class CalendarRule:
         """Parse RFC 5545 lines (see the module docstring), raising CalendarError.
 
         A set that never fires is refused here, which asks for an occurrence: ``budget``
-        bounds that (OverBudget past it). Sets are kept by text once checked.
+        (at least ``FIRES_PROOF_SECONDS``) bounds that, and a set that needs more is refused
+        with CalendarOverBudget. Sets are kept by text once checked, and so are the sets
+        refused by the check, so asking again costs nothing.
         """
         if len(text) > MAX_TEXT:
             raise CalendarError(f"is {len(text)} characters long; at most {MAX_TEXT}")
         text = normalise(text)
         found = _PARSED.get(text)
-        if found is None:
-            found = _parse(text)
-            _check_fires(found, budget or Budget())
-            if len(_PARSED) >= MAX_PARSED:
-                _PARSED.clear()
-            _PARSED[text] = found
+        if found is not None:
+            return found
+        proof = max(FIRES_PROOF_SECONDS, budget.seconds if budget is not None else 0)
+        refused = _REFUSED.get(text)
+        if refused is not None and (refused.seconds is None or refused.seconds >= proof):
+            raise refused.error()
+        found = _parse(text)
+        try:
+            _check_fires(found, Budget(proof))
+        except CalendarOverBudget as exc:
+            _remember(_REFUSED, text, _Refusal(str(exc), exc.seconds))
+            raise
+        except CalendarError as exc:
+            _remember(_REFUSED, text, _Refusal(str(exc), None))
+            raise
+        _remember(_PARSED, text, found)
         return found
 
     @property
@@ -360,6 +436,8 @@ class CalendarRule:
                     continue
                 if instant > after and (best is None or instant < best):
                     best = instant
+            if best is not None and _naive_utc(wall, high_offset) >= best:
+                break  # every later wall names a later instant: no need to find the next one
         if best is None and not ended:
             if _years_after(lowest, HORIZON_YEARS) == datetime.max:
                 raise CalendarError(
@@ -462,6 +540,31 @@ _DAYS_2 = timedelta(days=2)
 _PARSED: dict[str, CalendarRule] = {}
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    """Why a text was refused by the check that it fires; ``seconds``: the budget it ran
+    out of (None: it never fires)."""
+
+    reason: str
+    seconds: float | None
+
+    def error(self) -> CalendarError:
+        if self.seconds is None:
+            return CalendarError(self.reason)
+        return CalendarOverBudget(self.seconds)
+
+
+#: Texts refused by that check, by normalised text.
+_REFUSED: dict[str, _Refusal] = {}
+_T = TypeVar("_T")
+
+
+def _remember(kept: dict[str, _T], text: str, value: _T) -> None:
+    if len(kept) >= MAX_PARSED:
+        kept.clear()
+    kept[text] = value
+
+
 def _walk(
     rule: _Rule,
     first: datetime,
@@ -472,80 +575,108 @@ def _walk(
 ) -> Iterator[datetime]:
     """The rule's walls after ``lowest`` up to ``until``, none on an excluded day, in order.
 
-    Window by window from the grid period holding ``lowest``; a wall on an excluded day
-    (hourly and minutely rules, and ``BYSETPOS`` ones: day-level rules never produce one)
-    starts the rule again at the period holding the first day after the run of excluded days.
+    One listing of days from the one holding ``lowest`` (from its period's start for
+    ``BYSETPOS`` by weeks, months or years, which need their periods whole): dateutil stops
+    only at a day it yields, so windows would each run on to the next matching day.
     """
-    start: datetime | None = _window_start(rule, first, lowest)
-    while start is not None and start <= until:
+    start = _window_start(rule, first, lowest)
+    if start > until:
+        return
+    end = None if rule.whole_periods else until
+    for wall in _window(rule, first, start, end, lowest, exdays, budget):
         budget.check()
-        following = _advance(start, rule)
-        end = until if following is None else min(until, following - _SECOND)
-        resume: date | None = None
-        for wall in _window(rule, first, start, end, lowest, exdays):
-            budget.check()
-            if wall <= lowest:
-                continue
-            if wall > until:
-                return
-            if wall.date() in exdays:
-                resume = wall.date() + timedelta(days=1)
-                while resume in exdays:
-                    resume += timedelta(days=1)
-                break
-            yield wall
-        if resume is None:
-            start = following
+        if wall <= lowest:
             continue
-        midnight = datetime.combine(resume, time())
-        lowest = max(lowest, midnight - _SECOND)
-        start = max(first, _grid_start(midnight, first, rule))
+        if wall > until:
+            return
+        yield wall
 
 
 def _window_start(rule: _Rule, first: datetime, lowest: datetime) -> datetime:
-    """Where the expansion of the period (day) holding ``lowest`` starts."""
-    if rule.by_years:
-        return datetime.combine(max(first, lowest).date(), time())
-    return max(first, _grid_start(lowest, first, rule))
+    """Where the expansion of the day (the whole period) holding ``lowest`` starts."""
+    if rule.whole_periods:
+        return max(first, _period_start(lowest, rule))
+    return datetime.combine(max(first, lowest).date(), time())
 
 
 def _window(
     rule: _Rule,
     first: datetime,
     start: datetime,
-    end: datetime,
+    end: datetime | None,
     lowest: datetime,
     exdays: frozenset[date],
+    budget: Budget | None = None,
 ) -> Iterator[datetime]:
-    """The rule's walls from ``start`` (a window's start) to ``end``, in order.
+    """The rule's walls from ``start`` (a day's or a period's start) to ``end``, in order.
 
-    A rule without ``BYSETPOS`` lists its days (skipping excluded ones and those before
-    ``lowest``'s) and then each day's times (on ``lowest``'s day, those after it); a
-    ``BYSETPOS`` rule, which picks among a period's times, is dateutil's expansion as it is.
+    The rule's days are listed (skipping excluded ones, those off the INTERVAL grid and
+    those before ``lowest``'s), then each day's times (on ``lowest``'s day, those after it).
+    A ``BYSETPOS`` rule picks among each period's days and times (``_Rule.picked``); by weeks,
+    months or years it lists each period whole (``end`` ends one), and drops the picks that
+    fall on an excluded day.
     """
-    if not rule.by_days:
-        yield from _expand(rule, start, until=end)
-        return
     low_day = lowest.date()
-    if rule.by_years:
-        days = _expand(rule, start, until=end, fields=rule.day_fields, yearly=True)
-    else:
-        days = _expand(rule, start, until=end, fields=rule.day_fields)
-    for midnight in days:
+    days = _expand(rule, start, until=end, fields=rule.day_fields, yearly=True)
+    if rule.whole_periods:
+        yield from _period_picks(rule, first, days, lowest, exdays, budget)
+        return
+    for listed, midnight in enumerate(days):
+        if budget is not None and (rule.freq > du.DAILY or not listed % 64):
+            budget.check()  # an hourly or minutely rule walks up to 1,440 times a day
         day = midnight.date()
         if day < low_day or day in exdays:
             continue
         offset = (day - first.date()).days
-        if rule.by_years and _grid_period(rule, first, day, offset) % rule.interval:
+        if _grid_period(rule, first, day, offset) % rule.interval:
+            continue
+        if rule.positions:
+            if budget is not None:
+                budget.check()
+            yield from (wall for wall in rule.picked([day], offset) if wall > lowest)
             continue
         after = lowest.time() if day == low_day else None
         for moment in rule.day_times(offset, after):
             yield datetime.combine(day, moment)
 
 
+def _period_picks(
+    rule: _Rule,
+    first: datetime,
+    days: Iterator[datetime],
+    lowest: datetime,
+    exdays: frozenset[date],
+    budget: Budget | None,
+) -> Iterator[datetime]:
+    """``BYSETPOS``'s picks of each whole week, month or year among ``days`` (midnights)."""
+    period: list[date] = []
+    key = -1
+    for midnight in itertools.chain(days, [None]):
+        if budget is not None:
+            budget.check()
+        number = key + 1
+        if midnight is not None:
+            day = midnight.date()
+            number = _grid_period(rule, first, day, (day - first.date()).days)
+            if number % rule.interval:
+                continue
+            if number == key:
+                period.append(day)
+                continue
+        if period:
+            offset = (period[0] - first.date()).days
+            for wall in rule.picked(period, offset):
+                if wall > lowest and wall.date() not in exdays:
+                    yield wall
+        if midnight is not None:
+            key, period = number, [midnight.date()]
+
+
 def _grid_period(rule: _Rule, first: datetime, day: date, offset: int) -> int:
     """The period of a day- or coarser-grid rule that holds ``day`` (0: the anchor's); hourly
     and minutely rules count their grid in ``day_times``."""
+    if rule.freq == du.YEARLY:
+        return day.year - first.year
     if rule.freq == du.WEEKLY:
         return offset // 7
     if rule.freq == du.MONTHLY:
@@ -556,20 +687,14 @@ def _grid_period(rule: _Rule, first: datetime, day: date, offset: int) -> int:
 
 
 def _advance(start: datetime, rule: _Rule) -> datetime | None:
-    """The start of the window after the one from ``start``; None beyond the calendar."""
-    if rule.by_years:
-        try:
-            return start + timedelta(days=_WINDOW_STEPS[du.DAILY])
-        except OverflowError:
-            return None
-    steps = rule.interval * _WINDOW_STEPS[rule.freq]
+    """The start of the window (of a ``COUNT`` rule's expansion) after the one from ``start``:
+    a year of days, or of whole weeks, months or years; None beyond the calendar."""
     try:
-        if rule.freq == du.YEARLY:
-            return start.replace(year=start.year + steps)
-        if rule.freq == du.MONTHLY:
-            year, month = divmod(start.month - 1 + steps, 12)
-            return start.replace(year=start.year + year, month=month + 1)
-        return start + _PERIOD[rule.freq] * steps
+        if not rule.whole_periods:
+            return start + timedelta(days=366)
+        if rule.freq == du.WEEKLY:
+            return start + timedelta(weeks=53)
+        return start.replace(year=start.year + 1)  # a month's or a year's first day
     except (OverflowError, ValueError):
         return None
 
@@ -618,11 +743,11 @@ def _localised(line: str, zone: tzinfo) -> str:
             if isinstance(item, datetime) and item.tzinfo is not None:
                 items.append(_in_zone(item, zone))
             elif isinstance(item, datetime):
-                items.append(f"{item:%Y%m%dT%H%M%S}")
+                items.append(_stamp(item))
             elif name == "RDATE":
-                items.append(f"{item:%Y%m%d}T000000")
+                items.append(f"{_day_stamp(item)}T000000")
             else:
-                items.append(f"{item:%Y%m%d}")
+                items.append(_day_stamp(item))
         return f"{name}:{','.join(items)}"
     except CalendarError:
         return line
@@ -635,10 +760,19 @@ def _in_zone(instant: datetime, zone: tzinfo) -> str:
         early = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
         late = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
     except OverflowError:
-        return f"{instant:%Y%m%dT%H%M%S}Z"
+        return f"{_stamp(instant)}Z"
     if early == late == instant:
-        return f"{wall:%Y%m%dT%H%M%S}"
-    return f"{instant:%Y%m%dT%H%M%S}Z"
+        return _stamp(wall)
+    return f"{_stamp(instant)}Z"
+
+
+def _day_stamp(day: date) -> str:
+    """``day`` as RFC 5545 writes it (``strftime`` drops the year's leading zeros)."""
+    return f"{day.year:04d}{day:%m%d}"
+
+
+def _stamp(moment: datetime) -> str:
+    return f"{_day_stamp(moment)}T{moment:%H%M%S}"
 
 
 def _offset(moment: datetime, step: timedelta, zone: tzinfo) -> timedelta:
@@ -720,29 +854,6 @@ def _period_start(wall: datetime, rule: _Rule) -> datetime:
     if rule.freq == du.WEEKLY:
         return day - timedelta(days=(day.weekday() - rule.wkst) % 7)
     return day  # daily and finer rules count from the anchor's midnight
-
-
-def _grid_start(lowest: datetime, first: datetime, rule: _Rule) -> datetime:
-    """The start of the period holding ``lowest`` on the INTERVAL grid counted from ``first``
-    (``first`` itself when ``lowest`` is before it)."""
-    if lowest <= first:
-        return first
-    step = rule.interval
-    if rule.freq == du.YEARLY:
-        years = (lowest.year - first.year) // step * step
-        return first.replace(year=first.year + years)
-    if rule.freq == du.MONTHLY:
-        months = ((lowest.year - first.year) * 12 + lowest.month - first.month) // step * step
-        year, month = divmod(first.month - 1 + months, 12)
-        return first.replace(year=first.year + year, month=month + 1)
-    size = {
-        du.WEEKLY: timedelta(weeks=1),
-        du.DAILY: timedelta(days=1),
-        du.HOURLY: timedelta(hours=1),
-        du.MINUTELY: timedelta(minutes=1),
-    }[rule.freq]
-    periods = (lowest - first) // size // step * step
-    return first + size * periods
 
 
 def _expand(
@@ -893,10 +1004,22 @@ def _dates(name: str, params: list[str], value: str) -> list[date | datetime]:
 
 
 def _zone(raw: str, name: str) -> tzinfo:
+    return ZoneInfo(_zone_name(raw, name))
+
+
+def _zone_name(raw: str, name: str) -> str:
+    """The IANA name of a ``TZID``: an IANA name, or a Windows one as Outlook and Exchange
+    write (``W. Europe Standard Time`` is ``Europe/Berlin``)."""
     try:
-        return ZoneInfo(raw)
+        ZoneInfo(raw)
     except (ZoneInfoNotFoundError, ValueError):
-        raise CalendarError(f"{name} TZID={raw!r} is not a known IANA time zone") from None
+        found = windows_zones.iana_name(raw)
+        if found is None:
+            raise CalendarError(
+                f"{name} TZID={raw!r} is not a known IANA (or Windows) time zone"
+            ) from None
+        return found
+    return raw
 
 
 def _items(value: str, name: str) -> list[str]:
@@ -994,10 +1117,20 @@ def _parse_rule(value: str) -> _Rule:
         until=until,
         until_instant=until_instant,
     )
-    try:
-        du.rrule(freq, dtstart=datetime(2000, 1, 1), interval=interval, **fields)  # type: ignore[arg-type]
+    try:  # the days alone: dateutil lists a day's times as it is made (86,400 of them)
+        du.rrule(freq, dtstart=datetime(2000, 1, 1), interval=interval, **rule.day_fields)  # type: ignore[arg-type]
     except ValueError as exc:
         raise CalendarError(f"never fires: {exc}") from None
+    if rule.positions and freq >= du.DAILY:
+        hours, minutes, seconds = (len(values) for values in rule.clock)
+        size = {du.DAILY: hours * minutes * seconds, du.HOURLY: minutes * seconds}.get(
+            freq, seconds
+        )
+        if all(abs(position) > size for position in rule.positions):
+            period = {du.DAILY: "day", du.HOURLY: "hour", du.MINUTELY: "minute"}[freq]
+            raise CalendarError(
+                f"never fires: BYSETPOS picks beyond the {size} times of each {period}"
+            )
     return rule
 
 
@@ -1041,7 +1174,8 @@ def _check_fires(calendar: CalendarRule, budget: Budget) -> None:
     every day pattern a rule can ask for (the rarest, a weekday on February 29, recurs within
     forty years), within ``budget`` (OverBudget past it). A rule with COUNT or UNTIL may have
     ended by then; saving it asks whether it has an occurrence still to come
-    (``schedules.check_savable``).
+    (``schedules.check_savable``). CalendarOverBudget when the proof needs more than
+    ``budget``: every step of the walk is small, so it stops soon after.
     """
     if any(d not in calendar.exdates and d.date() not in calendar.exdays for d in calendar.rdates):
         return
@@ -1052,14 +1186,14 @@ def _check_fires(calendar: CalendarRule, budget: Budget) -> None:
             return
         probe = datetime(datetime.max.year - HORIZON_YEARS, 1, 1, tzinfo=UTC)
         # The proof walks the whole horizon for a rule that never fires (a year of days takes
-        # dateutil about a millisecond): it may take up to FIRES_PROOF_SECONDS, once per text.
-        if budget.seconds < FIRES_PROOF_SECONDS:
-            budget = Budget(FIRES_PROOF_SECONDS)
+        # dateutil about a millisecond): ``parse`` gives it FIRES_PROOF_SECONDS at least.
         try:
             if calendar.next_after(probe, UTC, anchor=probe, budget=budget) is not None:
                 return
         except CalendarError:
             pass
+        except OverBudget:
+            raise CalendarOverBudget(budget.seconds) from None
     raise CalendarError("never fires: no date matches the rule (minus its EXDATEs)")
 
 
@@ -1136,8 +1270,7 @@ def _ics_start(params: list[str], value: str) -> tuple[datetime, str | None]:
     for param in params:
         key, _, raw = param.partition("=")
         if key.strip().upper() == "TZID":
-            zone = raw.strip().strip('"')
-            _zone(zone, "DTSTART")
+            zone = _zone_name(raw.strip().strip('"'), "DTSTART")
     if _DATE.match(value):
         return datetime.combine(_date(value, "DTSTART"), time()), None
     wall = _datetime(value, "DTSTART")

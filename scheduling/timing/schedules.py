@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from scheduling.conf import RETRY_DELAY_LIMIT
 from scheduling.timing.budgets import DEFAULT_SECONDS, Budget, OverBudget
-from scheduling.timing.calendars import CalendarError, CalendarRule
+from scheduling.timing.calendars import CalendarError, CalendarOverBudget, CalendarRule
 from scheduling.timing.cron import CronError, CronExpression
 
 _EPSILON = timedelta(microseconds=1)
@@ -173,10 +173,10 @@ def parse_rrule(
     """The calendar ``text``; ``budget`` (seconds of CPU) bounds the check that it fires."""
     try:
         return CalendarRule.parse(text, budget=Budget(budget))
+    except CalendarOverBudget:
+        raise OverTimingBudget(field, budget) from None
     except CalendarError as exc:
         raise ScheduleError(field, str(exc)) from None
-    except OverBudget:
-        raise OverTimingBudget(field, budget) from None
 
 
 def require_aware(value: datetime, *, field: str) -> datetime:
@@ -333,7 +333,9 @@ def timing_from(
         )
     except ScheduleError as exc:
         renamed = {"at": "run_at", "start": "starts_at", "end": "ends_at"}
-        raise ScheduleError(renamed.get(exc.field, exc.field), exc.reason) from None
+        if exc.field not in renamed:
+            raise
+        raise ScheduleError(renamed[exc.field], exc.reason) from None
 
 
 def check_savable(

@@ -483,6 +483,64 @@ def test_around_every_clock_change_the_daily_half_past_two_is_cron_s(
     assert calendar == by_cron
 
 
+_PICKING_DAYS = {
+    "YEARLY": ["BYMONTH=2,8;BYDAY=MO,FR", "BYWEEKNO=1,20;BYDAY=TU", "BYYEARDAY=1,-1,100",
+               "BYMONTH=3;BYDAY=2TU,-1FR", "BYDAY=MO"],
+    "MONTHLY": ["BYDAY=MO,TU,WE,TH,FR", "BYMONTHDAY=1,15,-1", "BYDAY=1SU,-1SA",
+                "BYMONTHDAY=28,29,30"],
+    "WEEKLY": ["BYDAY=MO,WE,FR", "BYDAY=SA,SU", "BYDAY=TU;BYMONTH=1,7"],
+    "DAILY": ["", "BYDAY=MO,TU", "BYMONTHDAY=-1"],
+    "HOURLY": ["", "BYMONTHDAY=1,2,3", "BYDAY=SU"],
+    "MINUTELY": ["BYDAY=SA", "BYMONTHDAY=-1"],
+}  # fmt: skip
+
+
+@st.composite
+def picking_calendars(draw: st.DrawFn) -> str:
+    """Rules with BYSETPOS of every frequency, on and off an INTERVAL grid."""
+    freq = draw(st.sampled_from(sorted(_PICKING_DAYS)))
+    intervals = [1, 1, 2, 3] if freq == "DAILY" else [1, 1, 2, 3, 7]  # 7 days: one weekday
+    parts = [f"FREQ={freq}", f"INTERVAL={draw(st.sampled_from(intervals))}"]
+    days = draw(st.sampled_from(_PICKING_DAYS[freq]))
+    if days:
+        parts.append(days)
+    if freq in ("YEARLY", "MONTHLY", "WEEKLY", "DAILY"):
+        parts.append(f"BYHOUR={draw(st.sampled_from(['9', '0,12', '1,2,23']))}")
+    if freq != "MINUTELY":
+        parts.append(f"BYMINUTE={draw(st.sampled_from(['0', '0,30', '5,10,15,59']))}")
+    parts.append(f"BYSECOND={draw(st.sampled_from(['0', '0,1', '7,8,9']))}")
+    positions = draw(st.lists(st.sampled_from([2, 3, -2, 5, -7, 40]), max_size=2))
+    positions.append(draw(st.sampled_from([1, -1])))
+    parts.append("BYSETPOS=" + ",".join(str(p) for p in positions))
+    return ";".join(parts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=picking_calendars(),
+    after=st.datetimes(
+        min_value=datetime(2026, 1, 1), max_value=datetime(2028, 12, 31), timezones=st.just(UTC)
+    ),
+)
+def test_bysetpos_picks_what_dateutil_picks_from_each_periods_whole_set(
+    text: str, after: datetime
+) -> None:
+    """The positions are found by arithmetic over the period's days and times, never by
+    building the set (31 million a year for a rule naming every second): the same picks as
+    dateutil's, which builds it."""
+    found = fires(text, after, 6, zone=ZoneInfo("UTC"))
+    start = ANCHOR.replace(tzinfo=None)  # the anchor's period starts the grid
+    if text.startswith("FREQ=WEEKLY"):
+        start -= timedelta(days=start.weekday())
+    expected = []
+    for wall in du.rrulestr(text, dtstart=start).xafter(after.replace(tzinfo=None)):
+        if wall > after.replace(tzinfo=None):
+            expected.append(wall.replace(tzinfo=UTC))
+        if len(expected) == 6:
+            break
+    assert found == expected
+
+
 # --- RFC 5545's other forms of RDATE, EXDATE and UNTIL (as calendar tools export them)
 
 
@@ -494,6 +552,26 @@ def test_an_exdate_in_utc_drops_the_occurrence_at_that_instant_in_any_zone() -> 
     ]  # fmt: skip
     in_utc = fires("FREQ=DAILY;BYHOUR=9\nEXDATE:20270101T090000Z", utc(2026, 12, 31), 2, zone=UTC)
     assert in_utc == [utc(2026, 12, 31, 9), utc(2027, 1, 2, 9)]
+
+
+def test_a_windows_zone_name_in_a_tzid_is_read_as_its_iana_zone() -> None:
+    """Outlook and Exchange write Windows names (CLDR's mapping gives the IANA zone)."""
+    text = "FREQ=DAILY;BYHOUR=9\nEXDATE;TZID=W. Europe Standard Time:20270105T090000"
+    assert walls(fires(text, utc(2027, 1, 4), 2)) == [
+        "2027-01-04 09:00 +0100", "2027-01-06 09:00 +0100",
+    ]  # fmt: skip
+    quoted = 'RDATE;TZID="Eastern Standard Time":20270105T090000'
+    assert fires(quoted, utc(2027, 1, 1), 1) == [utc(2027, 1, 5, 14)]
+    with pytest.raises(CalendarError, match="not a known IANA \\(or Windows\\) time zone"):
+        CalendarRule.parse("RDATE;TZID=Customized Time Zone:20270105T090000")
+
+
+def test_normalised_times_keep_the_years_four_digits() -> None:
+    """A refusal quotes the text as it was typed, not ``10101T000000``."""
+    assert normalise("FREQ=DAILY;UNTIL=00010101T000000Z", "UTC") == (
+        "FREQ=DAILY;UNTIL=00010101T000000"
+    )
+    assert normalise("RDATE:09990101T120000Z", "UTC") == "RDATE:09990101T120000"
 
 
 def test_an_rdate_with_a_tzid_fires_at_that_zones_wall_time() -> None:

@@ -26,7 +26,9 @@ build step that runs ``check`` without a database stays quiet.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -41,7 +43,7 @@ from scheduling import conf, ledger
 from scheduling.celeryapp import celery_app, is_fallback
 from scheduling.ledger import partitions
 from scheduling.models import Job, JobStatus, SchedulerState
-from scheduling.rules import arguments, tasktables
+from scheduling.rules import arguments, registry, tasktables
 from scheduling.rules.validation import fit_errors, queue_error, visibility_timeout
 from scheduling.stages import declarations
 from scheduling.web import overview
@@ -456,21 +458,40 @@ def check_history_periods(**_: Any) -> list[CheckMessage]:
     ]
 
 
+#: Set while ``check_declarations`` runs: loading the registry runs every check again from
+#: inside (Celery's Django fix-up), where this one has nothing to add.
+_DECLARATIONS_CHECKING: list[bool] = []
+
+
+@contextlib.contextmanager
+def declarations_reported_here() -> Iterator[None]:
+    """Within: ``check_declarations`` reports nothing, for a caller that reports each refused
+    entry itself and applies the rest (``manage.py jobs sync``, as a scheduler at start)."""
+    _DECLARATIONS_CHECKING.append(True)
+    try:
+        yield
+    finally:
+        _DECLARATIONS_CHECKING.pop()
+
+
 @register("scheduling")
 def check_declarations(**_: Any) -> list[CheckMessage]:
-    """Every entry of ``beat_schedule`` and ``SCHEDULING_JOBS`` the engine cannot express (a
-    solar schedule, an unknown task, an option ``jobs add`` does not take or whose value its
-    parser refuses), named with its reason: the scheduler refuses it at start too. What only
-    the ledger can tell (an owner, a task-table row) is ``jobs sync --check``'s to say."""
-    if is_fallback(celery_app()):
+    """Every entry of ``beat_schedule`` and ``SCHEDULING_JOBS`` the scheduler would refuse,
+    named with its reason: the same validation as the reconciliation's (the option parser of
+    ``jobs add``, the timing, the task and its arguments, each field's limits), without the
+    database. What only the ledger can tell (an owner, a task-table row) is
+    ``jobs sync --check``'s to say."""
+    if is_fallback(celery_app()) or _DECLARATIONS_CHECKING:
         return []
-    # The task modules imported directly, as ``check_awaiting_tasks`` does, never through the
-    # registry's loader (it would run these checks again from inside).
-    app = celery_app()
-    for module in app.loader.default_modules:
-        app.loader.import_task_module(module)
-    autodiscover_modules("tasks")
-    refused = declarations.code_refusals(tasks=app.tasks)
+    _DECLARATIONS_CHECKING.append(True)
+    try:
+        # The registry loaded once, as the scheduler loads it; its modules imported without
+        # Celery's Django fix-up running every check again.
+        registry.load_tasks(run_checks=False)
+        autodiscover_modules("tasks")
+        refused = declarations.code_refusals(now=timezone.now())
+    finally:
+        _DECLARATIONS_CHECKING.pop()
     return [
         Error(
             f"{refusal.line}: this job declared in code cannot be expressed, and is not scheduled.",

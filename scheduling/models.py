@@ -460,6 +460,14 @@ class Job(models.Model):
         """Where the code declares it: ``SCHEDULING_JOBS['nightly']``, or ""."""
         return f"{self.declared_in}[{self.declared_key!r}]" if self.declared_in else ""
 
+    @property
+    def shown_task(self) -> str:
+        """The task as a person reads it: a plain Celery task the code declares by its own
+        name, with the runner it goes through."""
+        if self.declared_task:
+            return f"{self.declared_task} (plain Celery task, run through {self.task})"
+        return self.task
+
     def clean(self) -> None:
         validation.validate_job(self)
 

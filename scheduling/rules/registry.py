@@ -8,6 +8,7 @@ job can ask without depending on the worker side.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 from scheduling.celeryapp import celery_app
@@ -37,6 +38,22 @@ def _load_tasks() -> Any:
     app = celery_app()
     app.loader.import_default_modules()
     return app
+
+
+def load_tasks(*, run_checks: bool = True) -> Any:
+    """``_load_tasks``; without ``run_checks`` (a system check loading them) Celery's Django
+    fix-up does not run the whole check framework again from inside."""
+    if run_checks:
+        return _load_tasks()
+    before = os.environ.get("CELERY_SKIP_CHECKS")
+    os.environ["CELERY_SKIP_CHECKS"] = "1"
+    try:
+        return _load_tasks()
+    finally:
+        if before is None:
+            del os.environ["CELERY_SKIP_CHECKS"]
+        else:
+            os.environ["CELERY_SKIP_CHECKS"] = before
 
 
 def _registered(name: str) -> Any:

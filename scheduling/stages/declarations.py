@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.db import transaction
@@ -63,6 +64,14 @@ logger = logging.getLogger("scheduling")
 
 #: Who reconciles, in the audit trail: the code, through its declarations.
 CODE_ACTOR = Actor(who="code", source=ChangeSource.CODE)
+
+
+def code_actor() -> Actor:
+    """The code, through this process's declarations, and the account it runs as:
+    ``code (os: deploy)`` (``jobs sync`` and a scheduler at start alike)."""
+    return Actor(who=f"code (os: {audit.os_account()})"[: audit.MAX_WHO], source=ChangeSource.CODE)
+
+
 #: The keys a ``beat_schedule`` entry may have (Celery's own).
 BEAT_KEYS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
 #: A ``beat_schedule`` entry's ``options`` that a job holds, and the option each becomes.
@@ -252,7 +261,9 @@ def _beat_options(entry: Any, *, app: Any) -> dict[str, Any]:
         raise Unmappable("must be a dict with task and schedule")
     unknown = sorted(set(entry) - BEAT_KEYS)
     if unknown:
-        raise Unmappable(f"{unknown[0]!r} is not a key of a beat_schedule entry")
+        raise Unmappable(
+            f"{unknown[0]!r} is not a key of a beat_schedule entry{_move_hint(unknown[0])}"
+        )
     if not entry.get("task"):
         raise Unmappable("task: is required")
     if entry.get("relative"):
@@ -270,7 +281,8 @@ def _beat_options(entry: Any, *, app: Any) -> dict[str, Any]:
     for name, value in (entry.get("options") or {}).items():
         if name not in BEAT_OPTIONS:
             raise Unmappable(
-                f"options: {name!r} has no equivalent in a job (it takes {', '.join(BEAT_OPTIONS)})"
+                f"options: {name!r} has no equivalent in a job (it takes "
+                f"{', '.join(BEAT_OPTIONS)}){_move_hint(name)}"
             )
         if name == "expires" and not isinstance(value, int | float):
             raise Unmappable("options: expires must be a number of seconds")
@@ -278,6 +290,13 @@ def _beat_options(entry: Any, *, app: Any) -> dict[str, Any]:
             value = int(value) if value.is_integer() else value
         options[BEAT_OPTIONS[name]] = value
     return options
+
+
+def _move_hint(name: str) -> str:
+    """What to do with a ``jobs add`` option a ``beat_schedule`` entry cannot give."""
+    if name in OPTIONS:
+        return f"; declare the entry in SCHEDULING_JOBS, which takes {name}"
+    return ""
 
 
 def _argv(options: dict[str, Any]) -> list[str]:
@@ -309,26 +328,19 @@ def _argv(options: dict[str, Any]) -> list[str]:
     return argv
 
 
-def code_refusals(*, tasks: Mapping[str, Any]) -> list[Refused]:
-    """The entries the code alone shows cannot be expressed (``manage.py check``): what
-    ``read_declarations`` refuses, an option ``jobs add``'s parser refuses, and a task not
-    in ``tasks`` (the app's registry, its modules imported). Reads no database."""
-    declarations, refused = read_declarations()
-    for declaration in declarations:
-        try:
-            o = vars(job_options_parser().parse_args(_argv(declaration.options)))
-        except (ValueError, CommandError) as exc:
-            refused.append(Refused(declaration.origin, declaration.key, str(exc)))
-            continue
-        if o["task"] and not o["task_table"] and o["task"] not in tasks:
-            reason = f"task: {o['task']!r} is not a registered Celery task"
-            refused.append(Refused(declaration.origin, declaration.key, reason))
-    return refused
+def code_refusals(*, now: datetime) -> list[Refused]:
+    """The entries the scheduler would refuse, as far as the code alone shows
+    (``manage.py check``): ``desired_jobs``' own validation, without reading the ledger (an
+    owner named, a task-table row are ``jobs sync --check``'s to say)."""
+    return desired_jobs(now=now, reads_ledger=False)[1]
 
 
-def desire(declaration: Declaration, *, now: datetime) -> Desired:
+def desire(declaration: Declaration, *, now: datetime, reads_ledger: bool = True) -> Desired:
     """The job ``declaration`` makes, checked as ``jobs add`` checks it; ValidationError
-    with one line naming the option otherwise (``Unmappable`` for what cannot be read)."""
+    with one line naming the option otherwise (``Unmappable`` for what cannot be read).
+
+    Without ``reads_ledger`` (``manage.py check``) no query is made: the owner is an unsaved
+    user of the name given, and a task-table row is not looked up."""
     try:
         argv = _argv(declaration.options)
         o = vars(job_options_parser().parse_args(argv))
@@ -346,14 +358,19 @@ def desire(declaration: Declaration, *, now: datetime) -> Desired:
             task = get_registered(o["task"])
         except UnknownTask as exc:
             raise ValidationError({"task": str(exc)}) from None
-        if not getattr(task, "schedulable", False) and not o["task"].startswith("celery."):
+        if o["task"].startswith("celery."):
+            raise ValidationError({"task": builtin_refusal(o["task"])})
+        if not getattr(task, "schedulable", False):
             # The code is the project's own: any task of its Celery app, run through the
             # runner, which records the execution like any other.
             unfit = fit_errors(task, parsed["args"] or [], parsed["kwargs"] or {})
             if unfit:
                 raise ValidationError(unfit)
             declared_task, o["task"] = o["task"], CELERY_TASK_RUNNER
-    owner = jobs.owner_for(o["owner"]) if o["owner"] else jobs.system_owner()
+    if reads_ledger:
+        owner = jobs.owner_for(o["owner"]) if o["owner"] else jobs.system_owner()
+    else:
+        owner = get_user_model()(username=o["owner"] or jobs.SYSTEM_OWNER)
     timing = {
         name: value.astimezone(UTC) if isinstance(value, datetime) else value
         for name, value in parsed["timing"].items()
@@ -370,14 +387,22 @@ def desire(declaration: Declaration, *, now: datetime) -> Desired:
         policies=policies,
         now=now,
     )
+    row_id = job.task_row_id
+    if not reads_ledger and row_id is not None:
+        job.task_row_id = None  # its row is looked up in the ledger: the rest is checked
     errors: dict[str, list[str]] = {}
     for each, exclude in ((schedule, ["owner"]), (job, ["schedule", "owner"])):
         try:
-            each.full_clean(exclude=exclude, validate_unique=False)
+            each.full_clean(
+                exclude=exclude, validate_unique=False, validate_constraints=reads_ledger
+            )
         except ValidationError as exc:
             for name, messages in exc.message_dict.items():
                 known = errors.setdefault(name, [])
                 known.extend(m for m in messages if m not in known)
+    if row_id is not None and not reads_ledger:
+        errors.pop("task_row_id", None)
+        job.task_row_id = row_id
     if errors:
         raise ValidationError(errors)
     values = {**audit.snapshot(job), "declared_task": declared_task}
@@ -393,8 +418,18 @@ def desire(declaration: Declaration, *, now: datetime) -> Desired:
     )
 
 
-def desired_jobs(*, now: datetime, app: Any = None) -> tuple[list[Desired], list[Refused]]:
-    """Every entry's job, and every entry refused with its one line."""
+def builtin_refusal(name: str) -> str:
+    """Why a declaration may not run one of Celery's own tasks."""
+    return (
+        f"{name!r} is one of Celery's built-in tasks, which no job runs (Celery runs them "
+        "itself); remove the entry"
+    )
+
+
+def desired_jobs(
+    *, now: datetime, app: Any = None, reads_ledger: bool = True
+) -> tuple[list[Desired], list[Refused]]:
+    """Every entry's job, and every entry refused with its one line (``desire``)."""
     declarations, refused = read_declarations(app=app)
     found: list[Desired] = []
     names: dict[str, str] = {}
@@ -405,7 +440,7 @@ def desired_jobs(*, now: datetime, app: Any = None) -> tuple[list[Desired], list
             refused.append(Refused(declaration.origin, declaration.key, reason))
             continue
         try:
-            found.append(desire(declaration, now=now))
+            found.append(desire(declaration, now=now, reads_ledger=reads_ledger))
         except ValidationError as exc:
             reason = first_error(exc, options=JOB_OPTION_NAMES)
             refused.append(Refused(declaration.origin, declaration.key, reason))
@@ -627,7 +662,7 @@ def sync_on_start(*, now: datetime, app: Any = None) -> Report | None:
     if not conf.get("SYNC_ON_START"):
         return None
     try:
-        report = reconcile(now=now, apply=True, on_start=True, app=app)
+        report = reconcile(now=now, apply=True, on_start=True, app=app, by=code_actor())
     except Exception:
         logger.exception("declarations.sync_failed")
         return None

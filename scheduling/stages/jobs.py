@@ -484,14 +484,25 @@ def _set_next(job: Job, occurrence: datetime | None) -> None:
 
 def declared_refusal(job: Job) -> str:
     """Why a field of a job the code declares cannot be changed here, naming the setting."""
-    setting = (
+    return (
+        f"is declared in code; change {_setting(job)}[{job.declared_key!r}] and deploy (pause, "
+        "resume, run now and backfill work here as for any job)"
+    )
+
+
+def removal_refusal(job: Job) -> str:
+    """Why a job the code declares cannot be removed here, naming the setting and the key."""
+    return (
+        f"is declared in code; remove the entry from {_setting(job)}[{job.declared_key!r}] and "
+        "run jobs sync: its job is then paused, its history kept"
+    )
+
+
+def _setting(job: Job) -> str:
+    return (
         "SCHEDULING_JOBS"
         if job.declared_in == DeclaredIn.SCHEDULING_JOBS
         else "CELERY_BEAT_SCHEDULE (the Celery app's beat_schedule)"
-    )
-    return (
-        f"is declared in code; change {setting}[{job.declared_key!r}] and deploy (pause, "
-        "resume, run now and backfill work here as for any job)"
     )
 
 
@@ -635,12 +646,18 @@ def resume_job(*, job: Job, now: datetime, by: Actor | None = None) -> bool:
     return True
 
 
-def remove_job(*, job: Job, now: datetime | None = None, by: Actor | None = None) -> None:
+def remove_job(
+    *, job: Job, now: datetime | None = None, by: Actor | None = None, row_gone: bool = False
+) -> None:
     """Delete the job, its history (by cascade) and its schedule when nothing else uses it.
 
     Its audit trail stays: a ``removed`` row (with ``by``, code when None) is written first,
-    and the deletion empties the rows' link to the job, which keep its name.
+    and the deletion empties the rows' link to the job, which keep its name. A job the code
+    declares is refused (``removal_refusal``): the next reconciliation would make it again,
+    its history lost; only the deletion of the task-table row it runs (``row_gone``) takes it.
     """
+    if job.declared and not row_gone:
+        raise ValidationError({"name": removal_refusal(job)})
     job_id = job.pk
     with transaction.atomic():
         schedule = job.schedule
@@ -809,7 +826,7 @@ def remove_jobs_for_row(task_table: str, task_row_id: int, *, by: Actor | None =
     for job in Job.objects.select_related("schedule").filter(
         task_table=task_table, task_row_id=task_row_id
     ):
-        remove_job(job=job, by=by)
+        remove_job(job=job, by=by, row_gone=True)
         removed += 1
     return removed
 

@@ -131,6 +131,8 @@ def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
         "owner": job.owner.get_username(),
         "status": job.status,
         "task": job.task,
+        "declared_task": job.declared_task or None,
+        "declared_in": job.declaration or None,
         "args": job.args,
         "kwargs": job.kwargs,
         "task_table": job.task_table or None,

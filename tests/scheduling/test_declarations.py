@@ -375,3 +375,172 @@ def test_the_admin_shows_where_a_job_is_declared_and_keeps_its_fields_read_only(
     admin_client.post(url, {"queue": "two", "interval": "PT9M", "name": "b"})
     job.refresh_from_db()
     assert (job.queue, job.schedule.interval, job.name) == ("one", "PT1M", "a")
+
+
+# --- every door refuses what the scheduler refuses ------------------------------------------
+
+#: Entries the scheduler refuses at start for what the code alone shows.
+REFUSED_BEAT = {
+    "too-many-args": {"task": PLAIN_TASK, "schedule": 10, "args": ["x", "y"]},
+    "kwargs-typo": {"task": PLAIN_TASK, "schedule": 10, "kwargs": {"lable": "x"}},
+    "builtin": {"task": "celery.backend_cleanup", "schedule": 60},
+}
+REFUSED_JOBS = {
+    "soon": {"task": NOOP, "every": "soon"},
+    "minute-61": {"task": NOOP, "cron": "61 * * * *"},
+    "sometimes": {"task": NOOP, "rrule": "FREQ=SOMETIMES"},
+    "kwargs-list": {"task": NOOP, "every": "PT1M", "kwargs": [1]},
+    "huge-timeout": {"task": NOOP, "every": "PT1M", "timeout": 999999},
+    "bare-number": {"task": NOOP, "every": 60},
+    "unbound": {"task": PLAIN_TASK, "every": "PT1M", "args": []},
+}
+
+
+def test_manage_py_check_reports_every_entry_the_scheduler_refuses(
+    settings: Any, beat: Any
+) -> None:
+    """``scheduling.E014`` runs the reconciliation's own validation, not only the option
+    parser's: each entry refused at start is reported, naming it, and nothing else is."""
+    beat({**REFUSED_BEAT, "ok": {"task": PLAIN_TASK, "schedule": 10, "args": ["x"]}})
+    settings.SCHEDULING_JOBS = {**REFUSED_JOBS, "fine": {"task": NOOP, "every": "PT1M"}}
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"  # its visibility timeout bounds
+    refused = {c.key: c.line for c in declarations.reconcile(now=NOW, apply=False).refused}
+    assert set(refused) == set(REFUSED_BEAT) | set(REFUSED_JOBS)
+    found = check_declarations()
+    assert {m.obj for m in found} == {
+        f"{origin}[{key!r}]"
+        for origin, keys in (("beat_schedule", REFUSED_BEAT), ("SCHEDULING_JOBS", REFUSED_JOBS))
+        for key in keys
+    }
+    assert all(m.id == "scheduling.E014" for m in found)
+    # The same reason, in the same words, as the scheduler's refusal.
+    assert {m.msg.split(": this job declared")[0] for m in found} == {
+        line.removeprefix("refused   ") for line in refused.values()
+    }
+
+
+def test_manage_py_check_reads_no_database(
+    settings: Any, beat: Any, django_assert_num_queries: Any
+) -> None:
+    settings.SCHEDULING_JOBS = {
+        **REFUSED_JOBS,
+        "owned": {"task": NOOP, "every": "PT1M", "owner": "x"},
+    }
+    with django_assert_num_queries(0):
+        found = check_declarations()
+    assert len(found) == len(REFUSED_JOBS)  # an owner is the ledger's to tell (jobs sync)
+
+
+def test_a_builtin_celery_task_is_refused_without_the_decorator_advice(beat: Any) -> None:
+    beat({"cleanup": {"task": "celery.backend_cleanup", "schedule": 60}})
+    [line] = [c.line for c in sync().refused]
+    assert "one of Celery's built-in tasks" in line
+    assert "schedulable_task" not in line
+
+
+def test_a_policy_a_beat_entry_cannot_give_points_to_scheduling_jobs(beat: Any) -> None:
+    beat(
+        {
+            "a": {"task": NOOP, "schedule": 60, "options": {"overlap": "allow"}},
+            "b": {"task": NOOP, "schedule": 60, "pause_after_failures": 3},
+        }
+    )
+    lines = sorted(c.line for c in sync().refused)
+    assert lines[0].endswith("declare the entry in SCHEDULING_JOBS, which takes overlap")
+    assert lines[1].endswith(
+        "declare the entry in SCHEDULING_JOBS, which takes pause_after_failures"
+    )
+
+
+def test_jobs_sync_runs_past_its_own_system_check_and_exits_non_zero_on_a_refusal(
+    settings: Any, beat: Any
+) -> None:
+    """The system checks run before the command (``skip_checks=False``, as ``manage.py``
+    runs it): E014 reports the bad entry, yet ``sync`` applies the rest and names it."""
+    settings.SCHEDULING_JOBS = {
+        "bad": {"task": NOOP, "cron": "61 * * * *"},
+        "good": {"task": NOOP, "every": "PT1M"},
+    }
+    with pytest.raises(CommandError, match=r"differs from the code in 2 declaration\(s\)"):
+        call_command("jobs", "sync", "--check", skip_checks=False, stdout=StringIO())
+    with pytest.raises(CommandError, match=r"1 declaration\(s\) refused: refused   SCHED"):
+        call_command("jobs", "sync", "--dry-run", skip_checks=False, stdout=StringIO())
+    out = StringIO()
+    with pytest.raises(CommandError, match=r"SCHEDULING_JOBS\['bad'\]: cron"):
+        call_command("jobs", "sync", skip_checks=False, stdout=out)
+    assert "created   SCHEDULING_JOBS['good']" in out.getvalue()
+    with pytest.raises(CommandError, match=r"1 declaration\(s\) refused: refused   SCHED"):
+        call_command("jobs", "sync", "--json", skip_checks=False, stdout=StringIO())
+    assert list(Job.objects.values_list("name", flat=True)) == ["good"]
+
+
+def test_dry_run_shows_a_conflict_and_a_refusal_as_they_are(
+    settings: Any, beat: Any, owner: Any
+) -> None:
+    create_job(owner=owner, name="a", task=NOOP, every="PT1H", now=NOW)
+    settings.SCHEDULING_JOBS = {
+        "a": {"task": NOOP, "every": "PT1M"},
+        "b": {"task": NOOP, "every": "soon"},
+    }
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command("jobs", "sync", "--dry-run", stdout=out)
+    assert "\nconflict  SCHEDULING_JOBS['a']" in "\n" + out.getvalue()
+    assert "\nrefused   SCHEDULING_JOBS['b']" in "\n" + out.getvalue()
+    assert "would be conflict" not in out.getvalue()
+
+
+def test_a_scheduler_at_start_records_its_changes_as_the_code_and_its_account(
+    settings: Any, beat: Any
+) -> None:
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
+    declarations.sync_on_start(now=NOW)
+    change = JobChange.objects.get(action="created")
+    assert change.source == ChangeSource.CODE
+    assert change.who.startswith("code (os: ") and change.who.endswith(")")
+
+
+def test_a_declared_job_cannot_be_removed_by_hand_at_any_door(
+    settings: Any, beat: Any, admin_client: Any
+) -> None:
+    """Removed, it would be made again at the next sync with its history gone: the entry is
+    removed from the code instead, and its job paused with its history kept."""
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
+    sync()
+    job = Job.objects.get(name="a")
+    refusal = (
+        r"name: is declared in code; remove the entry from SCHEDULING_JOBS\['a'\] and run "
+        r"jobs sync: its job is then paused, its history kept"
+    )
+    with pytest.raises(CommandError, match=f"^{refusal}$"):
+        call_command("jobs", "remove", "a", stdout=StringIO())
+    with pytest.raises(ValidationError, match=r"remove the entry from SCHEDULING_JOBS\['a'\]"):
+        api.unschedule(job.pk)
+    assert admin_client.get(f"/admin/scheduling/job/{job.pk}/delete/").status_code == 403
+    bulk = {"action": "delete_selected", "_selected_action": [job.pk]}
+    page = admin_client.post("/admin/scheduling/job/", bulk)
+    assert "remove the entry from SCHEDULING_JOBS[&#x27;a&#x27;]" in page.content.decode()
+    assert admin_client.post("/admin/scheduling/job/", {**bulk, "post": "yes"}).status_code == 403
+    assert Job.objects.filter(pk=job.pk).exists()
+    assert not JobChange.objects.filter(action="removed").exists()
+
+
+def test_a_plain_celery_task_is_shown_by_its_own_name_wherever_a_person_reads_it(
+    beat: Any, admin_client: Any
+) -> None:
+    beat({"plain": {"task": PLAIN_TASK, "schedule": 10, "args": ["x"]}})
+    sync()
+    shown = f"{PLAIN_TASK} (plain Celery task, run through {CELERY_TASK_RUNNER})"
+    listed = StringIO()
+    call_command("jobs", "list", stdout=listed)
+    assert shown in listed.getvalue()
+    out = StringIO()
+    call_command("jobs", "show", "plain", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert f"task: {shown}" in lines
+    assert "declared_in: beat_schedule['plain']" in lines
+    job = Job.objects.get(name="plain")
+    page = admin_client.get(f"/admin/scheduling/job/{job.pk}/change/").content.decode()
+    assert shown in page
+    changelist = admin_client.get("/admin/scheduling/job/?made_by=all").content.decode()
+    assert shown in changelist.replace("<wbr>", "")

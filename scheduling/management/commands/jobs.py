@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from scheduling import api, readable
+from scheduling import api, checks, readable
 from scheduling.cli import (
     JOB_OPTION_NAMES,
     PAST_AT_HINT,
@@ -99,7 +99,7 @@ class Command(DuecourseCommand):
             ("pause", "Stop a job from firing."),
             ("resume", "Let a paused job fire again (its misfire policy decides)."),
             ("run", "Run one occurrence now, besides the schedule."),
-            ("remove", "Delete a job and its history."),
+            ("remove", "Delete a job and its history (not one declared in code)."),
         ):
             command = sub.add_parser(action, help=text)
             super().add_arguments(command)
@@ -145,6 +145,18 @@ class Command(DuecourseCommand):
     def add_job_options(parser: CommandParser, *, editing: bool) -> None:
         """``scheduling.cli.add_job_options``: the options of ``add`` and ``edit``."""
         add_job_options(parser, editing=editing)
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        self.action = options.get("action")
+        return super().execute(*args, **options)
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """The system checks, but for ``sync`` without scheduling.E014: ``sync`` reports each
+        entry the code declares wrongly itself, applies the rest and exits non-zero."""
+        if getattr(self, "action", None) != "sync":
+            return super().check(*args, **kwargs)
+        with checks.declarations_reported_here():
+            return super().check(*args, **kwargs)
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -263,7 +275,7 @@ class Command(DuecourseCommand):
                     selectors.describe_schedule(job.schedule, zone),
                     readable.instant(job.next_due_at, zone),
                     job.execute_count,
-                    titles[job.pk] if titles[job.pk] != job.name else job.task,
+                    titles[job.pk] if titles[job.pk] != job.name else job.shown_task,
                 )
                 for job in found
             ],
@@ -294,9 +306,9 @@ class Command(DuecourseCommand):
             selectors.execution_summary(e, title=titles[e.pk]) for e in executions
         ]
         text = "\n".join(
-            f"{key}: {_shown(key, value, zone, job.schedule)}"
+            f"{key}: {job.shown_task if key == 'task' else _shown(key, value, zone, job.schedule)}"
             for key, value in data.items()
-            if key != "recent_executions"
+            if key not in ("recent_executions", "declared_task")
         )
         text += "\npause after failures: " + (
             f"{job.pause_after_failures} in a row ({job.consecutive_failures} so far)"
@@ -412,14 +424,13 @@ class Command(DuecourseCommand):
             now=timezone.now(),
             apply=apply,
             adopt=o["adopt"],
-            by=audit.Actor(
-                who=f"code (os: {audit.os_account()})"[: audit.MAX_WHO],
-                source=declarations.CODE_ACTOR.source,
-            ),
+            by=declarations.code_actor(),
         )
         drift = report.drift
-        prefix = "" if apply else "would be "
-        lines = [f"{prefix}{c.line}" for c in drift]
+        lines = [
+            c.line if apply or c.action in ("refused", "conflict") else f"would be {c.line}"
+            for c in drift
+        ]
         unchanged = len(report.changes) - len(drift)
         lines.append(
             f"{len(report.changes)} declaration(s): {len(drift)} "

@@ -51,7 +51,7 @@ def describe_target(job: Job) -> str:
     """What a job runs, as a person reads it: the task's name, or the task-table row by its
     own name ("SendEmailTask: invitation"), or why the row cannot be found."""
     if not job.task_table:
-        return job.task
+        return job.shown_task
     try:
         model = tasktables.get(job.task_table).model
     except LookupError:

@@ -121,6 +121,10 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         return super().has_change_permission(request, obj) and self._owns(request, obj)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """A job the code declares is removed from the code, never here
+        (``jobs.removal_refusal``)."""
+        if obj is not None and obj.declared:
+            return False
         return super().has_delete_permission(request, obj) and self._owns(request, obj)
 
     def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
@@ -130,7 +134,12 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
     # --- the form
 
     #: What a declared job's page shows, read-only: the code owns it (``declared_sets``).
-    declared_fields = ("declaration", "name", "owner", "note", "task", "args", "kwargs")
+    declared_fields = ("declaration", "name", "owner", "note", "declared_target", "args", "kwargs")
+
+    @admin.display(description="task")
+    def declared_target(self, obj: Job) -> str:
+        """The task the code names (``Job.shown_task``), not only the runner it goes through."""
+        return obj.shown_task
 
     @admin.display(description="declared in")
     def declaration(self, obj: Job) -> str:
@@ -287,6 +296,9 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         (``ExecutionAdmin``), so their missing delete permission must not refuse the job's."""
         to_delete, model_count, perms_needed, protected = super().get_deleted_objects(objs, request)
         perms_needed.discard(Execution._meta.verbose_name)
+        for job in objs:
+            if job.declared:  # the delete page and the bulk action refuse, naming why
+                perms_needed.add(f"{job.name} ({jobs.removal_refusal(job)})")
         return to_delete, model_count, perms_needed, protected
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:

@@ -40,7 +40,15 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from scheduling.models import JOB_POLICY_FIELDS, ChangeSource, Job, JobChange, JobChangeAction
+from scheduling.models import (
+    JOB_POLICY_FIELDS,
+    ChangeSource,
+    Job,
+    JobChange,
+    JobChangeAction,
+    JobStatus,
+    PauseKind,
+)
 from scheduling.rules.validation import text_error
 
 try:
@@ -233,6 +241,21 @@ def created(*, job: Job, by: Actor, now: datetime) -> None:
         now=now,
         changes={name: {"from": None, "to": value} for name, value in values.items()},
     )
+
+
+def paused(
+    *, job: Job, by: Actor, now: datetime, reason: str, before: str, kind: str | None
+) -> None:
+    """A job moved from active to paused: the reason it had (``before``) and the one it has,
+    and who paused it (``kind``: a ``PauseKind`` value; None when the pause leaves it as it
+    was, as the claim's pause of a row it cannot plan does)."""
+    changes: dict[str, dict[str, Any]] = {
+        "status": {"from": JobStatus.ACTIVE.value, "to": JobStatus.PAUSED.value},
+        "pause_reason": {"from": before, "to": reason},
+    }
+    if kind is not None:
+        changes["pause_kind"] = {"from": PauseKind.NONE.value, "to": kind}
+    record(job=job, action=JobChangeAction.PAUSED, by=by, now=now, changes=changes)
 
 
 def trail(*, job_id: int | None = None, job_name: str = "", limit: int = 500) -> list[JobChange]:

@@ -29,7 +29,7 @@ from datetime import datetime
 from django.db.models import F
 
 from scheduling.errors import MAX_ERROR
-from scheduling.models import Job, JobChangeAction, JobStatus, PauseKind
+from scheduling.models import Job, JobStatus, PauseKind
 from scheduling.stages import audit
 
 logger = logging.getLogger("scheduling")
@@ -71,16 +71,13 @@ def count_failure(*, job_id: int, error: str, now: datetime) -> bool:
     )
     if not paused:
         return False
-    audit.record(
+    audit.paused(
         job=job,
-        action=JobChangeAction.PAUSED,
         by=audit.ENGINE,
         now=now,
-        changes={
-            "status": {"from": JobStatus.ACTIVE.value, "to": JobStatus.PAUSED.value},
-            "pause_reason": {"from": job.pause_reason, "to": reason},
-            "pause_kind": {"from": PauseKind.NONE.value, "to": PauseKind.FAILURES.value},
-        },
+        reason=reason,
+        before=job.pause_reason,
+        kind=PauseKind.FAILURES.value,
     )
     logger.warning(
         "job.paused_after_failures job=%s failures=%s reason=%s",
@@ -98,14 +95,5 @@ def record_claim_pause(*, job_id: int, reason: str, now: datetime) -> None:
     job = Job.objects.filter(pk=job_id).only("pk", "name", "status").first()
     if job is None or job.status != JobStatus.PAUSED:
         return
-    audit.record(
-        job=job,
-        action=JobChangeAction.PAUSED,
-        by=audit.ENGINE,
-        now=now,
-        changes={
-            "status": {"from": JobStatus.ACTIVE.value, "to": JobStatus.PAUSED.value},
-            "pause_reason": {"from": "", "to": reason},
-        },
-    )
+    audit.paused(job=job, by=audit.ENGINE, now=now, reason=reason, before="", kind=None)
     logger.warning("job.paused job=%s reason=%s", job_id, reason)

@@ -583,16 +583,13 @@ def pause_job(*, job: Job, now: datetime, reason: str = "", by: Actor | None = N
             updated_at=now,
         )
         if changed:
-            audit.record(
+            audit.paused(
                 job=job,
-                action=JobChangeAction.PAUSED,
                 by=by or audit.CODE,
                 now=now,
-                changes={
-                    "status": {"from": JobStatus.ACTIVE.value, "to": JobStatus.PAUSED.value},
-                    "pause_reason": {"from": job.pause_reason, "to": reason},
-                    "pause_kind": {"from": PauseKind.NONE.value, "to": PauseKind.MANUAL.value},
-                },
+                reason=reason,
+                before=job.pause_reason,
+                kind=PauseKind.MANUAL.value,
             )
     if changed:
         logger.info("job.paused job=%s reason=%s", job.pk, reason or "-")

@@ -22,7 +22,7 @@ import pytest
 from django.utils import timezone
 from kombu import Connection, Exchange, Producer, Queue
 
-from scheduling.models import DropKind, MessageDrops
+from scheduling.models import EXECUTION_UNFINISHED, DropKind, Execution, MessageDrops
 from scheduling.worker import guard
 from tests.conftest import Processes, scheduler_command, wait_for
 from tests.factories import create_job
@@ -104,7 +104,7 @@ def test_on_rabbitmq_headers_nested_past_the_client_are_dropped_and_the_worker_s
     job = create_job(owner=owner, name="every-2s", task=NOOP, every="PT2S", now=timezone.now(),
                      queue=rabbitmq_queue.name)  # fmt: skip
     worker = start_worker(processes, env, "guarded-amqp", queues=rabbitmq_queue.name)
-    processes.start(scheduler_command(), env=env, name="scheduler")
+    scheduler = processes.start(scheduler_command(), env=env, name="scheduler")
 
     wait_for(completed(job, 2), timeout=SLOW, message="the PT2S job runs on")
     assert worker.poll() is None, processes.log_of(worker)
@@ -114,6 +114,14 @@ def test_on_rabbitmq_headers_nested_past_the_client_are_dropped_and_the_worker_s
     assert {(row.kind, row.dropped_total) for row in MessageDrops.objects.all()} == {
         (DropKind.TOO_DEEP, 2)
     }
+    # The scheduler stops publishing the job, and the worker takes what it published already;
+    # then a hostile message left unacknowledged would go back to the queue when it stops.
+    assert stop(processes, scheduler) == [0]
+    wait_for(
+        lambda: ready_in(rabbitmq_queue) == 0
+        and not Execution.objects.filter(job=job, status__in=EXECUTION_UNFINISHED).exists(),
+        timeout=SLOW, message="the worker runs the job's last occurrences",
+    )  # fmt: skip
     assert stop(processes, worker) == [0]
     assert ready_in(rabbitmq_queue) == 0, "acknowledged: not handed back to the next worker"
 

@@ -233,8 +233,8 @@ KNOBS: dict[str, Knob] = {
         3,
         int,
         "How many times an execution's worker process may die under it (killed, ended by its "
-        "body with os._exit, taken by the OOM killer, shut down) before it fails naming the "
-        "cause.",
+        "body with os._exit, taken by the OOM killer) before it fails naming the cause; "
+        "shutdowns of the worker do not count.",
         1,
         1_000_000,
     ),

@@ -356,12 +356,13 @@ def attempt_running(execution_id: int, attempt: int | None) -> Q:
     )
 
 
-#: Attempts whose process died under them: killed, ended by their body, or shut down.
-DIED_OUTCOMES = (AttemptOutcome.ABANDONED, AttemptOutcome.INTERRUPTED)
+#: Attempts whose process died under them unexpectedly: killed, ended by their body, taken by
+#: the OOM killer. An ``interrupted`` attempt (the worker shut down under it) is not one.
+DIED_OUTCOMES = (AttemptOutcome.ABANDONED,)
 
 
 def died_attempts(execution_id: int) -> int:
-    """How many finished attempts of ``execution_id`` ended with their process."""
+    """How many finished attempts of ``execution_id`` ended with their process dying."""
     return Attempt.objects.filter(execution_id=execution_id, outcome__in=DIED_OUTCOMES).count()
 
 

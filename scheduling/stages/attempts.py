@@ -260,7 +260,7 @@ def complete_execution(
 #: gets again even when it asked for no retries: the framework's run must not be lost.
 LOST_OUTCOMES = (AttemptOutcome.ABANDONED, AttemptOutcome.INTERRUPTED, AttemptOutcome.FENCED)
 #: Attempts whose process died under them (killed, ended by its body with ``os._exit``, taken
-#: by the OOM killer, shut down): counted against ``SCHEDULING_MAX_INTERRUPTIONS``.
+#: by the OOM killer): counted against ``SCHEDULING_MAX_INTERRUPTIONS``. A shutdown is not.
 DIED_OUTCOMES = attempt_ledger.DIED_OUTCOMES
 
 
@@ -312,10 +312,11 @@ def fail_attempt(
     job's ``max_retries`` are spent or the error is permanent; then it is FAILED and the job is
     released. An attempt whose process died under it (``DIED_OUTCOMES``) also counts against
     ``SCHEDULING_MAX_INTERRUPTIONS``: the one that reaches it fails the execution, naming the
-    count and the last cause. An ``interrupted`` attempt (the worker shut down under it) spends
-    no retry: it is not the task's failure. Returns the new status, or None if the execution
-    was no longer running (or, with ``stale_before``, its heartbeat is no longer older than
-    that: the reaper's condition).
+    count and the last cause. An ``interrupted`` attempt (the worker shut down under it: a
+    deploy, a scale-in) spends no retry and never counts there: it is not the task's failure,
+    so however many shutdowns a run meets it is due again. Returns the new status, or None if
+    the execution was no longer running (or, with ``stale_before``, its heartbeat is no longer
+    older than that: the reaper's condition).
 
     No delay can overflow here (a backoff of 1e308 on a row written behind the model, a task
     asking ``retry(countdown=1e308)``): every delay is held to ``conf.RETRY_DELAY_LIMIT``, so
@@ -344,7 +345,9 @@ def fail_attempt(
             if died >= int(conf.get("MAX_INTERRUPTIONS")):
                 permanent = True
                 error = interruptions_spent_error(died, error)
-        spends_retry = outcome != AttemptOutcome.INTERRUPTED
+        shutdown = outcome == AttemptOutcome.INTERRUPTED
+        spends_retry = not shutdown
+        permanent = permanent and not shutdown
         execution.last_error = error[:MAX_ERROR]
         execution.task_unknown_since = None  # a process that knew its task tried it
         if task_error is not None:
@@ -528,12 +531,13 @@ def interrupt_execution(*, execution_id: int, now: datetime) -> bool:
     """The pool process is exiting under a running attempt (``task_postrun`` with state None).
 
     The attempt is recorded as interrupted and the execution becomes due for a retry at once
-    (RETRY, ``retry_at`` now; no retry spent, since the task did not fail), until its process
-    has died under it ``SCHEDULING_MAX_INTERRUPTIONS`` times: then it fails, naming that
-    (``fail_attempt``). Its message may be gone: a cold shutdown requeues it, but a SIGTERM
-    sent to the pool process itself (the whole process group signalled, as a service manager
-    may do) makes Celery acknowledge it as WorkerLostError. The scheduler's next tick therefore
-    publishes it again; if the requeued message also arrives, the claim absorbs the second one.
+    (RETRY, ``retry_at`` now; no retry spent, since the task did not fail). A shutdown never
+    fails the run nor counts against ``SCHEDULING_MAX_INTERRUPTIONS`` (which bounds processes
+    that died under it, ``abandoned``) or the job's failures. Its message may be gone: a cold
+    shutdown requeues it, but a SIGTERM sent to the pool process itself (the whole process
+    group signalled, as a service manager may do) makes Celery acknowledge it as
+    WorkerLostError. The scheduler's next tick therefore publishes it again; if the requeued
+    message also arrives, the claim absorbs the second one.
     """
     status = fail_attempt(
         execution_id=execution_id,

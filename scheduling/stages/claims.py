@@ -442,6 +442,10 @@ def _plan_row(
             f"{row['next_due_at'].isoformat()}; the row was changed behind the scheduler",
         )
     timing = _timing(row, timings)
+    if isinstance(timing, schedules.OverTimingBudget):
+        # Its calendar's proof that it fires costs more than the budget now: the occurrence
+        # that was due runs and the job is paused, as when its next occurrence does (below).
+        return _over_budget(row, item, occurrence, timing, targets)
     if isinstance(timing, ScheduleError):
         failed = _execution(row, occurrence, ExecutionStatus.FAILED)
         failed["last_error"] = f"schedule is invalid: {timing}"
@@ -506,6 +510,30 @@ def _plan_row(
         item.status = JobStatus.COMPLETED
     else:
         item.next_due = schedules.due_time(row["pk"], plan.next_occurrence, row["jitter"])
+    return item
+
+
+def _over_budget(
+    row: dict[str, Any],
+    item: _Due,
+    occurrence: datetime,
+    over: schedules.OverTimingBudget,
+    targets: dict[tuple[Any, ...], str],
+) -> _Due:
+    """A job whose calendar cannot be parsed within the timing budget: what was due runs (or
+    fails naming a bad target, as in any claim) and the job is paused naming the reason."""
+    error = _target_error(row, targets) or _argument_error(row) or queue_line(row["queue"])
+    run = _execution(row, occurrence, ExecutionStatus.FAILED if error else ExecutionStatus.PENDING)
+    if error:
+        run["last_error"] = error
+        logger.error(
+            "execution.failed job=%s scheduled_for=%s error=%s", row["pk"], occurrence, error
+        )
+    item.executions.append(run)
+    item.status = JobStatus.PAUSED
+    item.pause_reason = f"paused by the scheduler: {over}"[:MAX_PAUSE_REASON]
+    item.timing_over_budget = True  # no next occurrence: resuming it plans it afresh
+    logger.error("job.paused job=%s error=%s", row["pk"], over)
     return item
 
 

@@ -5,7 +5,8 @@ like any error: the class path and the traceback are recorded, the job's retries
 then the execution is FAILED; neither a prefork pool process nor a ``solo`` worker ends under
 it. A body that ends its process anyway (``os._exit``, a signal, the OOM killer) is retried
 until its process has died under it ``SCHEDULING_MAX_INTERRUPTIONS`` times, then fails naming
-the cause; it is never published again without end. Django's Tasks framework sees a run whose
+the cause; it is never published again without end. A shutdown of the worker under a run never
+counts there. Django's Tasks framework sees a run whose
 body raised ``SystemExit`` as FAILED, the exception's class in ``errors[0]`` (Django's own
 ``test_catches_exception``). The worker's own shutdown is still a shutdown: a pool process
 signalled under a body hands the run back (``test_worker_crashes``).
@@ -24,7 +25,7 @@ from billiard import common as billiard_common
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 
 from scheduling import checks
-from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
 from scheduling.stages import attempts, liveness
 from scheduling.worker.taskbase import schedulable_task, worker_is_exiting
 from tests.conftest import Processes, celery_worker_command, wait_for
@@ -210,50 +211,56 @@ def running(make_job: Any, now: datetime) -> Execution:
 
 
 @pytest.mark.django_db
-def test_interruptions_spend_no_retry_and_fail_the_execution_at_the_limit(
+def test_shutdowns_beyond_the_limit_spend_no_retry_and_leave_the_run_due_again(
     running: Execution, now: datetime, settings: Any
 ) -> None:
+    """A long run that rolling deploys interrupt more often than the limit still runs again:
+    the limit bounds processes that died under a run, not shutdowns of the worker."""
     settings.SCHEDULING_MAX_INTERRUPTIONS = 3
-    for number in (1, 2):
+    running.job.pause_after_failures = 1
+    running.job.save(update_fields=["pause_after_failures"])
+    for number in range(1, 6):
         assert attempts.interrupt_execution(execution_id=running.pk, now=now)
         running.refresh_from_db()
         assert (running.status, running.retry_count) == (ExecutionStatus.RETRY, 0)
         assert running.retry_at == now, "due again at once"
         attempts.start_execution(execution_id=running.pk, worker="w1", pid=number + 1, now=now)
 
-    assert attempts.interrupt_execution(execution_id=running.pk, now=now)
-
-    running.refresh_from_db()
-    assert running.status == ExecutionStatus.FAILED and running.retry_at is None
-    assert running.last_error == (
-        "the worker process died under it 3 times (SCHEDULING_MAX_INTERRUPTIONS is 3); "
-        "last: interrupted: the worker shut down during the run"
-    )
-    assert [a.outcome for a in running.attempts.order_by("number")] == ["interrupted"] * 3
+    assert [a.outcome for a in running.attempts.order_by("number")][:5] == ["interrupted"] * 5
     running.job.refresh_from_db()
-    assert running.job.current_execution_id is None, "the job is released"
+    assert running.job.consecutive_failures == 0, "a shutdown is not the job's failure"
+    assert running.job.status == JobStatus.ACTIVE
 
 
 @pytest.mark.django_db
-def test_reaped_and_interrupted_attempts_count_together(
+def test_processes_that_died_fail_the_execution_at_the_limit(
     running: Execution, now: datetime, settings: Any
 ) -> None:
-    """A process that died is a process that died, whether the reaper or a signal saw it; a
-    failure of the body itself is not one."""
-    settings.SCHEDULING_MAX_INTERRUPTIONS = 2
-    attempts.fail_attempt(execution_id=running.pk, error="boom", outcome="failed", now=now,
-                          retry_in=0)  # fmt: skip
-    attempts.start_execution(execution_id=running.pk, worker="w1", pid=2, now=now)
-    later = now + timedelta(seconds=1)
-    assert liveness.reap_execution(execution_id=running.pk, now=later, stale_after=0.5)
-    attempts.start_execution(execution_id=running.pk, worker="w1", pid=3, now=later)
+    """Shutdowns in between do not count; the third attempt reaped from a dead process does."""
+    settings.SCHEDULING_MAX_INTERRUPTIONS = 3
+    at = now
+    for number in range(1, 6):
+        at += timedelta(seconds=1)
+        if number % 2:  # attempts 1, 3 and 5 lose their process; 2 and 4 are shut down
+            assert liveness.reap_execution(execution_id=running.pk, now=at, stale_after=0.5)
+        else:
+            assert attempts.interrupt_execution(execution_id=running.pk, now=at)
+        running.refresh_from_db()
+        if number < 5:
+            assert running.status == ExecutionStatus.RETRY, number
+            attempts.start_execution(execution_id=running.pk, worker="w1", pid=number + 1, now=at)
 
-    assert attempts.interrupt_execution(execution_id=running.pk, now=later)
-
-    running.refresh_from_db()
-    assert running.status == ExecutionStatus.FAILED
-    assert running.last_error.startswith("the worker process died under it 2 times")
-    assert running.retry_count == 2, "the failure and the reaped attempt spent retries"
+    assert running.status == ExecutionStatus.FAILED and running.retry_at is None
+    assert running.last_error.startswith(
+        "the worker process died under it 3 times (SCHEDULING_MAX_INTERRUPTIONS is 3); last: "
+    )
+    assert [a.outcome for a in running.attempts.order_by("number")] == [
+        "abandoned", "interrupted", "abandoned", "interrupted", "abandoned"
+    ]  # fmt: skip
+    assert running.retry_count == 2, "the two earlier reaped attempts spent retries"
+    running.job.refresh_from_db()
+    assert running.job.current_execution_id is None, "the job is released"
+    assert running.job.consecutive_failures == 1
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, "many", True])

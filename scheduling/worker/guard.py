@@ -17,7 +17,8 @@ refused when:
 
 - its content type is not one the worker accepts, or its body does not decode;
 - its body is none of the shapes above, its args are not a list or its kwargs not a map;
-- any part of it (headers, properties, body) nests deeper than ``structure_limit()`` or holds
+- any part of it (headers, properties, body) nests deeper than the worker can hand to its pool
+  (``host_structure_limit()``); for a ledger task, deeper than ``structure_limit()`` or holding
   more than ``WALK_MAX_NODES`` lists and maps;
 - for a ledger task: its body is larger than any the argument limits allow (``body_limit``),
   or its args or kwargs break those limits.
@@ -60,12 +61,18 @@ from scheduling.worker import runtime
 
 logger = logging.getLogger("scheduling")
 
-#: How deeply any part of a message may nest, whatever its task: deeper than any message
-#: Celery writes (a canvas included), and far from where pickling for the pool fails (about
-#: 500 levels on Python 3.11). Raised to fit the argument limit where that is set higher.
+#: How deeply any part of a ledger task's message may nest: deeper than any message Celery
+#: writes (a canvas included), and far from where pickling for the pool fails (about 500
+#: levels on Python 3.11). Raised to fit the argument limit where that is set higher.
 STRUCTURE_MAX_DEPTH = 100
-#: The most lists and maps one part of a message may hold: a walk's bound on its work.
+#: The most lists and maps one part of a ledger task's message may hold: a walk's bound on its
+#: work (the argument limits keep the engine's own messages far below it).
 WALK_MAX_NODES = 1_000_000
+#: How deeply any part of another task's message may nest: what the worker's main process can
+#: still pickle for its pool (a protocol 1 body and the headers go as values). Python 3.11's
+#: pickler takes two of its 1,000 recursion levels per level of a value, less the main
+#: process's own stack (about 400 levels from 200 frames down); 3.13's follows thousands.
+HOST_STRUCTURE_MAX_DEPTH = 300
 #: What a ledger task's body may hold besides its arguments (the embed, the envelope's
 #: punctuation); with the arguments at most 6 bytes per character of their own JSON (a control
 #: character escaped as ``\u0001``), ``body_limit`` is larger than any body the limits allow.
@@ -89,6 +96,12 @@ def structure_limit() -> int:
     return max(STRUCTURE_MAX_DEPTH, int(arguments.limits()[0]) + 3)
 
 
+def host_structure_limit() -> int:
+    """How deeply any part of a message of a task outside the ledger may nest
+    (``HOST_STRUCTURE_MAX_DEPTH``, never less than a ledger task's ``structure_limit()``)."""
+    return max(HOST_STRUCTURE_MAX_DEPTH, structure_limit())
+
+
 def body_limit() -> int:
     """The largest body a ledger task's message may have, in bytes."""
     return 2 * 6 * int(arguments.limits()[1]) + BODY_SLACK
@@ -103,11 +116,18 @@ class Measure:
     stopped: bool
 
 
-def measure(value: Any, *, max_depth: int, max_nodes: int = WALK_MAX_NODES) -> Measure:
+def measure(value: Any, *, max_depth: int, max_nodes: int | None = WALK_MAX_NODES) -> Measure:
     """Measure ``value``'s nesting without recursion, going no deeper than ``max_depth`` + 1
-    and visiting at most ``max_nodes`` lists and maps (a cycle or a web of shared parts, which
-    some serializers can make, stops it too)."""
+    and visiting at most ``max_nodes`` lists and maps (None: no such bound).
+
+    A part shared by several parents, which some serializers (pickle, YAML) can make, is
+    walked again only when it is reached deeper than before, and a cycle stops at
+    ``max_depth``: without ``max_nodes`` the walk is bounded by the value's size (its lists'
+    and maps' items) times ``max_depth`` at worst, and is once over each item of a value with
+    no shared parts (a decoded JSON body: time in proportion to what was decoded already).
+    """
     deepest, visited = 0, 0
+    reached: dict[int, int] = {}
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, level = stack.pop()
@@ -120,15 +140,26 @@ def measure(value: Any, *, max_depth: int, max_nodes: int = WALK_MAX_NODES) -> M
             continue
         visited += 1
         deepest = max(deepest, level)
-        if level > max_depth or visited > max_nodes:
+        if level > max_depth or (max_nodes is not None and visited > max_nodes):
             return Measure(deepest, stopped=True)
+        if not item or reached.get(id(item), 0) >= level:
+            continue
+        reached[id(item)] = level
         stack.extend(
             (child, level + 1) for child in children if isinstance(child, dict | list | tuple)
         )
     return Measure(deepest, stopped=False)
 
 
-def _structure_problem(part: str, value: Any) -> Refusal | None:
+def _structure_problem(part: str, value: Any, *, ledger: bool) -> Refusal | None:
+    """How ``part`` nests against a ledger task's limits, or only against what the worker can
+    hand to its pool (``host_structure_limit()``, any number of lists and maps) for any other
+    task: the host project's own messages are held to no stricter bound than that."""
+    if not ledger:
+        limit = host_structure_limit()
+        if measure(value, max_depth=limit, max_nodes=None).depth > limit:
+            return Refusal(DropKind.TOO_DEEP, f"{part}: nested more than {limit} levels deep")
+        return None
     limit = structure_limit()
     found = measure(value, max_depth=limit)
     if found.depth > limit:
@@ -223,7 +254,7 @@ def refusal(message: Any, body: Any, *, ledger: bool, accepted: set[str]) -> Ref
         ("properties", getattr(message, "properties", None)),
         ("delivery info", getattr(message, "delivery_info", None)),
     ):
-        found = _structure_problem(part, value)
+        found = _structure_problem(part, value, ledger=ledger)
         if found is not None:
             return found
     raw = message.body
@@ -260,7 +291,7 @@ def refusal(message: Any, body: Any, *, ledger: bool, accepted: set[str]) -> Ref
             found = _arguments_problem(name, value, measure_size=not small)
             if found is not None:
                 return found
-    return _structure_problem("body", payload)
+    return _structure_problem("body", payload, ledger=ledger)
 
 
 def unreadable(part: str, exc: BaseException, what: str = "") -> Refusal:
@@ -314,14 +345,19 @@ def refuse(
     body: Any,
     found: Refusal,
     *,
+    ack: Callable[..., Any],
     task: str,
     worker: str,
     connection_errors: tuple[type[BaseException], ...] = (),
 ) -> None:
-    """Drop the message for good; fail the execution it names, if any; count and log the drop."""
+    """Drop the message for good; fail the execution it names, if any; count and log the drop.
+
+    ``ack`` is the acknowledgement Celery hands the strategy (``message.ack_log_error`` by way
+    of the consumer, which restores the prefetch count after a reconnection), called as a
+    request calls it."""
     headers = message.headers if isinstance(message.headers, dict) else {}
     message_id = headers.get("id", body.get("id") if isinstance(body, dict) else None)
-    message.ack_log_error(logger, connection_errors)  # a redelivery would be refused again
+    ack(logger, connection_errors)  # a redelivery would be refused again
     log_drop(found, task=task, message_id=message_id, worker=worker)
     record_drop(found, message=message, body=body, worker=worker)
 
@@ -559,7 +595,8 @@ def guard(handle: Handler, *, task: Any, app: Any, consumer: Any) -> Handler:
     ) -> Any:
         found = refusal(message, body, ledger=ledger, accepted=accepted)
         if found is not None:
-            refuse(message, body, found, task=task.name, worker=worker, connection_errors=errors)
+            refuse(message, body, found, ack=ack, task=task.name, worker=worker,
+                   connection_errors=errors)  # fmt: skip
             return None
         return handle(message, body, ack, reject, callbacks, **kwargs)
 

@@ -322,9 +322,27 @@ def test_a_task_without_a_ledger_keeps_its_own_argument_sizes_but_not_any_depth(
     big = list_body(args=json.dumps(["x" * 200_000]))
     assert guard.refusal(message(big, headers=headers), None, ledger=False,
                          accepted=ACCEPTED) is None  # fmt: skip
-    deep = list_body(args=f"[{nested(guard.STRUCTURE_MAX_DEPTH)}]")
+    deep = list_body(args=f"[{nested(guard.host_structure_limit())}]")
     found = guard.refusal(message(deep, headers=headers), None, ledger=False, accepted=ACCEPTED)
     assert found is not None and found.kind == DropKind.TOO_DEEP
+
+
+@pytest.mark.django_db
+def test_a_host_tasks_deep_or_huge_body_runs_while_the_engines_tasks_keep_their_limits() -> None:
+    """Only the ledger's tasks are held to the argument limits' bounds; another task's body is
+    refused only where the worker could not hand it to its pool, however many parts it has."""
+    headers = protocol2_headers("celery.backend_cleanup", str(uuid.uuid4()))
+    deep = list_body(args=f"[{nested(150)}]")
+    huge = list_body(args="[[" + ", ".join(["{}"] * 1_000_001) + "]]")
+    assert guard.refusal(message(deep, headers=headers), None, ledger=False,
+                         accepted=ACCEPTED) is None  # fmt: skip
+    assert guard.refusal(message(huge, headers=headers), None, ledger=False,
+                         accepted=ACCEPTED) is None  # fmt: skip
+    ledger_headers = protocol2_headers(NOOP, str(uuid.uuid4()))
+    for body, kind in ((deep, DropKind.ARGUMENTS), (huge, DropKind.TOO_LARGE)):
+        found = guard.refusal(message(body, headers=ledger_headers), None, ledger=True,
+                              accepted=ACCEPTED)  # fmt: skip
+        assert found is not None and found.kind == kind, found
 
 
 def test_the_walk_is_bounded_even_on_a_value_that_contains_itself() -> None:
@@ -334,6 +352,18 @@ def test_the_walk_is_bounded_even_on_a_value_that_contains_itself() -> None:
     wide: list[Any] = [[] for _ in range(10)]
     assert guard.measure(wide, max_depth=50, max_nodes=5).stopped
     assert guard.measure([[1], {"a": [2]}], max_depth=50) == guard.Measure(3, stopped=False)
+    assert guard.measure(loop, max_depth=50, max_nodes=None).stopped
+
+
+def test_a_web_of_shared_parts_is_walked_once_not_once_per_path() -> None:
+    """A serializer that keeps shared references (pickle, YAML) can make 2**200 paths from 200
+    lists; the walk without a count bound still visits each part once (one per path would
+    never end)."""
+    web: list[Any] = []
+    for _ in range(199):
+        web = [web, web]
+    assert guard.measure([web], max_depth=300, max_nodes=None) == guard.Measure(201, False)
+    assert guard.measure(web, max_depth=150, max_nodes=None).stopped
 
 
 @pytest.mark.django_db

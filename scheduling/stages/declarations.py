@@ -335,12 +335,16 @@ def code_refusals(*, now: datetime) -> list[Refused]:
     return desired_jobs(now=now, reads_ledger=False)[1]
 
 
-def desire(declaration: Declaration, *, now: datetime, reads_ledger: bool = True) -> Desired:
+def desire(
+    declaration: Declaration, *, now: datetime, reads_ledger: bool = True, writes: bool = True
+) -> Desired:
     """The job ``declaration`` makes, checked as ``jobs add`` checks it; ValidationError
     with one line naming the option otherwise (``Unmappable`` for what cannot be read).
 
     Without ``reads_ledger`` (``manage.py check``) no query is made: the owner is an unsaved
-    user of the name given, and a task-table row is not looked up."""
+    user of the name given, and a task-table row is not looked up. Without ``writes``
+    (``jobs sync --dry-run``, ``--check``) the system owner is not created: an unsaved one
+    stands in until a sync applies."""
     try:
         argv = _argv(declaration.options)
         o = vars(job_options_parser().parse_args(argv))
@@ -368,7 +372,14 @@ def desire(declaration: Declaration, *, now: datetime, reads_ledger: bool = True
                 raise ValidationError(unfit)
             declared_task, o["task"] = o["task"], CELERY_TASK_RUNNER
     if reads_ledger:
-        owner = jobs.owner_for(o["owner"]) if o["owner"] else jobs.system_owner()
+        if o["owner"]:
+            owner = jobs.owner_for(o["owner"])
+        elif writes:
+            owner = jobs.system_owner()
+        else:
+            owner = get_user_model().objects.filter(
+                username=jobs.SYSTEM_OWNER
+            ).first() or get_user_model()(username=jobs.SYSTEM_OWNER, is_active=False)
     else:
         owner = get_user_model()(username=o["owner"] or jobs.SYSTEM_OWNER)
     timing = {
@@ -427,7 +438,7 @@ def builtin_refusal(name: str) -> str:
 
 
 def desired_jobs(
-    *, now: datetime, app: Any = None, reads_ledger: bool = True
+    *, now: datetime, app: Any = None, reads_ledger: bool = True, writes: bool = True
 ) -> tuple[list[Desired], list[Refused]]:
     """Every entry's job, and every entry refused with its one line (``desire``)."""
     declarations, refused = read_declarations(app=app)
@@ -440,7 +451,7 @@ def desired_jobs(
             refused.append(Refused(declaration.origin, declaration.key, reason))
             continue
         try:
-            found.append(desire(declaration, now=now, reads_ledger=reads_ledger))
+            found.append(desire(declaration, now=now, reads_ledger=reads_ledger, writes=writes))
         except ValidationError as exc:
             reason = first_error(exc, options=JOB_OPTION_NAMES)
             refused.append(Refused(declaration.origin, declaration.key, reason))
@@ -449,13 +460,35 @@ def desired_jobs(
     return found, refused
 
 
-def set_fingerprint(found: list[Desired], refused: list[Refused]) -> str:
-    """The fingerprint of one process's declaration set: each entry's, and each refusal."""
+def set_fingerprint(*, app: Any = None) -> str:
+    """The fingerprint of one process's declaration set: its entries as the code writes them
+    (``read_declarations``: a Celery schedule by its translated timing, the rest by value), so
+    the same code gives the same fingerprint at any time, against any ledger and whatever
+    defaults fill a job's values in. Each entry's own ``Desired.fingerprint`` says whether its
+    job is in step; this one only numbers the set."""
+    declarations, refused = read_declarations(app=app)
     parts = sorted(
-        [f"{d.declaration.origin}\x1f{d.declaration.key}\x1f{d.fingerprint}" for d in found]
-        + [f"{r.origin}\x1f{r.key}\x1frefused" for r in refused]
+        [json.dumps([d.origin, d.key, _canonical(d.options)], sort_keys=True) for d in declarations]
+        + [json.dumps([r.origin, r.key, "unreadable", r.reason]) for r in refused]
     )
     return hashlib.sha256("\x1e".join(parts).encode()).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` as JSON-ready data that is the same in every process."""
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_canonical(v) for v in value), key=lambda v: json.dumps(v, default=str))
+    if isinstance(value, datetime):
+        return ["datetime", value.isoformat()]
+    if isinstance(value, timedelta):
+        return ["timedelta", value.total_seconds()]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return ["repr", repr(value)]
 
 
 # --- comparing and applying -----------------------------------------------------------------
@@ -604,11 +637,11 @@ def reconcile(
     (``jobs sync``) a conflict refuses the whole reconciliation, naming it (ValidationError),
     and the set applied becomes the newest. Without ``apply`` nothing is written.
     """
-    found, refused = desired_jobs(now=now, app=app)
+    found, refused = desired_jobs(now=now, app=app, writes=apply)
     by_key = {(d.declaration.origin, d.declaration.key): d for d in found}
     if not apply:
         return Report(changes=plan(found, refused, adopt=adopt), applied=False)
-    fingerprint = set_fingerprint(found, refused)
+    fingerprint = set_fingerprint(app=app)
     with transaction.atomic():
         lock_declarations()
         seen = _seen(fingerprint, entries=len(found) + len(refused), now=now)

@@ -326,6 +326,60 @@ def test_an_older_declaration_set_never_overwrites_a_newer_one_at_start(
     assert sync(on_start=True).skipped  # the rollback is now the newest
 
 
+def ending(every: str, *, end: datetime) -> dict[str, Any]:
+    return {"task": NOOP, "every": every, "end": end}
+
+
+def test_a_declaration_sets_fingerprint_is_the_code_alone_not_the_time_it_is_read(
+    settings: Any, beat: Any
+) -> None:
+    """An entry whose ``end`` has passed is refused from then on, yet the set is the same set:
+    otherwise an old release would be seen as a new set, numbered above the newer one."""
+    settings.SCHEDULING_JOBS = {"a": ending("PT1M", end=NOW + timedelta(days=1))}
+    beat({"b": {"task": NOOP, "schedule": crontab(minute=5), "args": (1,)}})
+    later = NOW + timedelta(days=2)
+    assert not declarations.desired_jobs(now=NOW)[1]
+    assert [r.key for r in declarations.desired_jobs(now=later)[1]] == ["a"]
+    before = declarations.set_fingerprint()
+    assert sync(now=NOW, on_start=True).release == 1
+    assert sync(now=later, on_start=True).release == 1
+    assert declarations.set_fingerprint() == before
+    assert DeclarationSet.objects.count() == 1
+
+
+def test_an_older_set_with_an_entry_now_refused_is_still_older_and_changes_nothing(
+    settings: Any, beat: Any
+) -> None:
+    end = NOW + timedelta(days=1)
+    old = {"a": {"task": NOOP, "every": "PT1M"}, "b": ending("PT1M", end=end)}
+    new = {"a": {"task": NOOP, "every": "PT2M"}, "b": ending("PT1M", end=end)}
+    settings.SCHEDULING_JOBS = old
+    sync(on_start=True)
+    settings.SCHEDULING_JOBS = new
+    sync(on_start=True)
+    settings.SCHEDULING_JOBS = old
+    report = sync(now=end + timedelta(days=1), on_start=True)
+    assert report.skipped.startswith("declaration set #1 is older than #2")
+    assert Job.objects.get(name="a").schedule.interval == "PT2M"
+    assert DeclarationSet.objects.count() == 2
+
+
+def test_jobs_sync_check_and_dry_run_create_no_user(
+    settings: Any, beat: Any, django_user_model: Any
+) -> None:
+    """The system owner of a job declared without one is made only when a sync applies."""
+    settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
+    out = StringIO()
+    call_command("jobs", "sync", "--dry-run", stdout=out)
+    assert "would be created   SCHEDULING_JOBS['a']" in out.getvalue()
+    with pytest.raises(CommandError, match=r"differs from the code in 1 declaration\(s\)"):
+        call_command("jobs", "sync", "--check", stdout=StringIO())
+    assert not django_user_model.objects.exists()
+    call_command("jobs", "sync", stdout=StringIO())
+    assert Job.objects.get(name="a").owner.get_username() == jobs.SYSTEM_OWNER
+    call_command("jobs", "sync", "--check", stdout=StringIO())  # in step: exits 0
+
+
 # --- the doors ------------------------------------------------------------------------------
 
 

@@ -311,12 +311,12 @@ def test_a_view_only_user_gets_the_preview_of_any_reported_rule_within_a_second(
     client.force_login(staff)
     now = timezone.now()
     for text in (every_second_excluded(now), schedbomb(now), HOURLY_EVERY_SECOND):
-        started = time.monotonic()
+        started = time.thread_time()
         response = client.get(
             "/admin/scheduling/job/preview/",
             {"interval": "", "cron": "", "rrule": text, "timezone": "UTC"},
         )
-        assert time.monotonic() - started < 1.0
+        assert time.thread_time() - started < 1.0  # CPU: what a busy machine does not inflate
         assert response.status_code == 200, response.content[:300]
         assert response.json()["occurrences"]
 
@@ -351,6 +351,36 @@ def test_a_job_whose_timing_outgrows_the_budget_at_run_time_runs_what_was_due_an
 
 
 @pytest.mark.django_db
+def test_a_job_whose_calendar_parse_outgrows_the_budget_at_claim_time_runs_and_is_paused(
+    owner: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its calendar was saved when proving that it fires cost less (or the row was written
+    behind the model); a fresh scheduler process cannot prove it within the budget now. The
+    occurrence that was due runs, the job is paused naming the budget, and the pause is on
+    the audit trail, never an occurrence failed as an invalid schedule."""
+    now = timezone.now().replace(microsecond=0)
+    heavy = create_job(owner=owner, name="heavy", task=NOOP, every="PT10S", now=now)
+    Schedule.objects.filter(pk=heavy.schedule_id).update(
+        interval="", rrule=OFF_THE_GRID + "\nEXDATE:20010101"
+    )
+    settings.SCHEDULING_TIMING_BUDGET_MS = 1
+    monkeypatch.setattr(calendars, "_PARSED", {})
+    monkeypatch.setattr(calendars, "_REFUSED", {})
+    calendars._parse.cache_clear()
+    due = heavy.next_occurrence_at
+    claims.claim_due_jobs(now=heavy.next_due_at + timedelta(seconds=1), limit=10)
+    heavy.refresh_from_db()
+    assert heavy.status == JobStatus.PAUSED
+    assert heavy.pause_reason.startswith("paused by the scheduler: rrule: ")
+    assert "timing budget of 1 ms" in heavy.pause_reason
+    [execution] = heavy.executions.all()
+    assert (execution.scheduled_for, execution.status) == (due, "pending")
+    assert heavy.consecutive_failures == 0
+    change = JobChange.objects.filter(job_id=heavy.pk, action=JobChangeAction.PAUSED).get()
+    assert change.changes["pause_reason"]["to"] == heavy.pause_reason
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("text", "expected"), BYSETPOS_AND_SPARSE_RULES.values(), ids=BYSETPOS_AND_SPARSE_RULES
 )
@@ -362,12 +392,12 @@ def test_a_view_only_user_gets_the_preview_of_any_bysetpos_rule_within_a_second(
     staff = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
     staff.user_permissions.add(Permission.objects.get(codename="view_job"))
     client.force_login(staff)
-    started = time.monotonic()
+    started = time.thread_time()
     response = client.get(
         "/admin/scheduling/job/preview/",
         {"interval": "", "cron": "", "rrule": f"{text}\nEXDATE:19990101", "timezone": "UTC"},
     )
-    assert time.monotonic() - started < 1.0
+    assert time.thread_time() - started < 1.0  # CPU: what a busy machine does not inflate
     if isinstance(expected, str):
         assert response.status_code == 400
         assert expected in response.json()["errors"]["rrule"][0]

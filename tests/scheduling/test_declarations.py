@@ -444,7 +444,7 @@ REFUSED_JOBS = {
     "minute-61": {"task": NOOP, "cron": "61 * * * *"},
     "sometimes": {"task": NOOP, "rrule": "FREQ=SOMETIMES"},
     "kwargs-list": {"task": NOOP, "every": "PT1M", "kwargs": [1]},
-    "huge-timeout": {"task": NOOP, "every": "PT1M", "timeout": 999999},
+    "huge-timeout": {"task": NOOP, "every": "PT1M", "timeout": 2**31},
     "bare-number": {"task": NOOP, "every": 60},
     "unbound": {"task": PLAIN_TASK, "every": "PT1M", "args": []},
 }

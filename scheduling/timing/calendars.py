@@ -95,11 +95,12 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import math
 import re
 import threading
 from bisect import bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from itertools import islice
 from typing import TypeVar
@@ -439,13 +440,17 @@ class CalendarRule:
             if best is not None and _naive_utc(wall, high_offset) >= best:
                 break  # every later wall names a later instant: no need to find the next one
         if best is None and not ended:
+            when = f"{after:%Y-%m-%d %H:%M} UTC"
             if _years_after(lowest, HORIZON_YEARS) == datetime.max:
-                raise CalendarError(
-                    f"no occurrence after {after.isoformat()} before the year 10000"
+                raise CalendarError(f"no occurrence after {when} before the year 10000")
+            phase = ""
+            if self.rule is not None and self.rule.interval > 1:
+                phase = (
+                    f": INTERVAL={self.rule.interval} counts its periods from the schedule's"
+                    " start, and none of the periods it keeps from there holds a matching date"
+                    " (set a start in a period that does)"
                 )
-            raise CalendarError(
-                f"no occurrence in the {HORIZON_YEARS} years after {after.isoformat()}"
-            )
+            raise CalendarError(f"no occurrence in the {HORIZON_YEARS} years after {when}{phase}")
         return best
 
     def _next_instant(self, after: datetime, zone: tzinfo) -> datetime | None:
@@ -1172,7 +1177,12 @@ def _check_fires(calendar: CalendarRule, budget: Budget) -> None:
 
     An RDATE not excluded fires. A rule is tried in the calendar's last fifty years, which hold
     every day pattern a rule can ask for (the rarest, a weekday on February 29, recurs within
-    forty years), within ``budget`` (OverBudget past it). A rule with COUNT or UNTIL may have
+    forty years), within ``budget`` (OverBudget past it). Which periods an INTERVAL keeps
+    depends on the anchor (``FREQ=DAILY;INTERVAL=7;BYDAY=MO`` fires from a Monday, never from a
+    Saturday), so the rule is tried with the interval that keeps every period some anchor
+    keeps (``_any_anchor``): it fires from some anchor exactly when that one fires, and saving
+    a schedule asks whether it fires from its own (``schedules.check_savable``). A rule with
+    COUNT or UNTIL may have
     ended by then; saving it asks whether it has an occurrence still to come
     (``schedules.check_savable``). CalendarOverBudget when the proof needs more than
     ``budget``: every step of the walk is small, so it stops soon after.
@@ -1185,6 +1195,7 @@ def _check_fires(calendar: CalendarRule, budget: Budget) -> None:
         if calendar.rule.count or calendar.rule.until or calendar.rule.until_instant:
             return
         probe = datetime(datetime.max.year - HORIZON_YEARS, 1, 1, tzinfo=UTC)
+        calendar = replace(calendar, rule=_any_anchor(calendar.rule))
         # The proof walks the whole horizon for a rule that never fires (a year of days takes
         # dateutil about a millisecond): ``parse`` gives it FIRES_PROOF_SECONDS at least.
         try:
@@ -1195,6 +1206,18 @@ def _check_fires(calendar: CalendarRule, budget: Budget) -> None:
         except OverBudget:
             raise CalendarOverBudget(budget.seconds) from None
     raise CalendarError("never fires: no date matches the rule (minus its EXDATEs)")
+
+
+def _any_anchor(rule: _Rule) -> _Rule:
+    """The rule whose periods are every period that ``rule`` keeps from some anchor.
+
+    A daily or coarser period may start any period, so every period is kept from some
+    anchor: INTERVAL 1. An hourly or minutely grid counts from the anchor's midnight, and
+    midnights are a whole number of days apart: the times of day it reaches from any of them
+    are the multiples of gcd(INTERVAL, units in a day), the same from every midnight.
+    """
+    per_day = {du.HOURLY: 24, du.MINUTELY: 24 * 60}.get(rule.freq, 1)
+    return replace(rule, interval=math.gcd(rule.interval, per_day))
 
 
 # --- calendar files

@@ -131,10 +131,10 @@ class CronExpression:
             return search.first_after(after)
         except StopIteration:
             # cronsim's horizon; only reached near the end of the calendar.
-            raise CronError(f"no firing time in the 50 years after {after.isoformat()}") from None
+            raise CronError(f"no firing time in the 50 years after {_minute(after)}") from None
         except OverflowError:
             raise CronError(
-                f"no firing time after {after.isoformat()} before the year 10000"
+                f"no firing time after {_minute(after)} before the year 10000"
             ) from None
 
     def _search(self, tz: tzinfo) -> _Search:
@@ -349,3 +349,8 @@ class _Search(CronSim):
             return False  # same hour: still allowed
         self.tick(seconds=(target - minute) * 60 - dt.second)
         return True
+
+
+def _minute(instant: datetime) -> str:
+    """``instant`` to the minute in UTC, as an error message shows it."""
+    return f"{instant.astimezone(UTC):%Y-%m-%d %H:%M} UTC"

@@ -310,6 +310,49 @@ def test_a_calendar_that_has_ended_is_refused_when_saved() -> None:
         )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "FREQ=DAILY;INTERVAL=7;BYDAY=MO,TU",
+        "FREQ=DAILY;INTERVAL=14;BYDAY=WE",
+        "FREQ=YEARLY;INTERVAL=4;BYMONTH=2;BYMONTHDAY=29",
+        "FREQ=DAILY;INTERVAL=7;BYMONTHDAY=13;BYDAY=FR",
+        "FREQ=HOURLY;INTERVAL=168;BYDAY=MO",
+    ],
+)
+def test_a_rule_that_fires_from_some_start_is_not_refused_as_never_firing(rule: str) -> None:
+    calendar = CalendarRule.parse(f"RRULE:{rule}")
+    fired = []
+    for start in (
+        utc(2026 + year, 1, 1) + timedelta(days) for year in range(4) for days in range(7)
+    ):
+        try:
+            fired.append(calendar.next_after(start - timedelta(seconds=1), UTC, anchor=start))
+        except CalendarError:  # this start keeps no matching period
+            continue
+    assert any(occurrence is not None for occurrence in fired)
+
+
+def test_a_schedule_whose_interval_keeps_no_matching_period_from_its_start_is_refused() -> None:
+    saturday = utc(2026, 11, 28, 12)
+    with pytest.raises(ScheduleError) as caught:
+        check_savable(
+            "", "", "UTC", None, None, None, now=saturday, rrule="FREQ=DAILY;INTERVAL=7;BYDAY=MO"
+        )
+    assert caught.value.field == "rrule"
+    assert "INTERVAL=7 counts its periods from the schedule's start" in str(caught.value)
+    assert "2026-11-28 11:59 UTC" in str(caught.value)
+
+
+def test_the_same_schedule_from_a_matching_start_is_saved() -> None:
+    timing = check_savable(
+        "", "", "UTC", None, utc(2026, 11, 30), None,
+        now=utc(2026, 11, 28, 12), rrule="FREQ=DAILY;INTERVAL=7;BYDAY=MO",
+    )  # fmt: skip
+    first = timing.occurrence_at_or_after(utc(2026, 11, 28, 12), anchor=utc(2026, 11, 30))
+    assert first == utc(2026, 11, 30)
+
+
 def test_a_calendar_keeps_its_zone_when_saved() -> None:
     timing = check_savable(
         "", "", "Europe/Berlin", None, None, None, now=utc(2027, 1, 1), rrule="FREQ=DAILY"

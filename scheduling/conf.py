@@ -366,6 +366,22 @@ KNOBS: dict[str, Knob] = {
         0,
         1_000_000,
     ),
+    "MAX_WAITING_PER_JOB": Knob(
+        1000,
+        int,
+        "Most occurrences of one job waiting for a running slot (its own or its owner's "
+        "limit); an occurrence claimed past it is recorded SKIPPED with the reason.",
+        1,
+        1_000_000,
+    ),
+    "WARN_AFTER_UNFINISHED_RUNS": Knob(
+        5,
+        int,
+        "A job whose last this many runs were all cancelled, superseded or failed shows a "
+        "warning in the job list and on the dashboard.",
+        1,
+        1000,
+    ),
     "OWNER_MAX_RUNNING_OVERRIDES": Knob(
         {},
         dict,

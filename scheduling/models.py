@@ -623,6 +623,14 @@ class Execution(models.Model):
                 name="execution_held_idx",
                 condition=Q(status="waiting"),
             ),
+            # waiting.full_jobs and the claim's LOCK_DUE: "how many executions of this job
+            # wait for a running slot" (SCHEDULING_MAX_WAITING_PER_JOB); partial, so it holds
+            # only waiting rows and is empty while no limit is reached.
+            models.Index(
+                fields=["job"],
+                name="execution_job_waiting_idx",
+                condition=Q(status="waiting"),
+            ),
             # republish_due_retries: "executions in retry whose retry_at has passed".
             models.Index(
                 fields=["retry_at"], name="execution_retry_idx", condition=Q(status="retry")

@@ -85,6 +85,15 @@ LOCK_DUE = ledger.Statement(
                s.starts_at, s.ends_at, s.rrule, c.occurrence, c.following, a.args_text,
                a.kwargs_text, j.task_unknown_since,
                j.overlap = %(forbid)s AS forbid,
+               -- As many of the job's executions waiting for a running slot as it may have
+               -- (waiting.full_jobs, on execution_job_waiting_idx): its next occurrence is
+               -- recorded SKIPPED with the reason instead of waiting too.
+               j.overlap = %(waiting_overlap)s AND (
+                   SELECT count(*) FROM (
+                       SELECT 1 FROM {EXECUTION} AS w
+                        WHERE w.job_id = j.id AND w.status = %(waiting)s
+                        LIMIT %(max_waiting)s) AS w
+                   ) >= %(max_waiting)s AS at_bound,
                COALESCE(
                    j.task = ANY(%(tasks)s::text[]) AND j.task_table = ''
                    AND j.task_row_id IS NULL
@@ -165,12 +174,15 @@ LOCK_DUE = ledger.Statement(
         INSERT INTO {EXECUTION}
                (job_id, task, scheduled_for, status, task_id, last_error, created_at,
                 queued_at, finished_at, retry_count, worker, duplicates, updated_at)
-        SELECT d.id, d.task, d.occurrence, %(pending)s,
+        SELECT d.id, d.task, d.occurrence,
+               CASE WHEN d.at_bound THEN %(skipped)s ELSE %(pending)s END,
                encode(overlay(uuid_send(gen_random_uuid())
                               PLACING k.prefix || substring(int4send(8388608 + d.n::int) FROM 2)
                               FROM 1 FOR 11), 'hex')::uuid,
-               '', %(now)s, %(now)s, NULL, 0, '', 0, %(now)s
-          FROM (SELECT id, task, occurrence,
+               CASE WHEN d.at_bound THEN %(waiting_note)s ELSE '' END, %(now)s,
+               CASE WHEN d.at_bound THEN NULL ELSE %(now)s::timestamptz END,
+               CASE WHEN d.at_bound THEN %(now)s::timestamptz END, 0, '', 0, %(now)s
+          FROM (SELECT id, task, occurrence, at_bound,
                        row_number() OVER (ORDER BY next_due_at, id) AS n
                   FROM due
                  WHERE planned) AS d
@@ -190,7 +202,8 @@ LOCK_DUE = ledger.Statement(
          CROSS JOIN made AS m
          WHERE j.id = d.id AND d.planned
     )
-    SELECT d.planned AS planned, (m.ids ->> d.id::text)::bigint AS execution_id,
+    SELECT d.planned AS planned, d.at_bound AS at_bound,
+           (m.ids ->> d.id::text)::bigint AS execution_id,
            m.uuids ->> d.id::text AS task_id, d.occurrence::text AS occurrence,
            d.id AS pk, h.next_occurrence_at, h.next_due_at, h.created_at,
            h.misfire, h.overlap, h.jitter, d.task AS task, d.args_text AS args,
@@ -214,17 +227,18 @@ LOCK_DUE = ledger.Statement(
      ORDER BY d.next_due_at, d.id
     """,
     # The planned row's execution, then every due field, as the SELECT list names them.
-    columns=("planned", "execution_id", "task_id", "occurrence", *DUE_FIELDS),
+    columns=("planned", "at_bound", "execution_id", "task_id", "occurrence", *DUE_FIELDS),
 )
 
 
 def lock_due(*, now: datetime, limit: int, planning: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Lock up to ``limit`` due jobs (in the caller's transaction); one named row per job.
 
-    ``planning`` holds the parameters under which the PostgreSQL form may plan a row itself.
-    Unplanned rows carry every ``DUE_FIELDS`` name, times read (``read_times``) and the
-    arguments as stored text; planned ones carry ``execution_id``, ``task_id``,
-    ``occurrence`` and the message's fields.
+    ``planning`` holds the parameters under which the PostgreSQL form may plan a row itself,
+    and the bound on waiting executions (``waiting.sql_bound``). Unplanned rows carry every
+    ``DUE_FIELDS`` name, times read (``read_times``) and the arguments as stored text; planned
+    ones carry ``execution_id``, ``task_id``, ``occurrence``, the message's fields and
+    ``at_bound`` (the execution was written SKIPPED: the job has its most waiting ones).
     """
     if not ledger.on_postgresql():
         return _lock_due_with_orm(now, limit)
@@ -236,6 +250,8 @@ def lock_due(*, now: datetime, limit: int, planning: Mapping[str, Any]) -> list[
             "limit": limit,
             "active": JobStatus.ACTIVE.value,
             "pending": ExecutionStatus.PENDING.value,
+            "skipped": ExecutionStatus.SKIPPED.value,
+            "waiting": ExecutionStatus.WAITING.value,
         },
     )
     for row in found:
@@ -257,7 +273,13 @@ def _lock_due_with_orm(now: datetime, limit: int) -> list[dict[str, Any]]:
         .values(*_ROW_FIELDS, "args_text", "kwargs_text")[:limit]
     )
     return [
-        {**row, "planned": False, "args": row.pop("args_text"), "kwargs": row.pop("kwargs_text")}
+        {
+            **row,
+            "planned": False,
+            "at_bound": False,
+            "args": row.pop("args_text"),
+            "kwargs": row.pop("kwargs_text"),
+        }
         for row in found
     ]
 

@@ -44,7 +44,7 @@ from scheduling.rules.validation import (
     target_error,
     unknown_target,
 )
-from scheduling.stages import failures, overlaps
+from scheduling.stages import failures, overlaps, waiting
 from scheduling.timing import schedules
 from scheduling.timing.schedules import FiringRule, Misfire, ScheduleError
 
@@ -140,7 +140,9 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
     unknown_grace = timedelta(seconds=conf.get("UNKNOWN_TASK_GRACE"))
     with transaction.atomic(durable=True):
-        rows = claim_ledger.lock_due(now=now, limit=limit, planning=sql_planning(now, grace))
+        rows = claim_ledger.lock_due(
+            now=now, limit=limit, planning={**sql_planning(now, grace), **waiting.sql_bound()}
+        )
         if not rows:
             return Claim([], 0)
         bells: list[Doorbell] = []
@@ -155,6 +157,9 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
             occurrence = datetime.fromisoformat(row["occurrence"])
             if row["execution_id"] is None:
                 _log_exists(row["pk"], occurrence)
+                continue
+            if row["at_bound"]:  # written SKIPPED: the job has its most waiting executions
+                waiting.log_skipped(row["pk"], occurrence, conf.get("MAX_WAITING_PER_JOB"))
                 continue
             if verbose:
                 _log_execution(row["pk"], row["execution_id"], occurrence, ExecutionStatus.PENDING)
@@ -577,6 +582,7 @@ def _write(due: Sequence[_Due], *, now: datetime) -> None:
     is left as it is and dropped from the plan instead of failing the batch on the
     one-per-occurrence constraint.
     """
+    waiting.skip_past_bound(due)
     executions = [
         {
             "job_id": execution["job_id"],

@@ -250,8 +250,6 @@ def lock_due(*, now: datetime, limit: int, planning: Mapping[str, Any]) -> list[
             "limit": limit,
             "active": JobStatus.ACTIVE.value,
             "pending": ExecutionStatus.PENDING.value,
-            "skipped": ExecutionStatus.SKIPPED.value,
-            "waiting": ExecutionStatus.WAITING.value,
         },
     )
     for row in found:

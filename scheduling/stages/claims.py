@@ -140,9 +140,7 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
     unknown_grace = timedelta(seconds=conf.get("UNKNOWN_TASK_GRACE"))
     with transaction.atomic(durable=True):
-        rows = claim_ledger.lock_due(
-            now=now, limit=limit, planning={**sql_planning(now, grace), **waiting.sql_bound()}
-        )
+        rows = claim_ledger.lock_due(now=now, limit=limit, planning=sql_planning(now, grace))
         if not rows:
             return Claim([], 0)
         bells: list[Doorbell] = []
@@ -228,6 +226,7 @@ def sql_planning(now: datetime, grace: timedelta) -> dict[str, Any]:
         **_argument_bounds(),
         "queue_pattern": QUEUE_PATTERN,
         "reserved_queues": RESERVED_QUEUE_LIKE,
+        **waiting.sql_bound(),
     }
 
 

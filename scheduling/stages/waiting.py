@@ -42,6 +42,8 @@ def sql_bound() -> dict[str, Any]:
     """The parameters of the bound in the claim's locking statement (``LOCK_DUE``)."""
     bound = conf.get("MAX_WAITING_PER_JOB")
     return {
+        "skipped": ExecutionStatus.SKIPPED.value,
+        "waiting": ExecutionStatus.WAITING.value,
         "max_waiting": bound,
         "waiting_overlap": Overlap.ALLOW.value,
         "waiting_note": note(bound),

@@ -196,7 +196,10 @@ def _differences(job: Job, spec: Spec) -> list[str]:
     return changed
 
 
-def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime, by: Actor) -> Job:
+def _create(
+    row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime, by: Actor, dry_run: bool
+) -> Job:
+    """The job of a new row; a dry run returns it validated and unsaved."""
     s = spec.schedule
     schedule = Schedule(
         interval=s["interval"] or "",
@@ -227,7 +230,10 @@ def _create(row: PeriodicTask, spec: Spec, *, owner: Any, now: datetime, by: Act
         ),
         now=now,
         by=by,
+        dry_run=dry_run,
     )
+    if dry_run:
+        return job
     fields: dict[str, Any] = {"execute_count": spec.execute_count}
     if s["run_at"] and spec.ran:
         # A one-off that beat already ran is history, not a new occurrence.
@@ -272,22 +278,42 @@ def _update(job: Job, spec: Spec, changed: list[str], *, now: datetime, by: Acto
     )
 
 
-def _sync_status(job: Job, spec: Spec, *, now: datetime, by: Actor) -> str | None:
-    """Follow the row's ``enabled`` unless the import itself disabled the row."""
+def _status_change(job: Job, spec: Spec) -> str | None:
+    """"resume" or "pause" when the job should follow the row's ``enabled``, unless the
+    import itself disabled the row; None when it already does."""
     if SOURCE_DISABLED in job.note or job.status == JobStatus.COMPLETED:
         return None
     if spec.active and job.status == JobStatus.PAUSED and job.pause_reason == PAUSE_REASON:
-        jobs.resume_job(job=job, now=now, by=by)
-        return "enabled"
+        return "resume"
     if not spec.active and job.status == JobStatus.ACTIVE:
-        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON, by=by)
-        return "enabled"
+        return "pause"
     return None
 
 
+def _sync_status(job: Job, spec: Spec, *, now: datetime, by: Actor, dry_run: bool) -> str | None:
+    """Follow the row's ``enabled`` (``_status_change``); a dry run only says it would."""
+    change = _status_change(job, spec)
+    if change is None:
+        return None
+    if dry_run:
+        return "enabled"
+    if change == "resume":
+        jobs.resume_job(job=job, now=now, by=by)
+    else:
+        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON, by=by)
+    return "enabled"
+
+
 def _import_row(
-    row: PeriodicTask, *, owner: Any, now: datetime, disable_source: bool, by: Actor
+    row: PeriodicTask,
+    *,
+    owner: Any,
+    now: datetime,
+    disable_source: bool,
+    by: Actor,
+    dry_run: bool,
 ) -> RowResult:
+    """Import one row; a dry run validates and compares the same and writes nothing."""
     try:
         spec = spec_of(row, now=now)
     except Unmappable as exc:
@@ -303,7 +329,7 @@ def _import_row(
     try:
         with transaction.atomic():
             if existing is None:
-                job = _create(row, spec, owner=owner, now=now, by=by)
+                job = _create(row, spec, owner=owner, now=now, by=by, dry_run=dry_run)
                 result.action = "created"
             else:
                 job = existing
@@ -312,9 +338,9 @@ def _import_row(
                     # The instant was chosen at the first import; later runs keep it.
                     spec.schedule["run_at"] = job.schedule.run_at
                 result.changed = _differences(job, spec)
-                if result.changed:
+                if result.changed and not dry_run:
                     _update(job, spec, result.changed, now=now, by=by)
-                status = _sync_status(job, spec, now=now, by=by)
+                status = _sync_status(job, spec, now=now, by=by, dry_run=dry_run)
                 if status:
                     result.changed.append(status)
                 if result.changed:
@@ -324,7 +350,10 @@ def _import_row(
                 result.source_disabled = True
     except ValidationError as exc:
         return RowResult(name=row.name, action="skipped", detail=first_error(exc))
-    result.detail = Job.objects.select_related("schedule").get(pk=job.pk).schedule.describe()
+    if job.pk is None:  # a dry run's new job, validated and not saved
+        result.detail = job.schedule.describe()
+    else:
+        result.detail = Job.objects.select_related("schedule").get(pk=job.pk).schedule.describe()
     return result
 
 
@@ -399,7 +428,9 @@ def import_beat(
     disable_source: bool = False,
     by: Actor | None = None,
 ) -> list[RowResult]:
-    """Import every PeriodicTask row; with ``dry_run`` report the same and roll it all back.
+    """Import every PeriodicTask row; with ``dry_run`` validate and report the same, writing
+    nothing (no job, schedule or audit row is inserted, so no id is taken, and nothing is
+    logged as created); the transaction is rolled back all the same, as a second guard.
 
     Each job made, changed, paused or resumed is recorded in the audit trail with ``by``
     (``manage.py import_beat``: the operating system's user; code when None).
@@ -413,8 +444,9 @@ def import_beat(
                     row,
                     owner=owner,
                     now=now,
-                    disable_source=disable_source,
+                    disable_source=disable_source and not dry_run,
                     by=by or audit.CODE,
+                    dry_run=dry_run,
                 )
             )
         if dry_run:

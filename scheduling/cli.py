@@ -213,11 +213,18 @@ def iso_instant(text: str | None, zone: tzinfo | None = None) -> str:
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Rows under their headers, each column as wide as its widest value: nothing is cut."""
+    """Rows under their headers, each column as wide as its widest value: nothing is cut.
+
+    Widths are the cells a value takes on screen (``readable.display_width``), so a name in
+    wide characters lines up with the rest."""
     cells = [[str(h) for h in headers], *([shown_value(v) for v in row] for row in rows)]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
+    widths = [
+        max(readable.display_width(line[i]) for line in cells) for i in range(len(headers))
+    ]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        "  ".join(
+            readable.pad(cell, width) for cell, width in zip(line, widths, strict=True)
+        ).rstrip()
         for line in cells
     )
 

@@ -18,7 +18,9 @@ And the rest:
 - a length of time: "0.412 s", "12 s", "3 min 5 s", "2 h 10 min";
 - an interval: "every 10 seconds", "every hour", "every 1 hour 30 minutes", never "every PT10S";
 - a cron expression: "at 09:00, Monday through Friday". Schedules read as lower-case sentence
-  fragments, interval and cron alike, so they sit in a sentence or a column the same way.
+  fragments, interval and cron alike, so they sit in a sentence or a column the same way;
+- a column of text in a terminal: padded by the width it takes on screen (``display_width``),
+  where a wide character (CJK, full-width forms) takes two cells and a combining mark none.
 
 Pure apart from one question: the zone, when none is given, is Django's current one. Nothing
 here reads the clock or the database.
@@ -27,6 +29,7 @@ here reads the clock or the database.
 from __future__ import annotations
 
 import re
+import unicodedata
 import zoneinfo
 from datetime import datetime, timedelta, tzinfo
 
@@ -228,3 +231,20 @@ __all__ = [
     "zone_name",
     "zone_named",
 ]
+
+
+def display_width(text: str) -> int:
+    """The cells ``text`` takes in a terminal: two for a wide or full-width character (East
+    Asian Width W or F), none for a combining mark, one for the rest."""
+    width = 0
+    for char in text:
+        if unicodedata.combining(char):
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+    return width
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` followed by spaces up to ``width`` cells on screen (``str.ljust`` counts
+    characters, so a column of CJK names would run past its neighbours)."""
+    return text + " " * max(0, width - display_width(text))

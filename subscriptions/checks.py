@@ -10,6 +10,7 @@ subscriptions must not keep from their defaults (``manage.py check --deploy``).
 | subscriptions.E004 | error | ``SUBSCRIPTIONS_BATCH_SIZE``: not a whole 1 to 1,000,000 |
 | subscriptions.E005 | error | ``SUBSCRIPTIONS_GATEWAY``: cannot be imported |
 | subscriptions.E006 | error | ``SUBSCRIPTIONS_GATEWAY``: not a class with charge, find_charge |
+| subscriptions.E007 | error | ``SUBSCRIPTIONS_CURRENCY_DECIMALS``: not a whole 0 to 4 |
 | subscriptions.W001 | warning, ``--deploy`` only | ``SUBSCRIPTIONS_GATEWAY`` is the test gateway |
 
 The rules are the accessors' own (``subscriptions.conf``, ``payments.gateway_class``): a value
@@ -33,6 +34,7 @@ READERS: tuple[tuple[str, Callable[[], Any]], ...] = (
     ("subscriptions.E002", conf.retry_delays_by_action),  # SUBSCRIPTIONS_RETRY_DELAY
     ("subscriptions.E003", conf.timeout),  # SUBSCRIPTIONS_TIMEOUT
     ("subscriptions.E004", conf.batch_size),  # SUBSCRIPTIONS_BATCH_SIZE
+    ("subscriptions.E007", conf.currency_decimals),  # SUBSCRIPTIONS_CURRENCY_DECIMALS
 )
 HINT = "See the SUBSCRIPTIONS_* settings in docs/install.md for each setting's range."
 

@@ -27,6 +27,7 @@ DEFAULT_RETRY_DELAY = 600.0
 DEFAULT_TIMEOUT = 120
 DEFAULT_GATEWAY = "subscriptions.payments.TestGateway"
 DEFAULT_BATCH_SIZE = 200
+DEFAULT_CURRENCY_DECIMALS = 2
 
 #: Each numeric setting's accepted range, both ends included.
 RANGES: dict[str, tuple[int, int]] = {
@@ -38,6 +39,8 @@ RANGES: dict[str, tuple[int, int]] = {
     "SUBSCRIPTIONS_TIMEOUT": (1, 86_400),
     # Subscriptions per block; the tests put every subscription in one block of a million.
     "SUBSCRIPTIONS_BATCH_SIZE": (1, 1_000_000),
+    # Decimals of the currency amounts are shown in: 0 (yen) to 4; prices keep 5 stored.
+    "SUBSCRIPTIONS_CURRENCY_DECIMALS": (0, 4),
 }
 #: The steps a renewal can be told to stop after (a test-only hook); "" stops nowhere.
 #: The keys of a per-action setting: the actions, and ``*`` for the rest.
@@ -165,6 +168,14 @@ def batch_size() -> int:
     """
     raw = getattr(settings, "SUBSCRIPTIONS_BATCH_SIZE", None)
     return _whole("SUBSCRIPTIONS_BATCH_SIZE", DEFAULT_BATCH_SIZE if raw is None else raw)
+
+
+def currency_decimals() -> int:
+    """Decimals an amount is shown with (``money.format_money``): the currency's minor unit."""
+    raw = getattr(settings, "SUBSCRIPTIONS_CURRENCY_DECIMALS", None)
+    return _whole(
+        "SUBSCRIPTIONS_CURRENCY_DECIMALS", DEFAULT_CURRENCY_DECIMALS if raw is None else raw
+    )
 
 
 def gateway_path() -> str:

@@ -213,6 +213,7 @@ def create_job(
     now: datetime,
     query_constraints: bool = True,
     by: Actor | None = None,
+    dry_run: bool = False,
 ) -> Job:
     """Validate and save a job (and its schedule unless it is saved), planned from ``now``.
 
@@ -230,6 +231,9 @@ def create_job(
 
     ``by`` is who makes it, for the audit trail (``scheduling.stages.audit``; code when None),
     written as ``created`` with the first values in the same transaction.
+
+    ``dry_run`` validates the same and returns the job unsaved: nothing is written, so no id
+    (a sequence on PostgreSQL) is taken and nothing is logged as created.
     """
     job = new_job(
         owner=owner, name=name, schedule=schedule, target=target, policies=policies, now=now
@@ -261,6 +265,8 @@ def create_job(
         )
     if errors:
         raise ValidationError(errors)
+    if dry_run:
+        return job
     with transaction.atomic():
         if schedule.pk is None:
             schedule.save()

@@ -20,6 +20,7 @@ from scheduling.api import (
     shown_time,
 )
 from subscriptions.models import JobStep, SubscriptionJob, SubscriptionJobStatus
+from subscriptions.money import format_money
 
 #: How many of a subscription's orders and jobs its page shows; the rest are a link away.
 LATEST = 20
@@ -33,6 +34,12 @@ def when(moment: Any) -> str:
     """A time as the engine's pages show it: the instant to the second, its zone named, and
     the time from now beside it (``scheduling.api.shown_time``)."""
     return shown_time(moment)
+
+
+@admin.display(description="amount", ordering="amount")
+def amount(row: Any) -> str:
+    """A row's ``amount`` with the currency's decimals (``money.format_money``)."""
+    return format_money(row.amount)
 
 
 def status_text(job: SubscriptionJob) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from subscriptions.admin.common import ModelAdmin, ReadOnlyAdmin
+from subscriptions.admin.common import ModelAdmin, ReadOnlyAdmin, amount
 from subscriptions.models import GatewayCharge, GatewayDecline, GatewayScript
 
 
@@ -14,7 +14,7 @@ from subscriptions.models import GatewayCharge, GatewayDecline, GatewayScript
 class GatewayChargeAdmin(ReadOnlyAdmin):
     """The test gateway's record of charges: read-only, as a bank statement is."""
 
-    list_display = ("reference", "customer", "amount", "idempotency_key", "created_at")
+    list_display = ("reference", "customer", amount, "idempotency_key", "created_at")
     search_fields = ("customer", "idempotency_key", "reference")
 
 
@@ -22,7 +22,7 @@ class GatewayChargeAdmin(ReadOnlyAdmin):
 class GatewayDeclineAdmin(ReadOnlyAdmin):
     """The test gateway's record of declined charges: read-only, as its charges are."""
 
-    list_display = ("idempotency_key", "customer", "amount", "reason", "created_at")
+    list_display = ("idempotency_key", "customer", amount, "reason", "created_at")
     search_fields = ("customer", "idempotency_key")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from subscriptions.admin.common import ReadOnlyAdmin, when
+from subscriptions.admin.common import ReadOnlyAdmin, amount, when
 from subscriptions.models import Order
 
 
@@ -12,7 +12,7 @@ from subscriptions.models import Order
 class OrderAdmin(ReadOnlyAdmin):
     """Read-only: orders are written by subscriptions and their renewals."""
 
-    list_display = ("id", "subscription_id", "period_number", "period", "amount", "status")
+    list_display = ("id", "subscription_id", "period_number", "period", amount, "status")
     list_filter = ("status",)
     search_fields = ("subscription__customer", "charge_reference")
     ordering = ("-created_at", "-pk")

@@ -21,6 +21,7 @@ from subscriptions.admin.common import (
     LATEST,
     LatestInline,
     ModelAdmin,
+    amount,
     plural,
     status_text,
     step_text,
@@ -136,13 +137,17 @@ class OrderInline(LatestInline):
         "period_number",
         "period_start",
         "period_end",
-        "amount",
+        "amount_shown",
         "status",
         "charge_reference",
         "confirmed_at",
     )
     readonly_fields = fields
     ordering = ("period_start",)
+
+    @admin.display(description="amount")
+    def amount_shown(self, order: Order) -> str:
+        return amount(order)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -249,6 +249,35 @@ def test_dry_run_writes_nothing(importer: Any) -> None:
 
 
 @db
+def test_a_dry_run_takes_no_id_logs_nothing_as_created_and_records_no_change(
+    importer: Any, caplog: Any
+) -> None:
+    PeriodicTask.objects.create(name="kept", task=NOOP, interval=every(1, "hours"))
+    run()
+    kept = job("kept")
+    PeriodicTask.objects.filter(name="kept").update(enabled=False, kwargs='{"x": 1}')
+    PeriodicTask.objects.create(name="new", task=NOOP, interval=every(2, "hours"))
+    changes = kept.changes.count()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="scheduling"):
+        rows = run("--dry-run")["by_name"]
+    assert rows["new"]["action"] == "created"
+    assert rows["new"]["detail"] == "every 2 hours"
+    assert rows["kept"]["action"] == "updated"
+    assert set(rows["kept"]["changed"]) == {"kwargs", "enabled"}
+    assert "job.created" not in caplog.text and "job.paused" not in caplog.text
+    assert list(Job.objects.values_list("name", flat=True)) == ["kept"]
+    unchanged = job("kept")
+    assert (unchanged.status, unchanged.kwargs) == (JobStatus.ACTIVE, {})
+    assert unchanged.changes.count() == changes
+    # The next job made takes the id right after the one made before the dry run.
+    PeriodicTask.objects.filter(name="kept").delete()
+    assert run()["by_name"]["new"]["action"] == "created"
+    assert job("new").pk == kept.pk + 1
+    assert job("new").schedule_id == kept.schedule_id + 1
+
+
+@db
 def test_disable_source_turns_off_imported_rows_only(importer: Any) -> None:
     PeriodicTask.objects.create(name="moved", task=NOOP, interval=every(1, "hours"))
     solar = SolarSchedule.objects.create(event="sunset", latitude=1, longitude=2)

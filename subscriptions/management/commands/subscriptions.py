@@ -26,6 +26,7 @@ from scheduling.api import (
 )
 from subscriptions import payments, pricing, selectors, services
 from subscriptions.models import SubscriptionJobStatus
+from subscriptions.money import format_money
 
 #: Model fields and the option that sets them, for error messages.
 OPTIONS = {
@@ -213,7 +214,10 @@ class Command(OneLineCommand):
         ]
         table = text_table(
             ("REFERENCE", "AMOUNT", "CUSTOMER", "IDEMPOTENCY KEY"),
-            [(c["reference"], c["amount"], c["customer"], c["idempotency_key"]) for c in data],
+            [
+                (c["reference"], format_money(c["amount"]), c["customer"], c["idempotency_key"])
+                for c in data
+            ],
         )
         return data, table if data else "no charges"
 
@@ -242,18 +246,30 @@ class Command(OneLineCommand):
             f"opt={j['opt_counter']}"
         )
 
+    @staticmethod
+    def _order_line(r: dict[str, Any]) -> str:
+        """One order; its period only where it has one (a parent order may have none)."""
+        period = "" if r["period_number"] is None else f" period {r['period_number']}"
+        start = f" from {_at(r['period_start'])}" if r["period_start"] else ""
+        return (
+            f"  order {r['id']} {r['kind']}{period}{start} {format_money(r['amount'])} "
+            f"{r['status']} {r['charge_reference']}"
+        ).rstrip()
+
     def _describe(self, data: dict[str, Any]) -> str:
         lines = [
             f"subscription {data['id']} of {data['customer']}: {data['status']}, every "
             f"{data['interval']} from {_at(data['starts_at'])} to {_at(data['ends_at'])}",
-            *(f"  item {i['quantity']} x {i['sku']} at {i['unit_price']}" for i in data["items"]),
             *(
-                f"  order {r['id']} {r['kind']} period={r['period_number']} "
-                f"{_at(r['period_start'])} {r['amount']} {r['status']} {r['charge_reference']}"
-                for r in data["orders"]
+                f"  item {i['quantity']} x {i['sku']} at {format_money(i['unit_price'])}"
+                for i in data["items"]
             ),
+            *(self._order_line(r) for r in data["orders"]),
             *(f"  job {self._job_line(j)}" for j in data["jobs"]),
-            *(f"  charge {c['reference']} {c['amount']}" for c in data["charges"]),
+            *(
+                f"  charge {c['reference']} {format_money(c['amount'])}"
+                for c in data["charges"]
+            ),
             *(
                 f"  skipped periods {k['first_period']}-{k['last_period']} "
                 f"({_at(k['starts_at'])} to {_at(k['ends_at'])}): {k['reason']}"

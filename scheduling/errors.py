@@ -10,6 +10,17 @@ from billiard.exceptions import SoftTimeLimitExceeded
 MAX_ERROR = 4000
 
 
+class RunCancelled(Exception):
+    """A body stopped because its run was cancelled: by the next occurrence (``cancel_other``)
+    or by a person. An intended end, not a failure.
+
+    The stop arrives in the body as the soft time limit's exception; ``ScheduledTask`` raises
+    this in its place once the ledger shows the run cancelled, with the cancel's reason. It is
+    among the task's expected exceptions (``ScheduledTask.throws``), so Celery logs it at INFO
+    without a traceback, and the end records nothing over the cancellation.
+    """
+
+
 class Fenced(SoftTimeLimitExceeded):
     """Raised in a running body whose worker could not renew its lease in time.
 

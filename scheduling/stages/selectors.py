@@ -22,7 +22,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from scheduling import readable
+from scheduling import conf, readable
 from scheduling.ledger import pgtimes
 from scheduling.ledger.probe import Probe as Probe  # the idle tick's answers, read here
 from scheduling.ledger.probe import scheduler_probe as scheduler_probe
@@ -35,6 +35,16 @@ from scheduling.timing.calendar_words import describe_calendar
 
 def _iso(value: datetime | None) -> str | None:
     return pgtimes.describe(value)
+
+
+def cancel_reason(execution_id: int) -> str | None:
+    """Why the execution was cancelled (its ``last_error``), or None if it is not cancelled."""
+    row = (
+        Execution.objects.filter(pk=execution_id, status=ExecutionStatus.CANCELLED)
+        .values_list("last_error", flat=True)
+        .first()
+    )
+    return None if row is None else row or "cancelled"
 
 
 def find_job(name: str, *, owner: str | None = None) -> Job:
@@ -314,8 +324,8 @@ def with_health(jobs: QuerySet[Job], *, now: datetime) -> QuerySet[Job]:
     Each value is a correlated subquery on the ``(job, scheduled_for)`` unique index (or the
     partial index of waiting executions), so a page of jobs costs one query, not one per row:
     ``last_status``, ``last_scheduled_for``, ``last_started_at``, ``last_retry_count``,
-    ``failures_24h`` and ``is_late``. The last run is the newest occurrence that left the queue
-    (pending and queued ones have not run yet).
+    ``failures_24h``, ``is_late`` and ``never_completes`` (``unfinished_runs``). The last run
+    is the newest occurrence that left the queue (pending and queued ones have not run yet).
     """
     history = Execution.objects.filter(job=OuterRef("pk"))
     last = history.exclude(status__in=[ExecutionStatus.PENDING, ExecutionStatus.QUEUED]).order_by(
@@ -342,7 +352,48 @@ def with_health(jobs: QuerySet[Job], *, now: datetime) -> QuerySet[Job]:
             Q(job_due_index(), next_due_at__lt=now - LATE_AFTER) | Exists(waiting),
             output_field=BooleanField(),
         ),
+        **unfinished_runs(),
     )
+
+
+#: How a run ended that did not complete: stopped, replaced, or failed.
+NEVER_COMPLETED = (
+    ExecutionStatus.CANCELLED,
+    ExecutionStatus.SUPERSEDED,
+    ExecutionStatus.FAILED,
+)
+
+
+def never_completes_warning() -> str:
+    """What the job list and the dashboard say of a job whose runs never complete."""
+    n = conf.get("WARN_AFTER_UNFINISHED_RUNS")
+    return f"none of its last {n} runs completed (cancelled, superseded or failed)"
+
+
+def unfinished_runs() -> dict[str, Any]:
+    """Annotations saying whether a job's last N finished runs all ended without completing
+    (``NEVER_COMPLETED``), N being ``SCHEDULING_WARN_AFTER_UNFINISHED_RUNS``: a job whose every
+    run is cancelled by the next (``cancel_other`` with a body longer than the interval) or
+    fails reads "active" and looks healthy otherwise.
+
+    Two correlated subqueries on the ``(job, scheduled_for)`` unique index, read backwards:
+    the N-th newest finished run's time (``nth_finished_at``), then whether any finished run
+    since then completed or was skipped. Runs not finished yet (the one in flight) are not
+    counted. ``never_completes`` is False for a job with fewer than N finished runs.
+    """
+    n = conf.get("WARN_AFTER_UNFINISHED_RUNS")
+    finished = Execution.objects.finished().filter(job=OuterRef("pk"))
+    nth = finished.order_by("-scheduled_for").values("scheduled_for")[n - 1 : n]
+    completed_since = finished.filter(scheduled_for__gte=OuterRef("nth_finished_at")).exclude(
+        status__in=NEVER_COMPLETED
+    )
+    return {
+        "nth_finished_at": Subquery(nth),
+        "never_completes": ExpressionWrapper(
+            Q(nth_finished_at__isnull=False) & ~Exists(completed_since),
+            output_field=BooleanField(),
+        ),
+    }
 
 
 def failing(jobs: QuerySet[Job]) -> QuerySet[Job]:

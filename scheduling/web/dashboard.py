@@ -112,6 +112,7 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
     waiting = overview.waiting(now=now, owner_id=owner_id)
     stale = overview.stale(now=now, owner_id=owner_id)
     late = overview.late(now=now, owner_id=owner_id, internal=internal)
+    never_completing = overview.never_completing(now=now, owner_id=owner_id)
     # Every job and run a panel lists, named for what it is (one query per task table).
     selectors.titled(
         [
@@ -123,6 +124,7 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
             *late.executions.rows,
             *failures.rows,
             *items.runs.rows,
+            *never_completing.rows,
         ]
     )
     return {
@@ -134,6 +136,8 @@ def panels(*, now: datetime, owner_id: int | None, internal: bool = False) -> di
         "failures": failures,
         "item_failures": items,
         "paused_after_failures": overview.paused_after_failures(owner_id=owner_id),
+        "never_completing": never_completing,
+        "never_completes_warning": selectors.never_completes_warning(),
         "failed_total": failed,
         "failures_judged": judge(
             failed,

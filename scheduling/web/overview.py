@@ -43,6 +43,7 @@ from scheduling.models import (
 from scheduling.rules import tasktables
 from scheduling.rules.validation import unknown_target
 from scheduling.stages import hours as settled_hours
+from scheduling.stages import selectors
 
 DAY = timedelta(hours=24)
 HOUR = timedelta(hours=1)
@@ -194,6 +195,28 @@ def paused_after_failures(*, limit: int = 10, owner_id: int | None = None) -> Pa
         _jobs(owner_id)
         .filter(status=JobStatus.PAUSED, pause_kind=PauseKind.FAILURES)
         .order_by("-updated_at")
+    )
+    return _panel(rows, limit)
+
+
+def never_completing(
+    *, now: datetime, within: timedelta = DAY, limit: int = 10, owner_id: int | None = None
+) -> Panel:
+    """Active jobs whose last runs all ended without completing (``selectors.unfinished_runs``),
+    by name: a job whose every run is cancelled by the next still reads "active".
+
+    Only jobs with such an end due within ``within`` are asked (``execution_recent_idx``), so
+    the dashboard's cost follows the recent history, not the number of jobs.
+    """
+    recent = Execution.objects.filter(
+        status__in=selectors.NEVER_COMPLETED, scheduled_for__gte=now - within
+    ).values("job_id")
+    rows = (
+        _jobs(owner_id)
+        .filter(status=JobStatus.ACTIVE, pk__in=recent)
+        .annotate(**selectors.unfinished_runs())
+        .filter(never_completes=True)
+        .order_by("name")
     )
     return _panel(rows, limit)
 

@@ -24,7 +24,7 @@ from celery.exceptions import Retry
 from django.db import close_old_connections
 from django.utils import timezone
 
-from scheduling.errors import Fenced, format_error
+from scheduling.errors import Fenced, RunCancelled, format_error
 from scheduling.models import (
     EXECUTION_STARTABLE,
     AttemptOutcome,
@@ -189,6 +189,8 @@ def _task_error(
 def _classify(task: Any, exception: BaseException | None) -> tuple[str, bool]:
     if isinstance(exception, Fenced):
         return AttemptOutcome.FENCED, False
+    if isinstance(exception, RunCancelled):
+        return AttemptOutcome.CANCELLED, False
     if isinstance(exception, SoftTimeLimitExceeded | TimeLimitExceeded):
         return AttemptOutcome.TIMEOUT, False
     if isinstance(exception, WorkerLostError):

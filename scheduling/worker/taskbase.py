@@ -15,18 +15,25 @@ child or a ``solo`` worker goes on serving. The worker's own shutdown is let thr
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Callable
 from typing import Any
 
 from billiard import common as billiard_common
+from billiard.exceptions import SoftTimeLimitExceeded
 from celery import Task, shared_task
 from celery.exceptions import Ignore, Retry, WorkerShutdown, WorkerTerminate
+from django.db import DatabaseError
 
+from scheduling.errors import Fenced, RunCancelled
 from scheduling.rules.registry import PermanentError
 from scheduling.rules.validation import check_run_arguments
 from scheduling.runs import RunContext
+from scheduling.stages import selectors
 from scheduling.worker import runtime
+
+logger = logging.getLogger("scheduling")
 
 
 class BodyExit(Exception):
@@ -81,6 +88,8 @@ class ScheduledTask(Task):
     ledger = True
     #: Exception classes that fail an execution at once, without retries.
     permanent_errors: tuple[type[BaseException], ...] = (PermanentError,)
+    #: Celery's expected exceptions, logged at INFO without a traceback: a cancelled run's stop.
+    throws: tuple[type[BaseException], ...] = (RunCancelled,)
     #: Only superusers may point a job at this task (the engine's maintenance tasks).
     superuser_only: bool = False
     #: The permission (``app_label.codename``) a user needs to point a job at this task.
@@ -106,6 +115,25 @@ class ScheduledTask(Task):
             if worker_is_exiting(exc):
                 raise
             raise BodyExit(exc) from exc
+        except SoftTimeLimitExceeded as exc:
+            # A fence (``Fenced``) is the worker losing its lease, recorded as such.
+            reason = None if isinstance(exc, Fenced) else self._cancel_reason()
+            if reason is None:
+                raise
+            logger.info(
+                "execution.body_stopped execution=%s reason=%s", self.execution_id, reason
+            )
+            raise RunCancelled(reason) from None
+
+    def _cancel_reason(self) -> str | None:
+        """Why this attempt's run was cancelled, when the ledger says it was (so the stop that
+        reached the body was the cancel's); None otherwise, or when the ledger cannot say."""
+        if self.execution_id is None:
+            return None
+        try:
+            return selectors.cancel_reason(self.execution_id)
+        except DatabaseError:
+            return None
 
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
         """Claim the execution row; a message that may not run is acknowledged and ignored.

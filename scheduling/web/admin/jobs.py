@@ -313,6 +313,17 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, job: Job) -> str:
+        """The job's state; under it, for an active job whose last runs all ended without
+        completing (``selectors.unfinished_runs``), a warning saying so."""
+        shown = self._state_badge(job)
+        if job.status != JobStatus.ACTIVE or not getattr(job, "never_completes", False):
+            return shown
+        warning = selectors.never_completes_warning()
+        return format_html(
+            '{}<div class="duecourse-why duecourse-warning">{}</div>', shown, warning
+        )
+
+    def _state_badge(self, job: Job) -> str:
         if job.status == JobStatus.PAUSED:
             return badge("paused", title=job.pause_reason)
         if job.status == JobStatus.ACTIVE and getattr(job, "last_status", None) in (

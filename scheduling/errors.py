@@ -11,8 +11,8 @@ MAX_ERROR = 4000
 
 
 class RunCancelled(Exception):
-    """A body stopped because its run was cancelled: by the next occurrence (``cancel_other``)
-    or by a person. An intended end, not a failure.
+    """A body stopped because its run was cancelled (the next occurrence of a ``cancel_other``
+    job, ``scheduler.stopper``): an intended end, not a failure.
 
     The stop arrives in the body as the soft time limit's exception; ``ScheduledTask`` raises
     this in its place once the ledger shows the run cancelled, with the cancel's reason. It is

@@ -319,7 +319,9 @@ def _import_row(
     except Unmappable as exc:
         return RowResult(name=row.name, action="skipped", detail=str(exc))
     result = RowResult(name=row.name, action="unchanged", warnings=list(spec.warnings))
-    existing = Job.objects.select_related("schedule").filter(owner=owner, name=row.name).first()
+    existing = None
+    if owner.pk is not None:  # an owner a dry run would make owns nothing yet
+        existing = Job.objects.select_related("schedule").filter(owner=owner, name=row.name).first()
     if existing is not None and not existing.note.startswith(MARK):
         result.action, result.detail = (
             "skipped",

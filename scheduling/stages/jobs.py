@@ -188,9 +188,10 @@ def system_owner() -> Any:
     return user
 
 
-def owner_for(username: str | None) -> Any:
+def owner_for(username: str | None, *, create: bool = True) -> Any:
     """The owning user for the command line: ``username``, else the first superuser, else
-    a ``scheduler`` user."""
+    a ``scheduler`` user, made here unless ``create`` is False (a dry run writes nothing:
+    it gets that user unsaved, which owns nothing yet)."""
     user_model = get_user_model()
     if username:
         found = user_model.objects.filter(username=username).first() if storable(username) else None
@@ -199,7 +200,11 @@ def owner_for(username: str | None) -> Any:
         return found
     user = user_model.objects.filter(is_superuser=True).order_by("pk").first()
     if user is None:
-        user, _ = user_model.objects.get_or_create(username="scheduler")
+        user = user_model.objects.filter(username="scheduler").first()
+    if user is None:
+        user = user_model(username="scheduler")
+        if create:
+            user.save()
     return user
 
 
@@ -259,7 +264,8 @@ def create_job(
             known = errors.setdefault(name_, [])
             said = {message for error in known for message in error.messages}
             known.extend(error for error in found if not set(error.messages) <= said)
-    if owner is not None and name and Job.objects.filter(owner=owner, name=name).exists():
+    saved_owner = owner is not None and owner.pk is not None
+    if saved_owner and name and Job.objects.filter(owner=owner, name=name).exists():
         errors.setdefault("name", []).append(
             ValidationError(f"{owner} already has a job named {name!r}")
         )

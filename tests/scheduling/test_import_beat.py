@@ -278,6 +278,16 @@ def test_a_dry_run_takes_no_id_logs_nothing_as_created_and_records_no_change(
 
 
 @db
+def test_a_dry_run_with_no_superuser_makes_no_owning_user(django_user_model: Any) -> None:
+    PeriodicTask.objects.create(name="new", task=NOOP, interval=every(2, "hours"))
+    assert run("--dry-run")["by_name"]["new"]["action"] == "created"
+    assert not django_user_model.objects.exists()
+    assert not Job.objects.exists()
+    run()
+    assert job("new").owner.username == "scheduler"
+
+
+@db
 def test_disable_source_turns_off_imported_rows_only(importer: Any) -> None:
     PeriodicTask.objects.create(name="moved", task=NOOP, interval=every(1, "hours"))
     solar = SolarSchedule.objects.create(event="sunset", latitude=1, longitude=2)

@@ -37,7 +37,7 @@ class Command(DuecourseCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         results = beat_import.import_beat(
-            owner=jobs.owner_for(o["owner"]),
+            owner=jobs.owner_for(o["owner"], create=not o["dry_run"]),
             now=timezone.now(),
             dry_run=o["dry_run"],
             disable_source=o["disable_source"] and not o["dry_run"],

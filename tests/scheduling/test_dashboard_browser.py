@@ -86,6 +86,31 @@ def test_the_dashboard_renders_with_a_day_of_history(page: Any, admin_user: Any)
     # engine's Content-Security-Policy, with nothing refused.
     assert page.evaluate("getComputedStyle(document.querySelector('#header')).display") == "flex"
     assert page.evaluate("getComputedStyle(document.querySelector('.dc-grid')).display") == "grid"
+    # The breadcrumbs are this Django's own (a list on 6.1, a div before): styled as the
+    # admin's bar, right under its header and as wide, never bare text under it.
+    crumbs = page.evaluate(
+        """() => {
+          const bar = document.querySelector('nav .breadcrumbs');
+          const header = document.querySelector('#header').getBoundingClientRect();
+          const box = bar.getBoundingClientRect();
+          const style = getComputedStyle(bar);
+          return {text: bar.innerText, background: style.backgroundColor,
+                  expected: getComputedStyle(document.documentElement)
+                    .getPropertyValue('--breadcrumbs-bg').trim(),
+                  gap: box.top - header.bottom, left: box.left, width: box.width,
+                  headerWidth: header.width, padding: parseFloat(style.paddingLeft)};
+        }"""
+    )
+    assert crumbs["text"].startswith("Home") and crumbs["text"].endswith("Dashboard")
+    assert crumbs["background"] == page.evaluate(
+        "(c) => { const e = document.createElement('div'); e.style.color = c;"
+        " document.body.appendChild(e); const v = getComputedStyle(e).color; e.remove();"
+        " return v; }",
+        crumbs["expected"],
+    )
+    assert (crumbs["gap"], crumbs["left"]) == (0, 0)
+    assert crumbs["width"] == crumbs["headerWidth"] and crumbs["padding"] > 0
+    assert ".." not in page.locator("#content p").first.inner_text()
     assert page.csp_violations == []
     ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACT), full_page=True)

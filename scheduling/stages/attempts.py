@@ -23,7 +23,7 @@ from django.db.models import F, Q
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
-from scheduling import conf
+from scheduling import conf, readable
 from scheduling.errors import MAX_ERROR, StartHeld
 from scheduling.ledger import attempt as attempt_ledger
 from scheduling.ledger.attempt import Started
@@ -443,7 +443,8 @@ def await_known_task(*, execution_id: int, target: str, now: datetime, who: str)
                 retry_at=now + delay,
                 task_unknown_since=since,
                 last_error=(
-                    f"{AWAITING_TASK} {target!r} since {since.isoformat()}: {who} does not know it"
+                    f"{AWAITING_TASK} {target!r} since {readable.instant(since)}: "
+                    f"{who} does not know it"
                 )[:MAX_ERROR],
                 updated_at=now,
             )

@@ -29,17 +29,20 @@ their own retention (``prune_trail``, ``SCHEDULING_AUDIT_RETENTION``), run by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from scheduling import readable
 from scheduling.models import (
     JOB_POLICY_FIELDS,
     ChangeSource,
@@ -283,12 +286,12 @@ def as_dict(change: JobChange) -> dict[str, Any]:
 
 
 def lines(changes: Iterable[JobChange]) -> list[str]:
-    """The trail in words: when (UTC, to the second), who, where, then ``field: from -> to``."""
+    """The trail in words: when (to the second, its zone named, as every time an operator
+    reads), who, where, then ``field: from -> to``."""
     out: list[str] = []
     for change in changes:
         out.append(
-            f"{change.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC "
-            f"{change.action} by {change.who} ({change.source})"
+            f"{readable.instant(change.at)} {change.action} by {change.who} ({change.source})"
         )
         for name, values in change.changes.items():
             out.append(
@@ -297,9 +300,20 @@ def lines(changes: Iterable[JobChange]) -> list[str]:
     return out
 
 
+#: A stored instant (``as_json`` keeps a datetime as ISO 8601 with its offset).
+_STORED_INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:\d{2}|Z)")
+
+
 def value_text(value: Any) -> str:
-    """A stored value in one line of text: ``-`` for nothing, else its JSON."""
-    return "-" if value is None else json.dumps(value, ensure_ascii=False)
+    """A stored value in one line of text: ``-`` for nothing, an instant as every time an
+    operator reads (to the second, its zone named: "2031-02-03 04:05:06 UTC"), else its
+    JSON."""
+    if value is None:
+        return "-"
+    if isinstance(value, str) and _STORED_INSTANT.fullmatch(value):
+        with contextlib.suppress(ValueError):
+            return readable.instant(datetime.fromisoformat(value))
+    return json.dumps(value, ensure_ascii=False)
 
 
 def fields_in_words(change: JobChange) -> list[tuple[str, str, str]]:

@@ -40,7 +40,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from scheduling import conf
+from scheduling import conf, readable
 from scheduling.ledger import backfill as backfill_ledger
 from scheduling.models import Job, JobChangeAction
 from scheduling.rules.validation import target_error
@@ -111,8 +111,9 @@ def check_range(*, start: Any, end: Any, now: datetime) -> tuple[datetime, datet
     if end > now:
         raise ValidationError(
             {
-                "end": f"{end.isoformat()} is after now ({now.isoformat()}); occurrences from "
-                "now on are the scheduler's, so a backfill ends at now at the latest"
+                "end": f"{end.isoformat()} is after now ({readable.instant(now)}); "
+                "occurrences from now on are the scheduler's, so a backfill ends at now at the "
+                "latest"
             }
         )
     if start < EARLIEST:

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
+from scheduling import readable
 from scheduling.ledger import liveness as liveness_ledger
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job
 from scheduling.stages.attempts import fail_attempt
@@ -113,7 +114,7 @@ def reap_execution(
         execution_id=execution_id,
         error=(
             f"abandoned: worker {worker or '?'} sent no heartbeat since "
-            f"{last.isoformat() if last else 'start'} (stale after {stale_after:g}s)"
+            f"{readable.instant(last) if last else 'start'} (stale after {stale_after:g}s)"
         ),
         outcome=AttemptOutcome.ABANDONED,
         now=now,

@@ -19,18 +19,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from scheduling import readable
 from scheduling.ledger import overlaps as overlap_ledger
 from scheduling.ledger.overlaps import Cancelled
 
 
 def superseded_note(winner: datetime) -> str:
-    """The reason an occurrence did not run: ``winner`` ran in its place."""
-    return f"superseded by the occurrence of {winner.isoformat()} (overlap policy)"
+    """The reason an occurrence did not run: ``winner`` ran in its place (the instant as an
+    operator reads every time, ``scheduling.readable``)."""
+    return f"superseded by the occurrence of {readable.instant(winner)} (overlap policy)"
 
 
 def cancelled_note(winner: datetime) -> str:
     """The reason a run was stopped: the occurrence ``winner`` came due (cancel_other)."""
-    return f"cancelled by the occurrence of {winner.isoformat()} (overlap cancel_other)"
+    return f"cancelled by the occurrence of {readable.instant(winner)} (overlap cancel_other)"
 
 
 def runs_to_cancel(*, winners: Mapping[int, datetime]) -> dict[int, str]:

@@ -14,7 +14,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling.api import admin_actor
+from scheduling.api import admin_actor, instant
 from subscriptions import services
 from subscriptions.admin.common import ModelAdmin, plural, status_text, step_text, when
 from subscriptions.models import StaleJob, SubscriptionJob
@@ -45,7 +45,7 @@ class SubscriptionJobForm(forms.ModelForm):
         if current is not None and read is not None and current["opt_counter"] != read:
             counter, changed_at = current["opt_counter"], current["last_update"]
             raise ValidationError(
-                f"This subscription job was changed at {changed_at.isoformat()} (by the "
+                f"This subscription job was changed at {instant(changed_at)} (by the "
                 f"scheduler or another user) since this page was loaded: optimistic counter "
                 f"{read}, now {counter}. Reload the page and make the change again."
             )

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from scheduling.api import instant
 from subscriptions.models.subscription import Subscription
 from subscriptions.models.validation import check_aware, validate_plain_text
 
@@ -136,7 +137,7 @@ class DueBatch(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"batch {self.pk} due {self.due_at.isoformat()} (block {self.block})"
+        return f"batch {self.pk} due {instant(self.due_at)} (block {self.block})"
 
 
 class SubscriptionJob(models.Model):
@@ -273,7 +274,7 @@ class SubscriptionJob(models.Model):
                 raise StaleJob(f"subscription job {self.pk} no longer exists")
             found_counter, changed_at = current["opt_counter"], current["last_update"]
             raise StaleJob(
-                f"subscription job {self.pk} was changed at {changed_at.isoformat()} since it "
+                f"subscription job {self.pk} was changed at {instant(changed_at)} since it "
                 f"was read (optimistic counter {read}, now {found_counter}); reload and try again"
             )
         for name, value in values.items():

@@ -19,7 +19,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api
+from scheduling import api, readable
 from scheduling.ledger import claim as claim_ledger
 from scheduling.ledger import probe
 from scheduling.models import (
@@ -124,7 +124,7 @@ def test_buffer_one_runs_the_latest_occurrence_due_during_a_run_and_supersedes_t
     [latest] = claim(done).bells
     assert claim(done).bells == []  # it holds the job like any run
     run(latest.execution_id, done + SECOND)
-    winner = (now + 3 * MINUTE).isoformat()
+    winner = readable.instant(now + 3 * MINUTE)
     note = f"superseded by the occurrence of {winner} (overlap policy)"
     assert history(job) == [
         (now, ExecutionStatus.COMPLETED, ""),
@@ -382,8 +382,8 @@ def test_superseded_and_cancelled_runs_show_why_in_the_admin_and_count_in_metric
     page = admin_client.get("/admin/scheduling/execution/").content.decode()
     assert page.count("duecourse-badge-superseded") == 3
     assert page.count("duecourse-badge-cancelled") == 2
-    assert f"superseded by the occurrence of {(now + 3 * MINUTE).isoformat()}" in page
-    assert f"cancelled by the occurrence of {(now + MINUTE).isoformat()}" in page
+    assert f"superseded by the occurrence of {readable.instant(now + 3 * MINUTE)}" in page
+    assert f"cancelled by the occurrence of {readable.instant(now + MINUTE)}" in page
     job_page = admin_client.get(f"/admin/scheduling/job/{one.pk}/change/").content.decode()
     assert "superseded by the occurrence of" in job_page
     metrics = admin_client.get("/metrics").content.decode()

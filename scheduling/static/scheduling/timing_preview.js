@@ -23,7 +23,7 @@
     zone.textContent = answer.zone ? "In " + answer.zone + " and in UTC:" : "";
     fill(box.querySelector(".duecourse-preview-list"), answer.occurrences || [], function (li, row) {
       var time = document.createElement("time");
-      time.setAttribute("datetime", row.local);
+      time.setAttribute("datetime", row.machine);
       time.textContent = row.local;
       var utc = document.createElement("span");
       utc.className = "duecourse-preview-utc";

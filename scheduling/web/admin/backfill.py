@@ -28,7 +28,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import ngettext
 
-from scheduling import api
+from scheduling import api, readable
 from scheduling.models import Job
 from scheduling.rules import permissions
 from scheduling.stages.audit import Actor
@@ -167,8 +167,8 @@ def _apply(
             modeladmin.log_change(
                 request,
                 job,
-                f"Backfilled {result.count} occurrence(s) from {start.isoformat()} "
-                f"to {end.isoformat()}.",
+                f"Backfilled {result.count} occurrence(s) from {readable.instant(start)} "
+                f"to {readable.instant(end)}.",
             )
         modeladmin.message_user(
             request, text, messages.SUCCESS if result.count else messages.WARNING

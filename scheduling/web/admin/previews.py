@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, JsonResponse
 from django.template.loader import render_to_string
 
+from scheduling import readable
 from scheduling.models import Job, JobStatus
 from scheduling.stages import jobs, previews
 from scheduling.timing.previews import DEFAULT_COUNT, Preview
@@ -53,12 +54,15 @@ class TimingForm(forms.Form):
 
 
 def occurrence_rows(preview: Preview) -> list[dict[str, str]]:
-    """Each occurrence in UTC and in the timing's zone (ISO-8601 with its offset)."""
+    """Each occurrence in the timing's zone and in UTC, as every time an operator reads
+    ("2026-11-30 18:00:00 CET", ``scheduling.readable``), with its UTC offset and the instant
+    in ISO 8601 for machines (the ``<time>`` element's ``datetime``)."""
     return [
         {
-            "utc": f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
-            "local": moment.isoformat(),
+            "local": readable.instant(moment, preview.zone),
+            "utc": readable.instant(moment, UTC),
             "offset": moment.strftime("%z"),
+            "machine": moment.astimezone(UTC).isoformat(timespec="seconds"),
         }
         for moment in preview.occurrences
     ]

@@ -30,6 +30,7 @@ from scheduling.models import Execution, ExecutionStatus, Job, Schedule, job_due
 from scheduling.readable import describe_interval
 from scheduling.rules import tasktables
 from scheduling.rules.validation import storable
+from scheduling.stages import pauses
 from scheduling.timing.calendar_words import describe_calendar
 
 
@@ -52,7 +53,7 @@ def find_job(name: str, *, owner: str | None = None) -> Job:
 
     A name no row can hold (a NUL typed on the command line) is simply not found.
     """
-    jobs = Job.objects.select_related("schedule", "owner").filter(name=name)
+    jobs = pauses.with_pauses(Job.objects.select_related("schedule", "owner").filter(name=name))
     if owner:
         jobs = jobs.filter(owner__username=owner)
     found = list(jobs[:2]) if storable(name) and storable(owner or "") else []
@@ -173,6 +174,7 @@ def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
         "expires": job.expires,
         "pause_reason": job.pause_reason or None,
         "pause_kind": job.pause_kind or None,
+        "paused": pauses.paused_by(job),
         "pause_after_failures": job.pause_after_failures,
         "consecutive_failures": job.consecutive_failures,
         "note": job.note,
@@ -181,7 +183,9 @@ def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
 
 
 def list_jobs() -> QuerySet[Job]:
-    return Job.objects.select_related("schedule", "owner").order_by("name", "owner__username")
+    return pauses.with_pauses(
+        Job.objects.select_related("schedule", "owner").order_by("name", "owner__username")
+    )
 
 
 def execution_summary(

@@ -35,7 +35,7 @@ from scheduling.rules import permissions
 from scheduling.rules.validation import (
     storable,
 )
-from scheduling.stages import audit, declarations, jobs, previews, selectors
+from scheduling.stages import audit, declarations, jobs, pauses, previews, selectors
 from scheduling.timing.previews import DEFAULT_COUNT, MAX_COUNT
 
 
@@ -271,9 +271,9 @@ class Command(DuecourseCommand):
                 (
                     job.name,
                     job.owner.get_username(),
-                    job.status,
+                    _status(job),
                     selectors.describe_schedule(job.schedule, zone),
-                    readable.instant(job.next_due_at, zone),
+                    _next_due(job, zone),
                     job.execute_count,
                     titles[job.pk] if titles[job.pk] != job.name else job.shown_task,
                 )
@@ -306,7 +306,7 @@ class Command(DuecourseCommand):
             selectors.execution_summary(e, title=titles[e.pk]) for e in executions
         ]
         text = "\n".join(
-            f"{key}: {job.shown_task if key == 'task' else _shown(key, value, zone, job.schedule)}"
+            f"{key}: {_line(job, key, value, zone)}"
             for key, value in data.items()
             if key not in ("recent_executions", "declared_task")
         )
@@ -453,6 +453,27 @@ class Command(DuecourseCommand):
 
 #: ``job_summary``'s keys that hold an instant (ISO-8601 text, UTC).
 _INSTANTS = ("next_due_at", "next_occurrence_at", "last_keepalive_at", "created_at")
+
+
+def _line(job: Job, key: str, value: Any, zone: Any) -> str:
+    """The value of one line of ``jobs show``."""
+    if key == "task":
+        return job.shown_task
+    if key == "next_due_at":
+        return _next_due(job, zone)
+    return _shown(key, value, zone, job.schedule)
+
+
+def _status(job: Job) -> str:
+    """A job's status; a paused job's with who or what paused it: "paused (by alice)"."""
+    how = pauses.paused_by(job)
+    return f"{job.status} ({how})" if how else str(job.status)
+
+
+def _next_due(job: Job, zone: Any) -> str:
+    """When the job fires next, or why it does not: a paused job is not due."""
+    due = pauses.next_due(job)
+    return pauses.not_due_word(job) if due is None else readable.instant(due, zone)
 
 
 def _shown(key: str, value: Any, zone: Any, schedule: Schedule) -> str:

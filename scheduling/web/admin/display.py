@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC
 
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import ngettext
 
+from scheduling import readable
 from scheduling.models import Job
 from scheduling.rules import tasktables
+from scheduling.stages import pauses
 
 #: Badges with a colour of their own in ``scheduling/duecourse.css``; any other is grey.
 BADGE_KINDS = frozenset(
@@ -61,6 +65,22 @@ def describe_target(job: Job) -> str:
     if row is None:
         return f"{name} #{job.task_row_id} (gone)"
     return f"{name}: {row}"
+
+
+def pause_note(job: Job) -> str:
+    """Who or what paused a job, and when where recorded, under its status: "by alice, 3 h
+    ago" (the exact instant on hover), "by its failure counter", "removed from code"."""
+    words = pauses.paused_by(job) or ""
+    since = pauses.paused_since(job)
+    if since is None:
+        return format_html('<span class="duecourse-pause-origin">{}</span>', words)
+    return format_html(
+        '<span class="duecourse-pause-origin">{}, <time datetime="{}" title="{}">{}</time></span>',
+        words,
+        since.astimezone(UTC).isoformat(timespec="seconds"),
+        readable.instant(since),
+        readable.ago(since, timezone.now()),
+    )
 
 
 def say(count: int, singular: str, plural: str) -> str:

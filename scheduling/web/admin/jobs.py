@@ -29,14 +29,14 @@ from scheduling.admintimes import shown
 from scheduling.csp import DATA_POLICY, with_csp
 from scheduling.models import Execution, Job, JobStatus
 from scheduling.rules import permissions
-from scheduling.stages import audit, jobs, selectors
+from scheduling.stages import audit, jobs, pauses, selectors
 from scheduling.stages import previews as stage_previews
 from scheduling.timing.previews import DEFAULT_COUNT
 from scheduling.timing.schedules import ScheduleError
 from scheduling.web.admin import previews
 from scheduling.web.admin.backfill import backfill_jobs
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
-from scheduling.web.admin.display import badge, breakable, describe_target, say
+from scheduling.web.admin.display import badge, breakable, describe_target, pause_note, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
 from scheduling.web.admin.forms import JOB_POLICY_FIELDS, JobForm, PauseForm
 from scheduling.web.admin.owners import OwnerChoiceAdmin
@@ -73,12 +73,13 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
     state_fields = (
         "status",
         "pause_reason",
+        "paused_by",
         "pause_kind",
         "consecutive_failures",
         "schedule_in_words",
         "failures",
         "retries",
-        "next_due_at",
+        "next_due",
         "next_occurrence_at",
         "current_execution",
         "execute_count",
@@ -96,7 +97,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         mine = owned_jobs(request, super().get_queryset(request))
-        return selectors.with_health(mine, now=timezone.now())
+        return pauses.with_pauses(selectors.with_health(mine, now=timezone.now()))
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
         """The job of a page, named for what it is in its title and breadcrumbs."""
@@ -325,7 +326,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
 
     def _state_badge(self, job: Job) -> str:
         if job.status == JobStatus.PAUSED:
-            return badge("paused", title=job.pause_reason)
+            return format_html("{}{}", badge("paused", title=job.pause_reason), pause_note(job))
         if job.status == JobStatus.ACTIVE and getattr(job, "last_status", None) in (
             selectors.FAILING
         ):
@@ -346,10 +347,14 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
 
     @admin.display(description="next due", ordering="next_due_at")
     def next_due(self, job: Job) -> str:
-        due = job.next_due_at
-        if due is None or job.status != JobStatus.ACTIVE:
-            return "-"
-        return shown(due)
+        """When the job fires next; a paused job is not due (``stages.pauses``)."""
+        due = pauses.next_due(job)
+        return pauses.not_due_word(job) if due is None else shown(due)
+
+    @admin.display(description="paused")
+    def paused_by(self, job: Job) -> str:
+        """Who or what paused the job, and when (``stages.pauses``); "-" for a job that runs."""
+        return pause_note(job) if job.status == JobStatus.PAUSED else "-"
 
     @admin.display(description="last run", ordering="last_scheduled_for")
     def last_run(self, job: Job) -> str:

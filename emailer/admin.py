@@ -468,7 +468,7 @@ class SendEmailTaskAdmin(
 
     @admin.display(description="next run")
     def next_run(self, task: SendEmailTask) -> str:
-        due = [j.next_due_at for j in self._jobs(task) if j.next_due_at and j.status == "active"]
+        due = [j.next_due for j in self._jobs(task) if j.next_due is not None]
         return _when(min(due)) if due else "-"
 
     @admin.display(description="last run")
@@ -499,10 +499,15 @@ class SendEmailTaskAdmin(
         found = jobs_for_row(obj, visible_to=getattr(obj, "viewer", None) or AnonymousUser())
         if not found:
             return "none yet: `manage.py emailer task schedule NAME --cron ...`"
+        # Each job by its name in words (a job made for this task without a name reads as
+        # the task does, "email "welcome" of project Acme"), as the engine's pages name it.
         return format_html_join(
             "",
             "<div>{} · {} · next {}</div>",
-            ((j.name, j.schedule, _when(j.next_due_at)) for j in found),
+            (
+                (j.title, j.schedule, _when(j.next_due) if j.next_due else j.not_due_word)
+                for j in found
+            ),
         )
 
 

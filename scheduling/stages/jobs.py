@@ -45,7 +45,7 @@ from scheduling.models import (
 from scheduling.rules import permissions
 from scheduling.rules.tasktables import TASK_ROW_TASK
 from scheduling.rules.validation import check_reason, check_target, storable
-from scheduling.stages import attempts, audit, selectors
+from scheduling.stages import attempts, audit, pauses, selectors
 from scheduling.stages.audit import Actor
 from scheduling.timing import schedules
 from scheduling.timing.schedules import FiringRule, Misfire
@@ -143,9 +143,23 @@ class JobInfo:
     schedule: str
     next_due_at: datetime | None
     execute_count: int
+    #: Its name as people read it: a job a domain app made for a row without a name
+    #: (``emailer.SendEmailTask:3:1``) by that row in its app's words (``selectors.job_titles``).
+    title: str = ""
+
+    @property
+    def next_due(self) -> datetime | None:
+        """When it fires next; None when it is paused (not due) or completed."""
+        return pauses.next_due(self)
+
+    @property
+    def not_due_word(self) -> str:
+        """What to show in place of ``next_due`` when there is none: "paused", "completed"."""
+        return pauses.not_due_word(self)
 
     @classmethod
-    def of(cls, job: Job) -> JobInfo:
+    def of(cls, job: Job, *, title: str | None = None) -> JobInfo:
+        """``job`` as plain values; ``title`` when the caller read the titles of many at once."""
         return cls(
             id=job.pk,
             name=job.name,
@@ -157,6 +171,7 @@ class JobInfo:
             schedule=job.schedule.describe(),
             next_due_at=job.next_due_at,
             execute_count=job.execute_count,
+            title=selectors.job_titles([job])[job.pk] if title is None else title,
         )
 
 
@@ -825,7 +840,9 @@ def jobs_for_row(task_table: str, task_row_id: int, *, viewer: Any = None) -> li
     )
     if viewer is not None:
         rows = permissions.visible_jobs(viewer, rows)
-    return [JobInfo.of(job) for job in rows.order_by("pk")]
+    found = list(rows.order_by("pk"))
+    titles = selectors.job_titles(found)
+    return [JobInfo.of(job, title=titles[job.pk]) for job in found]
 
 
 def remove_jobs_for_row(task_table: str, task_row_id: int, *, by: Actor | None = None) -> int:

@@ -88,3 +88,26 @@ def test_the_history_shows_its_times_to_the_second_in_the_named_zone(
     assert instant(history.scheduled_batch_start_time) in text
     assert instant(history.started_at) in text
     assert not DJANGOS_FORMAT.search(text), DJANGOS_FORMAT.search(text)
+
+
+def test_the_email_task_page_names_its_jobs_in_words_and_a_paused_one_is_not_due(
+    admin_client: Any, scheduled: Job
+) -> None:
+    """The task's page lists the jobs that run it as the engine's pages name them, never by
+    the stored ``emailer.SendEmailTask:N:1``; a paused job there shows no next run."""
+    url = reverse("admin:emailer_sendemailtask_change", args=[scheduled.task_row_id])
+    page = admin_client.get(url).content.decode()
+    jobs_field = page[page.index("field-schedules") :]
+    jobs_field = jobs_field[: jobs_field.index("</fieldset>")]
+    assert "emailer.SendEmailTask:" not in page
+    assert NAMED.replace('"', "&quot;") + " · every minute · next <time" in jobs_field
+    assert f">{instant(scheduled.next_due_at)}</time>" in jobs_field
+    Job.objects.filter(pk=scheduled.pk).update(
+        status="paused", next_due_at=timezone.now() - timedelta(days=2)
+    )
+    page = admin_client.get(url).content.decode()
+    jobs_field = page[page.index("field-schedules") :]
+    jobs_field = jobs_field[: jobs_field.index("</fieldset>")]
+    assert "· next paused</div>" in jobs_field
+    listed = admin_client.get(reverse("admin:emailer_sendemailtask_changelist")).content.decode()
+    assert '<td class="field-next_run">-</td>' in listed

@@ -21,6 +21,7 @@ from django.db.models import Q
 from emailer.rendering import SAMPLE_CONTEXT, template_errors, worst_cases
 from emailer.text import control_character_error
 from emailer.tokens import unsubscribe_url
+from scheduling.api import instant
 
 
 class ProjectState(models.TextChoices):
@@ -358,7 +359,7 @@ class SendEmailHistory(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.task} @ {self.scheduled_batch_start_time:%Y-%m-%d %H:%M}"
+        return f"{self.task} @ {instant(self.scheduled_batch_start_time)}"
 
 
 class Delivery(models.Model):

@@ -773,7 +773,7 @@ class SchedulerState(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.name} @ {self.last_tick_at:%Y-%m-%d %H:%M:%S}"
+        return f"{self.name} @ {readable.instant(self.last_tick_at)}"
 
 
 class DropKind(models.TextChoices):
@@ -909,4 +909,4 @@ class JobChange(models.Model):
         ordering = ["-at", "-id"]
 
     def __str__(self) -> str:
-        return f"{self.job_name} {self.action} by {self.who} @ {self.at:%Y-%m-%d %H:%M:%S}"
+        return f"{self.job_name} {self.action} by {self.who} @ {readable.instant(self.at)}"

@@ -153,3 +153,18 @@ def test_jobs_list_and_show_print_paused_and_who_paused_it_instead_of_a_next_due
     data = json.loads(call("jobs", "show", "report", "--json"))
     assert data["paused"] == f"by {owner.get_username()}"
     assert data["next_due_at"] is not None  # machines still read the stored instant
+
+
+def test_the_dashboard_counts_a_paused_job_neither_due_nor_late(
+    admin_client: Client, owner: Any
+) -> None:
+    job = paused_a_day_ago(owner)
+    page = admin_client.get("/dashboard/").content.decode()
+    for panel in ("panel-due", "panel-late"):
+        found = page[page.index(f'id="{panel}"') :]
+        found = found[: found.index("</section>")]
+        assert f"/admin/scheduling/job/{job.pk}/change/" not in found, panel
+    jobs.resume_job(job=job, now=timezone.now())  # resumed, its missed occurrence is late
+    page = admin_client.get("/dashboard/").content.decode()
+    late = page[page.index('id="panel-late"') :]
+    assert f"/admin/scheduling/job/{job.pk}/change/" in late[: late.index("</section>")]

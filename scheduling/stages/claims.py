@@ -407,16 +407,10 @@ def _plan(
     except (ArithmeticError, ValueError, TypeError) as exc:
         value = row.get("next_occurrence_at") or row.get("next_due_at")
         reason = (
-            f"next_occurrence_at: {_shown(value)} cannot be planned "
+            f"next_occurrence_at: {readable.instant(value)} cannot be planned "
             f"({type(exc).__name__}: {exc}); the job is paused"
         )
         return _paused(row, reason)
-
-
-def _shown(value: Any) -> str:
-    """A row's time in a pause reason as an operator reads every time (to the second, its
-    zone named: ``scheduling.readable``); a value that is no time, as it is."""
-    return readable.instant(value) if isinstance(value, datetime) else str(value)
 
 
 def _paused(row: dict[str, Any], reason: str) -> _Due:
@@ -448,8 +442,8 @@ def _plan_row(
         # running that occurrence now would run it early (or in the year 9999).
         return _paused(
             row,
-            f"next_occurrence_at: {_shown(occurrence)} is later than next_due_at "
-            f"{_shown(row['next_due_at'])}; the row was changed behind the scheduler",
+            f"next_occurrence_at: {readable.instant(occurrence)} is later than next_due_at "
+            f"{readable.instant(row['next_due_at'])}; the row was changed behind the scheduler",
         )
     timing = _timing(row, timings)
     if isinstance(timing, schedules.OverTimingBudget):

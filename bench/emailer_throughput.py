@@ -156,7 +156,6 @@ def side_messages(task: Any, when: Any) -> int:
                 from_email=task.from_email,
                 project_name=task.project.name,
                 participant={"id": pid, "email": email, "name": name, "status": status},
-                connection=connection,
             )
             sent += connection.send_messages([message])
     return sent

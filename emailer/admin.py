@@ -22,11 +22,12 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
+from django.utils.functional import lazy
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
-from emailer import conf, sending, services
+from emailer import conf, mailers, sending, services
 from emailer.models import (
     Delivery,
     HistoryStatus,
@@ -338,6 +339,7 @@ class SendEmailTaskForm(forms.ModelForm):
             "project",
             "name",
             "from_email",
+            "mailer",
             "note",
             "subject",
             "body",
@@ -349,6 +351,7 @@ class SendEmailTaskForm(forms.ModelForm):
             "once_per_participant",
             "on_uncertain",
         )
+        help_texts = {"mailer": lazy(mailers.help_text, str)()}
 
 
 @admin.register(SendEmailTask)
@@ -367,7 +370,7 @@ class SendEmailTaskAdmin(
     list_select_related = ("project",)
     readonly_fields = ("preview", "schedules", "audience")
     fieldsets = (
-        (None, {"fields": ("project", "name", "from_email", "note", "audience")}),
+        (None, {"fields": ("project", "name", "from_email", "mailer", "note", "audience")}),
         ("Message", {"fields": ("subject", "body", "html_body", "preview")}),
         (
             "Who and how much",

@@ -59,7 +59,6 @@ def build_message(
     from_email: str,
     project_name: str,
     participant: dict[str, Any],
-    connection: Any,
 ) -> ListMessage:
     """The message for ``participant`` (a dict with id, email, name, status)."""
     link = unsubscribe_url(participant["id"])
@@ -75,7 +74,6 @@ def build_message(
         body=rendered.body,
         from_email=from_email,
         to=[participant["email"]],
-        connection=connection,
         headers={
             "Message-ID": message_id(
                 task_id=task_id, occurrence=occurrence, participant_id=participant["id"]

@@ -18,6 +18,7 @@ from django.core.validators import MinValueValidator, validate_email
 from django.db import models
 from django.db.models import Q
 
+from emailer.mailers import name_error
 from emailer.rendering import SAMPLE_CONTEXT, template_errors, worst_cases
 from emailer.text import control_character_error
 from emailer.tokens import unsubscribe_url
@@ -150,6 +151,12 @@ class SendEmailTask(models.Model):
     from_email = models.CharField(
         max_length=254, blank=True, help_text="Sender; empty means DEFAULT_FROM_EMAIL."
     )
+    mailer = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="The mailer to send through, by its MAILERS name (Django 6.1); empty means "
+        "the project's default mail configuration.",
+    )
     subject = models.CharField(max_length=998, help_text="Django template, one line.")
     body = models.TextField(help_text="Plain-text Django template.")
     html_body = models.TextField(blank=True, help_text="Optional HTML Django template.")
@@ -216,13 +223,22 @@ class SendEmailTask(models.Model):
             samples=template_samples(),
         )
 
+    def check_mailer(self) -> dict[str, str]:
+        """The mailer field, if this project cannot send through the mailer it names, and why.
+        The save refuses it; a run checks again, since the project's MAILERS may change."""
+        problem = name_error(self.mailer or "")
+        return {"mailer": problem} if problem else {}
+
     def clean(self) -> None:
         self.from_email = (self.from_email or "").strip()
+        self.mailer = (self.mailer or "").strip()
         errors: dict[str, Any] = text_errors(
             self,
-            one_line=("name", "from_email", "note", "subject"),
+            one_line=("name", "from_email", "mailer", "note", "subject"),
             multiline=("body", "html_body"),
         )
+        if "mailer" not in errors:
+            errors.update(self.check_mailer())
         templates = self.check_templates()
         errors.update({k: v for k, v in templates.items() if k not in errors})
         sender = "" if "from_email" in errors else sender_error(self.from_email)

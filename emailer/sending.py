@@ -38,9 +38,8 @@ from django.db.models import F
 from django.template import TemplateSyntaxError
 from django.utils import timezone
 
-from emailer import conf, ledger
+from emailer import conf, ledger, mailers
 from emailer.ledger import Claimed, Outcome, Selection
-from emailer.mailers import default_mailer
 from emailer.messages import build_message
 from emailer.models import (
     DeliveryState,
@@ -229,19 +228,20 @@ def run_send_email_task(task: SendEmailTask, run: RunContext) -> dict[str, Any]:
             fold_idle_run(history)
         logger.info("emailer.skipped task=%s history=%s reason=%s", task.pk, history.pk, reason)
         return {"status": status, "reason": reason, **counts}
-    # The check the admin makes on save, made again: a row written behind its back, or
-    # limits lowered since, fails the run here with the reason, before anyone is claimed.
-    problems = task.check_templates()
-    try:
-        if problems:
-            raise TemplateSyntaxError(
-                "; ".join(f"{field}: {reason}" for field, reason in problems.items())
+    # The checks the admin makes on save, made again: a row written behind its back, limits
+    # lowered or a mailer removed since, fails the run here with the reason, before anyone is
+    # claimed.
+    problems = {**task.check_templates(), **task.check_mailer()}
+    note = "; ".join(f"{field}: {reason}" for field, reason in problems.items())
+    compiled: CompiledTask | None = None
+    if not note:
+        try:
+            compiled = compile_task(
+                subject=task.subject, body=task.body, html_body=task.html_body
             )
-        compiled = compile_task(
-            subject=task.subject, body=task.body, html_body=task.html_body
-        )
-    except TemplateSyntaxError as exc:
-        note = str(exc)
+        except TemplateSyntaxError as exc:
+            note = str(exc)
+    if compiled is None:
         write_counts(history, counts, now=timezone.now(), status=HistoryStatus.INTERRUPTED,
                      note=note)
         raise PermanentError(one_line(note, limit=500)) from None
@@ -289,7 +289,7 @@ class Sender:
         self.pacer = Pacer(
             rate=task.rate, backoff_base=tuning.backoff_base, backoff_max=tuning.backoff_max
         )
-        self.backend: Any = default_mailer()
+        self.backend: Any = mailers.connection(task.mailer)
 
     def send(self, selection: Selection, counts: Counter[str]) -> None:
         """Claim, send and record chunk after chunk until the batch is done or nobody is due.
@@ -393,7 +393,6 @@ class Sender:
                 from_email=self.from_email,
                 project_name=self.project_name,
                 participant=participant,
-                connection=self.backend,
             )
         except Exception as exc:  # a template that fails on this participant's data only
             return Outcome(claimed.delivery_id, DeliveryState.FAILED, f"render error: {exc}")

@@ -406,6 +406,15 @@ def add_task(*, project: Project, name: str, **values: Any) -> SendEmailTask:
     return task
 
 
+def set_task_mailer(*, task: SendEmailTask, mailer: str) -> SendEmailTask:
+    """Send ``task`` through the mailer named ``mailer`` ("" for the default), once the
+    model has checked that this project configures such a mailer."""
+    task.mailer = mailer
+    task.full_clean()
+    task.save(update_fields=["mailer", "updated_at"])
+    return task
+
+
 def schedule_task(
     *,
     task: SendEmailTask,

@@ -110,6 +110,12 @@ class Command(OneLineCommand):
         tadd.add_argument("--html", default="", help="HTML Django template (optional).")
         tadd.add_argument("--from", dest="from_email", default="", help="Sender address.")
         tadd.add_argument(
+            "--mailer",
+            default="",
+            help="The mailer to send through, by its name in MAILERS (Django 6.1); "
+            "default: the project's default mailer.",
+        )
+        tadd.add_argument(
             "--statuses",
             default="",
             help=f"Statuses to mail, comma-separated ({','.join(ParticipantStatus.values)}); "
@@ -134,6 +140,13 @@ class Command(OneLineCommand):
             "--each-occurrence",
             action="store_true",
             help="Mail everyone due again at each occurrence (a reminder), not once each.",
+        )
+        tmailer = self._action(
+            task_actions, "mailer", "Choose the mailer a task sends through (Django 6.1)."
+        )
+        tmailer.add_argument("name")
+        tmailer.add_argument(
+            "mailer", help='A name in MAILERS; "" or "default" for the default mailer.'
         )
         sched = self._action(task_actions, "schedule", "Make a job that runs the task.")
         sched.add_argument("name")
@@ -243,6 +256,7 @@ class Command(OneLineCommand):
             body=o["body"],
             html_body=o["html"],
             from_email=o["from_email"],
+            mailer=o["mailer"],
             statuses=csv_list(o["statuses"]),
             requires_state=o["requires_state"],
             batch_size=o["batch_size"],
@@ -256,6 +270,13 @@ class Command(OneLineCommand):
             f"`emailer task schedule {task.name} --cron ...` or "
             f"`jobs add NAME --task-table emailer.SendEmailTask --task-row-id {task.pk} ...`"
         )
+
+    def do_task_mailer(self, o: dict[str, Any]) -> tuple[Any, str]:
+        task = services.set_task_mailer(
+            task=services.get_task(o["name"], field="name"), mailer=o["mailer"]
+        )
+        shown = task.mailer or "the default mailer"
+        return {"name": task.name, "mailer": task.mailer}, f"task {task.name} sends through {shown}"
 
     def do_task_schedule(self, o: dict[str, Any]) -> tuple[Any, str]:
         task = services.get_task(o["name"], field="name")

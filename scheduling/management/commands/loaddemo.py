@@ -38,7 +38,7 @@ DEMO_JOBS = [
 class Command(DuecourseCommand):
     help = (
         "Load the demo jobs (four sample jobs and a quick one every 10 seconds) and each "
-        "app's demo (the emailer's: a small mailing, sent through the project's EMAIL_BACKEND; "
+        "app's demo (the emailer's: a small mailing, sent through the project's default mailer; "
         "subscriptions': three customers, one whose card the test gateway declines). "
         "Runs only where SCHEDULING_DEMO = True."
     )

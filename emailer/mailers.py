@@ -49,7 +49,7 @@ def name_error(name: str) -> str:
             )
         return (
             f"{name!r}: this project configures mail with the EMAIL_* settings, one mailer; "
-            f"define MAILERS to send through named mailers, or leave this empty"
+            "define MAILERS to send through named mailers, or leave this empty"
         )
     if (name or DEFAULT) in names:
         return ""

@@ -29,32 +29,20 @@ from scheduling.djangotasks.framework import (
     BaseTaskBackend,
     InvalidTask,
     Task,
-    TaskError,
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    normalize_json,
     task_enqueued,
 )
 from scheduling.djangotasks.options import DEFAULTS, options_problem
 from scheduling.djangotasks.outbox import outbox
+from scheduling.djangotasks.results import call_options, result_of
 from scheduling.djangotasks.runner import parameters_of, register_runner
-from scheduling.models import ExecutionStatus
 from scheduling.rules import arguments
 
 #: The framework's range of priorities (``TASK_MIN_PRIORITY``, ``TASK_MAX_PRIORITY``).
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
-
-STATUS = {
-    ExecutionStatus.PENDING: TaskResultStatus.READY,
-    ExecutionStatus.QUEUED: TaskResultStatus.READY,
-    ExecutionStatus.RETRY: TaskResultStatus.READY,
-    ExecutionStatus.RUNNING: TaskResultStatus.RUNNING,
-    ExecutionStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
-    ExecutionStatus.FAILED: TaskResultStatus.FAILED,
-    ExecutionStatus.SKIPPED: TaskResultStatus.FAILED,
-    ExecutionStatus.SUPERSEDED: TaskResultStatus.FAILED,
-    ExecutionStatus.CANCELLED: TaskResultStatus.FAILED,
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,12 +139,10 @@ class DuecourseTaskBackend(BaseTaskBackend):
             raise InvalidTask(f"Task {unfit[0]}: {unfit[1]}")
         broker_url = str(celery_app().conf.broker_url or "")
         call = {
-            "backend": self.alias,
+            **call_options(task, alias=self.alias),
             "args": call_args,
             "kwargs": call_kwargs,
             "queue": self.celery_queue(task.queue_name),
-            "queue_name": task.queue_name,
-            "priority": task.priority,
             "broker_priority": broker_priority(task.priority, broker_url),
             "max_retries": int(getattr(task, "max_retries", 0)),
             "timeout": getattr(task, "timeout", None) or int(conf.get("DEFAULT_TIMEOUT")),
@@ -190,55 +176,44 @@ class DuecourseTaskBackend(BaseTaskBackend):
         run = runs.find_run(result_id)
         if run is None:
             raise TaskResultDoesNotExist(result_id)
-        execution = run.execution
+        path = run.execution.task
         try:
-            task = import_string(execution.task)
+            task = import_string(path)
         except ImportError:
             raise TaskResultDoesNotExist(
-                f"{result_id}: its task {execution.task!r} can no longer be imported"
+                f"{result_id}: its task {path!r} can no longer be imported"
             ) from None
         if not isinstance(task, Task):
-            raise TaskResultDoesNotExist(f"{result_id}: {execution.task!r} is not a Django task")
-        status = STATUS[ExecutionStatus(execution.status)]
-        stored = execution.result or {}
-        result = TaskResult(
-            task=task,
-            id=str(execution.task_id),
-            status=status,
-            enqueued_at=execution.created_at,
-            started_at=execution.started_at,
-            finished_at=execution.finished_at if status in _FINISHED else None,
-            last_attempted_at=run.last_attempted_at,
-            args=run.args,
-            kwargs=run.kwargs,
-            backend=run.backend or self.alias,
-            errors=[TaskError(**error) for error in stored.get("errors", [])],
-            worker_ids=run.workers,
-        )
-        if status == TaskResultStatus.SUCCESSFUL:
-            object.__setattr__(result, "_return_value", stored.get("value"))
-        return result
-
-
-_FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+            raise TaskResultDoesNotExist(f"{result_id}: {path!r} is not a Django task")
+        return result_of(run, task=task, alias=self.alias)
 
 
 def _json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
-    """The arguments as JSON gives them back, within ``scheduling.rules.arguments``' limits of depth
-    and size; anything else is refused before it is stored (a key that is not text too: JSON
-    would hand the task ``{"1": "a"}`` for ``{1: "a"}``)."""
+    """The arguments as JSON gives them back, within ``scheduling.rules.arguments``' limits of
+    depth and size.
+
+    They go through the framework's own ``normalize_json`` first, so what the framework refuses
+    raises its own error (``TypeError("Unsupported type: ...")`` for a date, an object, a set;
+    ``ValueError`` for bytes that are not UTF-8), as on Django's backends. What the framework
+    lets through but JSON would not give back as given is refused with ``InvalidTask``: a key
+    that is not text (JSON would hand the task ``{"1": "a"}`` for ``{1: "a"}``), NaN or an
+    infinity, and arguments past the depth or size limit.
+    """
     call_args, call_kwargs = list(args), dict(kwargs)
     for name, value in (("args", call_args), ("kwargs", call_kwargs)):
+        # Before the framework's conversion, which recurses: past the limit it would not return.
         depth = arguments.nesting_depth(value)
         if depth > arguments.limits()[0]:
             raise InvalidTask(f"Task {name} {arguments.problem(value)}")
+    call_args, call_kwargs = normalize_json(call_args), normalize_json(call_kwargs)
+    for name, value in (("args", call_args), ("kwargs", call_kwargs)):
         keys = arguments.key_problem(value)
         if keys is not None:
             raise InvalidTask(f"Task {name} {keys}")
     try:
         call_args = json.loads(json.dumps(call_args, allow_nan=False))
         call_kwargs = json.loads(json.dumps(call_kwargs, allow_nan=False))
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
         raise InvalidTask(f"Task arguments must round-trip through JSON: {exc}") from None
     for name, value in (("args", call_args), ("kwargs", call_kwargs)):
         too_much = arguments.problem(value)

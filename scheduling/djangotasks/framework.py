@@ -7,7 +7,9 @@ and the exceptions raised are always the classes of the framework in use: on Dja
 ``except django.tasks.exceptions.InvalidTask`` catches them, on 5.2 ``except
 django_tasks.exceptions.InvalidTaskError`` does. The two spell the invalid-task error
 differently (``InvalidTask`` in Django, ``InvalidTaskError`` in the backport); here it is
-``InvalidTask`` either way.
+``InvalidTask`` either way. ``normalize_json`` is the framework's own conversion of a run's
+arguments and return value, so a value it refuses raises the framework's own error
+(``TypeError("Unsupported type: ...")``) here too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ try:  # Django 6.0 and later
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
 
     FRAMEWORK = "django.tasks"
 except ImportError:  # Django 5.2 with the backport
@@ -45,6 +48,7 @@ except ImportError:  # Django 5.2 with the backport
         task_finished,
         task_started,
     )
+    from django_tasks.utils import normalize_json  # type: ignore[no-redef]
 
     FRAMEWORK = "django_tasks"
 
@@ -59,6 +63,7 @@ __all__ = [
     "TaskResult",
     "TaskResultDoesNotExist",
     "TaskResultStatus",
+    "normalize_json",
     "task",
     "task_backends",
     "task_enqueued",

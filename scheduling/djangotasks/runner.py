@@ -19,17 +19,23 @@ from typing import Any
 
 from celery import shared_task
 from celery.exceptions import Ignore, Reject, Retry
+from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from scheduling.djangotasks import runs
 from scheduling.djangotasks.framework import (
     Task,
     TaskContext,
+    TaskError,
     TaskResult,
     TaskResultStatus,
+    normalize_json,
     task_finished,
     task_started,
 )
+from scheduling.djangotasks.results import result_of
+from scheduling.models import ExecutionStatus
 from scheduling.rules import arguments
 from scheduling.rules.registry import PermanentError
 from scheduling.worker.taskbase import ScheduledTask, worker_is_exiting
@@ -50,6 +56,7 @@ class DjangoTaskRunner(ScheduledTask):
     abstract = True
     #: Errors are kept in the run's result (class path and traceback), as the framework asks.
     keeps_errors = True
+
     @property
     def schedulable(self) -> bool:  # type: ignore[override]
         """Jobs may target it only when the Django task opted in (``schedulable=True``)."""
@@ -76,9 +83,7 @@ def register_runner(task: Any) -> str:
 
     run.__module__ = task.func.__module__
     run.__qualname__ = run.__name__ = f"{task.func.__name__}_runner"
-    shared_task(
-        bind=True, name=name, base=DjangoTaskRunner, acks_late=True
-    )(run)
+    shared_task(bind=True, name=name, base=DjangoTaskRunner, acks_late=True)(run)
     _registered.add(name)
     return name
 
@@ -94,18 +99,26 @@ def parameters_of(task: Any) -> inspect.Signature | None:
     return _signatures[name]
 
 
-def _task_result(
-    task: Any, runner: Any, args: list[Any], kwargs: dict[str, Any], status: str
-) -> Any:
-    run = runner.run_context
+def _running_result(task: Any, runner: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The run as the framework's result, as a task that takes its context sees it and the
+    signals carry it: read from the ledger (``scheduling.djangotasks.results``), so it is the
+    result ``get_result`` gives, with the task as enqueued. Where the ledger cannot say (no row,
+    the database away for a moment) it is made from the message alone."""
+    try:
+        run = runs.find_run(str(runner.request.id))
+    except DatabaseError:
+        run = None
+    if run is not None and run.execution.status == ExecutionStatus.RUNNING:
+        return result_of(run, task=task, alias=task.backend)
+    context = runner.run_context
     now = timezone.now()
-    attempt = run.attempt if run is not None else 1
+    attempt = context.attempt if context is not None else 1
     worker = runner.request.hostname or ""
     return TaskResult(
         task=task,
         id=str(runner.request.id),
-        status=status,
-        enqueued_at=run.scheduled_for if run is not None else None,
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
         started_at=now,
         finished_at=None,
         last_attempted_at=now,
@@ -123,7 +136,7 @@ def run_django_task(runner: Any, path: str, args: list[Any], kwargs: dict[str, A
     if not isinstance(task, Task):
         raise PermanentError(f"task: {path!r} is not a Django task (declare it with @task)")
     backend = type(task.get_backend())
-    result = _task_result(task, runner, args, kwargs, TaskResultStatus.RUNNING)
+    result = _running_result(task, runner, args, kwargs)
     task_started.send(sender=backend, task_result=result)
     try:
         if task.takes_context:
@@ -141,6 +154,7 @@ def run_django_task(runner: Any, path: str, args: list[Any], kwargs: dict[str, A
             "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
             "traceback": "".join(traceback.format_exception(exc)),
         }
+        result.errors.append(TaskError(**runner.request.duecourse_task_error))
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", timezone.now())
         task_finished.send(sender=backend, task_result=result)
@@ -154,7 +168,10 @@ def run_django_task(runner: Any, path: str, args: list[Any], kwargs: dict[str, A
 
 
 def _json_round_trip(value: Any) -> Any:
-    """The return value as JSON gives it back, as the framework requires of results."""
+    """The return value as JSON gives it back, as the framework requires of results: through
+    the framework's own ``normalize_json`` first, so a value it refuses fails the run with its
+    own error (``TypeError("Unsupported type: ...")``), as on Django's backends."""
+    value = normalize_json(value)
     try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:

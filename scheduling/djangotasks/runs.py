@@ -81,6 +81,8 @@ class RunView:
     kwargs: dict[str, Any]
     backend: str | None
     workers: list[str]
+    #: The first attempt's start (the framework's ``started_at``) and the latest's.
+    first_attempted_at: datetime | None
     last_attempted_at: datetime | None
 
 
@@ -106,5 +108,6 @@ def find_run(result_id: str) -> RunView | None:
         kwargs=dict(call.get("kwargs", job.kwargs if job else {})),
         backend=call.get("backend"),
         workers=[worker for worker, _ in attempts],
+        first_attempted_at=attempts[0][1] if attempts else None,
         last_attempted_at=attempts[-1][1] if attempts else None,
     )

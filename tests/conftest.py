@@ -317,6 +317,13 @@ def broker_prefix() -> str:
 @pytest.fixture
 def process_env(broker_prefix: str, settings: Any) -> dict[str, str]:
     """Environment for worker and scheduler processes: this test's database and broker."""
+    env = process_environment(broker_prefix)
+    settings.CELERY_BROKER_URL = env["CELERY_BROKER_URL"]
+    return env
+
+
+def process_environment(broker_prefix: str) -> dict[str, str]:
+    """``process_env``'s environment, for a fixture of a wider scope (a module's one worker)."""
     env = os.environ.copy()
     env.update(
         DATABASE_URL=database_url(),
@@ -331,7 +338,6 @@ def process_env(broker_prefix: str, settings: Any) -> dict[str, str]:
         SCHEDULING_RETRY_BACKOFF_CAP="2",
         PYTHONUNBUFFERED="1",
     )
-    settings.CELERY_BROKER_URL = env["CELERY_BROKER_URL"]
     return env
 
 

@@ -37,7 +37,10 @@ a worked example.
   account, and ``--by``'s user) give a command's changes the same ``who`` as ``jobs``';
   ``text_table`` (rows under headers, each column as wide as its longest value:
   nothing cut) and ``shown_value`` (a value as text: JSON as compact JSON, never a Python
-  repr).
+  repr). History out in bulk (``scheduling.exports``): ``add_window_options`` and
+  ``read_window`` (``--since``/``--until``, an ``ExportWindow``; ``ALL_TIME`` has no ends),
+  ``add_jsonl_option``, ``in_key_order`` (a query's rows a page at a time, in memory that does
+  not grow) and ``write_jsonl`` (one JSON object a line), as ``manage.py executions`` exports.
 - Run it: a runner receives its row and a ``RunContext`` (ids, the occurrence's due time, the
   attempt number, the last checkpoint, ``save_checkpoint``, ``progress`` and
   ``report_failures``), never the ledger's ORM rows or Celery objects. Raise
@@ -109,6 +112,15 @@ from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.csp import with_csp as with_content_security_policy
 from scheduling.djangotasks.options import task_options
 from scheduling.errors import Fenced
+from scheduling.exports import (
+    ALL_TIME,
+    add_jsonl_option,
+    add_window_options,
+    in_key_order,
+    read_window,
+    write_jsonl,
+)
+from scheduling.exports import Window as ExportWindow
 from scheduling.models import ChangeSource, Job, Schedule
 from scheduling.readable import ago, caption, describe_cron, describe_interval, instant, span, when
 from scheduling.rules import permissions, tasktables
@@ -128,6 +140,7 @@ from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [
     "ADMIN_STYLESHEET",
+    "ALL_TIME",
     "SYSTEM_OWNER",
     "BackfillResult",
     "Calendar",
@@ -135,6 +148,7 @@ __all__ = [
     "Cron",
     "Every",
     "ExecutionInfo",
+    "ExportWindow",
     "Fenced",
     "IdSelectionAdmin",
     "JobInfo",
@@ -150,7 +164,9 @@ __all__ = [
     "Timing",
     "ZonedSplitDateTime",
     "add_by_option",
+    "add_jsonl_option",
     "add_timing_options",
+    "add_window_options",
     "admin_actor",
     "ago",
     "backfill",
@@ -163,6 +179,7 @@ __all__ = [
     "error_line",
     "executions",
     "history",
+    "in_key_order",
     "instant",
     "job",
     "jobs_for_row",
@@ -173,6 +190,7 @@ __all__ = [
     "parse_timing_options",
     "pause",
     "positive_int",
+    "read_window",
     "resume",
     "run_now",
     "schedulable_task",
@@ -190,6 +208,7 @@ __all__ = [
     "when",
     "whole_number",
     "with_content_security_policy",
+    "write_jsonl",
 ]
 
 #: The engine's admin stylesheet (a static file of ``scheduling``): status badges, and lists

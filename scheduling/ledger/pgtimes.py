@@ -60,6 +60,7 @@ def describe(value: datetime | None, *, timespec: str = "auto") -> str | None:
     """ISO 8601, or ``infinity`` / ``-infinity`` for a time past either end of the range."""
     if value is None:
         return None
-    if is_out_of_range(value):
+    # The year first: it is all most values need, and an export asks this of every instant.
+    if value.year in (datetime.min.year, datetime.max.year) and is_out_of_range(value):
         return "infinity" if value.year == datetime.max.year else "-infinity"
     return value.isoformat(timespec=timespec)

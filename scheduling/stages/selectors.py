@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, TypeVar
 
@@ -23,6 +23,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from scheduling import conf, readable
+from scheduling.exports import ALL_TIME, Window, in_key_order
 from scheduling.ledger import pgtimes
 from scheduling.ledger.probe import Probe as Probe  # the idle tick's answers, read here
 from scheduling.ledger.probe import scheduler_probe as scheduler_probe
@@ -188,35 +189,72 @@ def list_jobs() -> QuerySet[Job]:
     )
 
 
+#: The columns an execution's summary is made of: read whole rows for a page, or these
+#: alone, as they are, for an export (``export_executions``).
+SUMMARY_COLUMNS = (
+    "id",
+    "job_id",
+    "task",
+    "scheduled_for",
+    "status",
+    "retry_count",
+    "task_id",
+    "worker",
+    "queued_at",
+    "started_at",
+    "finished_at",
+    "last_heartbeat_at",
+    "retry_at",
+    "last_error",
+    "checkpoint",
+    "duplicates",
+    "item_failures",
+    "item_failure_detail",
+    "call",
+    "result",
+)
+
+
+def summary_of(row: Mapping[str, Any], *, job: str | None, title: str) -> dict[str, Any]:
+    """The one form of an execution for the command line and ``api``, from its
+    ``SUMMARY_COLUMNS`` (a row read whole or those columns alone), its job's name and its
+    name in words; instants in ISO 8601 with their offset."""
+    return {
+        "id": row["id"],
+        "job": job,
+        "title": title,
+        "task": row["task"],
+        "scheduled_for": _iso(row["scheduled_for"]),
+        "status": row["status"],
+        "retry_count": row["retry_count"],
+        "task_id": str(row["task_id"]),
+        "worker": row["worker"] or None,
+        "queued_at": _iso(row["queued_at"]),
+        "started_at": _iso(row["started_at"]),
+        "finished_at": _iso(row["finished_at"]),
+        "last_heartbeat_at": _iso(row["last_heartbeat_at"]),
+        "retry_at": _iso(row["retry_at"]),
+        "last_error": row["last_error"] or None,
+        "checkpoint": row["checkpoint"],
+        "duplicates": row["duplicates"],
+        "item_failures": row["item_failures"],
+        "item_failure_detail": row["item_failure_detail"] or None,
+        # Runs enqueued through Django's Tasks framework: arguments and return value or errors.
+        "call": row["call"],
+        "result": row["result"],
+    }
+
+
 def execution_summary(
     execution: Execution, *, attempts: bool = False, title: str | None = None
 ) -> dict[str, Any]:
     """The execution as the command line and ``api`` show it; ``title`` is its name in words
     (``run_titles``, read for a page at once), read here when not given."""
-    data: dict[str, Any] = {
-        "id": execution.pk,
-        "job": execution.job.name if execution.job_id and execution.job else None,
-        "title": run_titles([execution])[execution.pk] if title is None else title,
-        "task": execution.task,
-        "scheduled_for": _iso(execution.scheduled_for),
-        "status": execution.status,
-        "retry_count": execution.retry_count,
-        "task_id": str(execution.task_id),
-        "worker": execution.worker or None,
-        "queued_at": _iso(execution.queued_at),
-        "started_at": _iso(execution.started_at),
-        "finished_at": _iso(execution.finished_at),
-        "last_heartbeat_at": _iso(execution.last_heartbeat_at),
-        "retry_at": _iso(execution.retry_at),
-        "last_error": execution.last_error or None,
-        "checkpoint": execution.checkpoint,
-        "duplicates": execution.duplicates,
-        "item_failures": execution.item_failures,
-        "item_failure_detail": execution.item_failure_detail or None,
-        # Runs enqueued through Django's Tasks framework: arguments and return value or errors.
-        "call": execution.call,
-        "result": execution.result,
-    }
+    data = summary_of(
+        {column: getattr(execution, column) for column in SUMMARY_COLUMNS},
+        job=execution.job.name if execution.job_id and execution.job else None,
+        title=run_titles([execution])[execution.pk] if title is None else title,
+    )
     if attempts:
         data["attempts"] = [a.as_dict() for a in execution.attempts.all()]
     return data
@@ -244,17 +282,13 @@ def check_execution_status(status: str | None) -> None:
         )
 
 
-def list_executions(
-    *,
-    job: Job | None = None,
-    owner: str | None = None,
-    status: str | None = None,
-    limit: int = 50,
+def _executions(
+    *, job: Job | None, owner: str | None, status: str | None, window: Window
 ) -> QuerySet[Execution]:
-    """Executions newest first: of one job, or of every job ``owner`` (a username) owns."""
+    """Executions of one job, or of every job ``owner`` (a username) owns, in ``status``,
+    due in ``window``; the filters checked, each refusal naming its field."""
     check_execution_status(status)
-    limit = check_limit(limit)
-    rows = Execution.objects.select_related("job").order_by("-scheduled_for", "-id")
+    rows = window.of(Execution.objects.all(), "scheduled_for")
     if job is not None:
         rows = rows.filter(job=job)
     if owner:
@@ -264,7 +298,67 @@ def list_executions(
         rows = rows.filter(job__owner__username=owner)
     if status:
         rows = rows.filter(status=status)
-    return rows[:limit]
+    return rows
+
+
+def list_executions(
+    *,
+    job: Job | None = None,
+    owner: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    window: Window = ALL_TIME,
+) -> QuerySet[Execution]:
+    """Executions newest first: of one job, or of every job ``owner`` (a username) owns."""
+    limit = check_limit(limit)
+    rows = _executions(job=job, owner=owner, status=status, window=window)
+    return rows.select_related("job").order_by("-scheduled_for", "-id")[:limit]
+
+
+def export_executions(
+    *,
+    job: Job | None = None,
+    owner: str | None = None,
+    status: str | None = None,
+    window: Window = ALL_TIME,
+    limit: int | None = None,
+) -> Iterator[list[dict[str, Any]]]:
+    """Every matching execution's summary (``summary_of``), oldest first by
+    ``(scheduled_for, id)``, a page at a time, in memory that does not grow with the ledger
+    (``exports.in_key_order``); at most ``limit`` when given, else no cap.
+
+    Only ``SUMMARY_COLUMNS`` are read, as tuples: no model is built per row. Jobs are read
+    once per page for the ones not met yet (their names and titles kept, up to
+    ``_JOBS_KEPT``, then read again), so a page costs two queries.
+    """
+    rows = _executions(job=job, owner=owner, status=status, window=window).values_list(
+        *SUMMARY_COLUMNS
+    )
+    at, pk, job_at = (SUMMARY_COLUMNS.index(c) for c in ("scheduled_for", "id", "job_id"))
+    names: dict[int, tuple[str, str]] = {}
+    for page in in_key_order(
+        rows,
+        time_field="scheduled_for",
+        key=lambda row: (row[at], row[pk]),
+        limit=limit,
+    ):
+        wanted = {row[job_at] for row in page if row[job_at] is not None} - names.keys()
+        if wanted:
+            if len(names) + len(wanted) > _JOBS_KEPT:
+                names.clear()
+            met = list(Job.objects.filter(pk__in=wanted))
+            titles = job_titles(met)
+            names.update({j.pk: (j.name, titles[j.pk]) for j in met})
+        summaries = []
+        for values in page:
+            row = dict(zip(SUMMARY_COLUMNS, values, strict=False))
+            name, title = names.get(row["job_id"], (None, row["task"]))
+            summaries.append(summary_of(row, job=name, title=title))
+        yield summaries
+
+
+#: Jobs whose names an export keeps between pages.
+_JOBS_KEPT = 10_000
 
 
 def task_row_target(execution_id: int) -> tuple[str, int] | None:

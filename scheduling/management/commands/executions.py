@@ -1,21 +1,26 @@
-"""``manage.py executions [--job NAME] [--owner USER] [--status S] [--limit N]``: the history."""
+"""``manage.py executions [--job NAME] [--owner USER] [--status S] [--since I] [--until I]
+[--limit N] [--json | --jsonl]``: the history, newest first, or exported whole, oldest first."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from scheduling import readable
 from scheduling.cli import add_zone_option, iso_instant, zone_option
+from scheduling.exports import add_jsonl_option, add_window_options, read_window, write_jsonl
 from scheduling.management.base import DuecourseCommand, whole_number
 from scheduling.stages import selectors
 
+#: Rows the table and ``--json`` list when ``--limit`` is not given.
+DEFAULT_LIMIT = 50
+
 
 class Command(DuecourseCommand):
-    help = "List executions, newest first."
-    option_names = {"timezone": "--tz"}
+    help = "List executions, newest first; or export them, oldest first (--jsonl)."
+    option_names = {"timezone": "--tz", "since": "--since", "until": "--until"}
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
@@ -27,18 +32,36 @@ class Command(DuecourseCommand):
         parser.add_argument(
             "--limit",
             type=whole_number(1, selectors.MAX_LISTED),
-            default=50,
-            help=f"At most N rows (50; at most {selectors.MAX_LISTED:,}).",
+            help=f"At most N rows (50; at most {selectors.MAX_LISTED:,}); with --jsonl, "
+            "the first N of the export, and no cap when not given.",
         )
-        parser.add_argument("--attempts", action="store_true", help="Include every attempt.")
+        parser.add_argument(
+            "--attempts", action="store_true", help="Include every attempt (not with --jsonl)."
+        )
+        add_window_options(parser, of="due time")
+        add_jsonl_option(parser)
         add_zone_option(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
+        if o["jsonl"] and (o["json"] or o["attempts"]):
+            other = "--json" if o["json"] else "--attempts"
+            raise CommandError(f"--jsonl: not allowed with {other}")
         zone = zone_option(o["tz"])
+        window = read_window(o["since"], o["until"], zone=zone)
         job = selectors.find_job(o["job"], owner=o["owner"]) if o["job"] else None
+        if o["jsonl"]:
+            pages = selectors.export_executions(
+                job=job, owner=o["owner"], status=o["status"], window=window, limit=o["limit"]
+            )
+            write_jsonl(lambda text: self.stdout.write(text, ending=""), pages)
+            return
         rows = list(
             selectors.list_executions(
-                job=job, owner=o["owner"], status=o["status"], limit=o["limit"]
+                job=job,
+                owner=o["owner"],
+                status=o["status"],
+                limit=o["limit"] or DEFAULT_LIMIT,
+                window=window,
             )
         )
         titles = selectors.run_titles(rows)

@@ -371,7 +371,10 @@ class SendEmailHistory(models.Model):
         ]
         indexes = [
             # emailer history --task: a task's runs, newest first.
-            models.Index(fields=["task", "-scheduled_batch_start_time"], name="emailer_hist_task")
+            models.Index(fields=["task", "-scheduled_batch_start_time"], name="emailer_hist_task"),
+            # emailer history --jsonl (selectors.export_history): every task's runs by due
+            # time, a page at a time from the last one read.
+            models.Index(fields=["scheduled_batch_start_time", "id"], name="emailer_hist_due"),
         ]
 
     def __str__(self) -> str:
@@ -416,6 +419,9 @@ class Delivery(models.Model):
         indexes = [
             # record_chunk, recover_run and the final counts: a run's deliveries by state.
             models.Index(fields=["history", "state"], name="emailer_delivery_run"),
+            # emailer deliveries --jsonl (selectors.export_deliveries): a task's deliveries by
+            # occurrence, a page at a time from the last one read.
+            models.Index(fields=["task", "occurrence", "id"], name="emailer_delivery_due"),
         ]
 
     def __str__(self) -> str:

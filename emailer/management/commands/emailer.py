@@ -10,34 +10,38 @@ the Django user ``--by USERNAME`` names (``scheduling.api.command_line_actor``).
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
+from django.utils.timezone import get_current_timezone as zone
 
-from emailer import services
+from emailer import selectors, services
 from emailer.models import (
     FASTEST_RATE,
-    Delivery,
     DeliveryState,
     ParticipantStatus,
     ProjectState,
-    SendEmailHistory,
     UncertainPolicy,
 )
 from scheduling.api import (
     OneLineCommand,
     add_by_option,
+    add_jsonl_option,
     add_timing_options,
+    add_window_options,
     command_line_actor,
     instant,
     jobs_for_row,
     number,
     parse_timing_options,
+    read_window,
     text_table,
     timing_of,
     whole_number,
+    write_jsonl,
 )
 
 #: Model fields whose command-line option has another name, for error messages.
@@ -52,6 +56,8 @@ OPTION_NAMES = {
     "run_at": "--at",
     "starts_at": "--start",
     "ends_at": "--end",
+    "since": "--since",
+    "until": "--until",
 }
 
 
@@ -168,12 +174,20 @@ class Command(OneLineCommand):
 
         history = self._action(groups, "history", "Runs, newest first, with their counts.")
         history.add_argument("--task", help="Only this task's runs.")
-        history.add_argument("--limit", type=listed, default=20, help="At most N (20).")
+        history.add_argument(
+            "--limit", type=listed, help="At most N (20); with --jsonl only when given."
+        )
+        add_window_options(history, of="due time")
+        add_jsonl_option(history)
 
         sent = self._action(groups, "deliveries", "One task's per-participant deliveries.")
         sent.add_argument("--task", required=True)
         sent.add_argument("--state", choices=DeliveryState.values)
-        sent.add_argument("--limit", type=listed, default=100, help="At most N (100).")
+        sent.add_argument(
+            "--limit", type=listed, help="At most N (100); with --jsonl only when given."
+        )
+        add_window_options(sent, of="occurrence")
+        add_jsonl_option(sent)
 
     @staticmethod
     def _action(actions: Any, name: str, text: str) -> CommandParser:
@@ -184,9 +198,17 @@ class Command(OneLineCommand):
         return parser
 
     def handle(self, *args: Any, **o: Any) -> None:
+        if o.get("jsonl") and o["json"]:
+            raise CommandError("--jsonl: not allowed with --json")
         handler = getattr(self, f"do_{o['group']}_{o.get('action') or 'show'}")
-        data, text = handler(o)
-        self.say(o, data, text)
+        found = handler(o)
+        if found is not None:
+            data, text = found
+            self.say(o, data, text)
+
+    def export(self, pages: Any) -> None:
+        """Each page's rows as JSON lines on stdout (``--jsonl``)."""
+        write_jsonl(lambda text: self.stdout.write(text, ending=""), pages)
 
     def say(self, o: dict[str, Any], data: Any, text: str) -> None:
         if o["json"]:
@@ -323,34 +345,19 @@ class Command(OneLineCommand):
 
     # --- history and deliveries ----------------------------------------------------------
 
-    def do_history_show(self, o: dict[str, Any]) -> tuple[Any, str]:
-        runs = SendEmailHistory.objects.select_related("task")
-        if o["task"]:
-            runs = runs.filter(task=services.get_task(o["task"]))
-        rows = [
-            {
-                "id": h.pk,
-                "task": h.task.name,
-                "scheduled_batch_start_time": h.scheduled_batch_start_time,
-                "started_at": h.started_at,
-                "finished_at": h.finished_at,
-                "status": h.status,
-                "attempts": h.attempts,
-                "sent": h.sent,
-                "failed": h.failed,
-                "deferred": h.deferred,
-                "skipped": h.skipped,
-                "uncertain": h.uncertain,
-                "note": h.note,
-                "updated_at": h.updated_at,
-            }
-            for h in runs[: o["limit"]]
-        ]
+    def do_history_show(self, o: dict[str, Any]) -> tuple[Any, str] | None:
+        task = services.get_task(o["task"]) if o["task"] else None
+        runs = selectors.history(task=task, window=read_window(o["since"], o["until"], zone=zone()))
+        if o["jsonl"]:
+            self.export(selectors.export_history(runs, limit=o["limit"]))
+            return None
+        newest = runs.order_by("-scheduled_batch_start_time", "-id")[: o["limit"] or 20]
+        rows = [selectors.history_summary(h) for h in newest]
         table = text_table(
             ("DUE", "TASK", "STATUS", "SENT", "FAILED", "DEFERRED", "UNCERTAIN", "NOTE"),
             [
                 (
-                    instant(r["scheduled_batch_start_time"]),
+                    _at(r["scheduled_batch_start_time"]),
                     r["task"],
                     r["status"],
                     r["sent"],
@@ -364,24 +371,24 @@ class Command(OneLineCommand):
         )
         return rows, table if rows else "no runs yet"
 
-    def do_deliveries_show(self, o: dict[str, Any]) -> tuple[Any, str]:
-        task = services.get_task(o["task"])
-        found = Delivery.objects.filter(task=task).order_by("-occurrence", "participant_id")
-        if o["state"]:
-            found = found.filter(state=o["state"])
-        rows = [
-            {
-                "email": d.email,
-                "occurrence": d.occurrence,
-                "state": d.state,
-                "reply": d.reply,
-                "tries": d.tries,
-                "finished_at": d.finished_at,
-            }
-            for d in found[: o["limit"]]
-        ]
+    def do_deliveries_show(self, o: dict[str, Any]) -> tuple[Any, str] | None:
+        found = selectors.deliveries(
+            task=services.get_task(o["task"]),
+            state=o["state"],
+            window=read_window(o["since"], o["until"], zone=zone()),
+        )
+        if o["jsonl"]:
+            self.export(selectors.export_deliveries(found, limit=o["limit"]))
+            return None
+        newest = found.order_by("-occurrence", "participant_id")[: o["limit"] or 100]
+        rows = [selectors.delivery_summary(d) for d in newest]
         table = text_table(
             ("OCCURRENCE", "EMAIL", "STATE", "REPLY"),
-            [(instant(r["occurrence"]), r["email"], r["state"], r["reply"]) for r in rows],
+            [(_at(r["occurrence"]), r["email"], r["state"], r["reply"]) for r in rows],
         )
         return rows, table if rows else "no deliveries"
+
+
+def _at(text: str | None) -> str:
+    """An ISO-8601 instant of the JSON output as the apps' one rule prints it in text."""
+    return instant(datetime.fromisoformat(text)) if text else "-"

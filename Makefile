@@ -30,7 +30,9 @@ SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.p
 	tests/scheduling/test_backfill.py tests/scheduling/test_calendars.py \
 	tests/scheduling/test_previews.py tests/scheduling/test_timing_budget.py \
 	tests/scheduling/test_argument_binding.py tests/scheduling/test_declarations.py \
-	tests/scheduling/test_waiting_bound.py tests/scheduling/test_never_completing.py
+	tests/scheduling/test_waiting_bound.py tests/scheduling/test_never_completing.py \
+	tests/scheduling/test_exports.py tests/emailer/test_exports.py \
+	tests/subscriptions/test_exports.py
 
 .PHONY: run test lint bench install print-sqlite-tests screenshots
 

@@ -6,14 +6,18 @@ beside the readable ones, so an operator who knows SUBSCRSCHJOBS finds every col
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
+from scheduling.api import ALL_TIME, ExportWindow, in_key_order
 from subscriptions.models import (
     GatewayCharge,
     Order,
+    OrderStatus,
     SkippedPeriods,
     Subscription,
     SubscriptionJob,
@@ -51,8 +55,11 @@ def job_summary(job: SubscriptionJob) -> dict[str, Any]:
 
 
 def order_summary(order: Order) -> dict[str, Any]:
+    """An order as ``subscriptions show`` and ``orders`` print it, with its lines (read with
+    ``prefetch_related("lines")`` for many orders at once)."""
     return {
         "id": order.pk,
+        "subscription_id": order.subscription_id,
         "kind": "parent" if order.parent_id is None else "child",
         "parent_id": order.parent_id,
         "period_number": order.period_number,
@@ -61,7 +68,7 @@ def order_summary(order: Order) -> dict[str, Any]:
         "amount": _decimal(order.amount),
         "lines": [
             {"sku": line.sku, "quantity": line.quantity, "unit_price": _decimal(line.unit_price)}
-            for line in order.lines.order_by("pk")
+            for line in sorted(order.lines.all(), key=lambda line: line.pk)
         ],
         "status": order.status,
         "charge_reference": order.charge_reference,
@@ -114,7 +121,9 @@ def subscription_detail(subscription: Subscription) -> dict[str, Any]:
             {"sku": i.sku, "quantity": i.quantity, "unit_price": _decimal(i.unit_price)}
             for i in subscription.items.order_by("pk")
         ],
-        "orders": [order_summary(o) for o in subscription.orders.order_by("pk")],
+        "orders": [
+            order_summary(o) for o in subscription.orders.prefetch_related("lines").order_by("pk")
+        ],
         "jobs": [job_summary(j) for j in subscription.jobs.order_by("scheduled_id")],
         "charges": [charge_summary(c) for c in charges(subscription_id=subscription.pk)],
         "skipped": [
@@ -135,6 +144,35 @@ def jobs(*, subscription_id: int | None = None, status: int | None = None) -> Qu
     if status is not None:
         rows = rows.filter(status=status)
     return rows
+
+
+def orders(
+    *,
+    subscription_id: int | None = None,
+    status: str | None = None,
+    window: ExportWindow = ALL_TIME,
+) -> QuerySet[Order]:
+    """Orders placed in ``window`` (``created_at``), of one subscription or all, in
+    ``status`` when given; their lines read with them."""
+    if status is not None and status not in OrderStatus.values:
+        raise ValidationError(
+            {"status": f"{status!r} is not one of {', '.join(OrderStatus.values)}"}
+        )
+    rows = window.of(Order.objects.prefetch_related("lines"), "created_at")
+    if subscription_id is not None:
+        rows = rows.filter(subscription_id=subscription_id)
+    return rows if status is None else rows.filter(status=status)
+
+
+def export_orders(
+    rows: QuerySet[Order], *, limit: int | None = None
+) -> Iterator[list[dict[str, Any]]]:
+    """Every order of ``rows`` as ``order_summary``, oldest first by ``(created_at, id)``,
+    a page at a time (``order_created``), with no cap unless ``limit``."""
+    for page in in_key_order(
+        rows, time_field="created_at", key=lambda o: (o.created_at, o.pk), limit=limit
+    ):
+        yield [order_summary(order) for order in page]
 
 
 def charges(*, subscription_id: int | None = None) -> QuerySet[Any]:

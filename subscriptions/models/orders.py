@@ -55,6 +55,11 @@ class Order(models.Model):
                 condition=Q(status__in=OrderStatus.values), name="order_status_valid"
             ),
         ]
+        indexes = [
+            # subscriptions orders (selectors.orders, export_orders): orders by the time they
+            # were placed, newest first for a listing, a page at a time for an export.
+            models.Index(fields=["created_at", "id"], name="order_created"),
+        ]
 
     def __str__(self) -> str:
         if self.parent_id is None:

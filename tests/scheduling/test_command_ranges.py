@@ -70,6 +70,7 @@ OPTIONS: list[tuple[list[str], str, str]] = [
     (SCHEDULE, "--timeout", "from 1 to 2,147,483,647"),
     (["emailer", "history"], "--limit", "from 1 to 100,000"),
     (["emailer", "deliveries", "--task", "t"], "--limit", "from 1 to 100,000"),
+    (["subscriptions", "orders"], "--limit", "from 1 to 100,000"),
 ]
 
 #: What each numeric option is given: past any column, negative, not a number, not finite.

@@ -1,4 +1,4 @@
-"""``manage.py subscriptions add|cancel|show|list|jobs|charges|gateway script``.
+"""``manage.py subscriptions add|cancel|show|list|orders|jobs|charges|gateway script``.
 
 Thin: parse, call one service or selector, print. Bad input is one line naming the field (and
 the option that set it) with the reason, and nothing is saved. ``add`` and ``cancel`` (which
@@ -13,19 +13,24 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from scheduling.api import (
     OneLineCommand,
     add_by_option,
+    add_jsonl_option,
+    add_window_options,
     command_line_actor,
     instant,
     parse_timing_options,
+    read_window,
     text_table,
+    whole_number,
+    write_jsonl,
 )
 from subscriptions import payments, pricing, selectors, services
-from subscriptions.models import SubscriptionJobStatus
+from subscriptions.models import OrderStatus, SubscriptionJobStatus
 from subscriptions.money import format_money
 
 #: Model fields and the option that sets them, for error messages.
@@ -42,7 +47,12 @@ OPTIONS = {
     "status": "--status",
     "decline": "--decline",
     "error": "--error",
+    "since": "--since",
+    "until": "--until",
 }
+
+#: The most orders ``orders`` lists at once (an export, ``--jsonl``, has no cap).
+MOST_LISTED = 100_000
 
 
 def parse_int(raw: str | None, *, field: str) -> int | None:
@@ -90,6 +100,17 @@ class Command(OneLineCommand):
 
         command("list", "Every subscription.")
 
+        orders = command("orders", "Orders, newest first; or every one, oldest first (--jsonl).")
+        orders.add_argument("--subscription", help="Only this subscription's orders.")
+        orders.add_argument("--status", choices=OrderStatus.values, help="Only this status.")
+        add_window_options(orders, of="time placed")
+        orders.add_argument(
+            "--limit",
+            type=whole_number(1, MOST_LISTED),
+            help="At most N (100); with --jsonl only when given.",
+        )
+        add_jsonl_option(orders)
+
         jobs = command("jobs", "Subscription jobs (SUBSCRSCHJOBS rows).")
         jobs.add_argument("--subscription", help="Only this subscription's jobs.")
         jobs.add_argument(
@@ -114,8 +135,13 @@ class Command(OneLineCommand):
         script.add_argument("--json", action="store_true", help="Print one JSON value.")
 
     def handle(self, *args: Any, **o: Any) -> None:
+        if o.get("jsonl") and o["json"]:
+            raise CommandError("--jsonl: not allowed with --json")
         handler = getattr(self, f"do_{o['action']}")
-        data, text = handler(o)
+        found = handler(o)
+        if found is None:  # exported, line by line
+            return
+        data, text = found
         if o.get("json"):
             self.stdout.write(json.dumps(data, default=str))
         else:
@@ -190,6 +216,39 @@ class Command(OneLineCommand):
             ],
         )
         return data, table if data else "no subscriptions"
+
+    def do_orders(self, o: dict[str, Any]) -> tuple[Any, str] | None:
+        subscription_id = None
+        if o["subscription"] is not None:
+            subscription_id = services.get_subscription(o["subscription"]).pk
+        rows = selectors.orders(
+            subscription_id=subscription_id,
+            status=o["status"],
+            window=read_window(o["since"], o["until"], zone=timezone.get_current_timezone()),
+        )
+        if o["jsonl"]:
+            pages = selectors.export_orders(rows, limit=o["limit"])
+            write_jsonl(lambda text: self.stdout.write(text, ending=""), pages)
+            return None
+        newest = rows.order_by("-created_at", "-id")[: o["limit"] or 100]
+        data = [selectors.order_summary(order) for order in newest]
+        table = text_table(
+            ("ID", "SUBSCRIPTION", "KIND", "PERIOD", "FROM", "AMOUNT", "STATUS", "PLACED"),
+            [
+                (
+                    r["id"],
+                    r["subscription_id"],
+                    r["kind"],
+                    r["period_number"],
+                    _at(r["period_start"]),
+                    r["amount"],
+                    r["status"],
+                    _at(r["created_at"]),
+                )
+                for r in data
+            ],
+        )
+        return data, table if data else "no orders"
 
     def do_jobs(self, o: dict[str, Any]) -> tuple[Any, str]:
         subscription_id = None

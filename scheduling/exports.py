@@ -45,6 +45,7 @@ PAGE_SIZE = 2_000
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
+
 def add_window_options(parser: argparse.ArgumentParser, *, of: str) -> None:
     """``--since INSTANT`` and ``--until INSTANT``: only rows whose ``of`` (words: "due time")
     is in the window, ``--since`` included and ``--until`` not."""
@@ -94,20 +95,14 @@ ALL_TIME = Window()
 
 def read_instant(raw: str, *, field: str, zone: tzinfo) -> datetime:
     """``raw`` as an aware instant in UTC: ISO 8601 with an offset, or a date alone (its
-    midnight in ``zone``). A ``ValidationError`` on ``field`` says which forms are taken."""
+    midnight in ``zone``). A ``ValidationError`` on ``field`` says why, and names both forms."""
     text = raw.strip()
-    forms = (
-        f"give a date (2026-11-01, midnight in {readable.zone_name(zone)}) or an ISO-8601 "
-        "date-time with an offset (2026-11-01T00:00:00+01:00)"
-    )
     if _DATE.match(text):
         try:
             day = date.fromisoformat(text)
             return datetime.combine(day, time(0), tzinfo=zone).astimezone(UTC)
         except ValueError:
-            raise ValidationError(
-                {field: f"{raw!r} is not a date in the calendar; {forms}"}
-            ) from None
+            raise ValidationError({field: f"{raw!r} is not a date in the calendar"}) from None
         except OverflowError:
             raise ValidationError(
                 {field: f"{raw!r} falls outside the years 1 to 9999 in UTC"}
@@ -115,10 +110,14 @@ def read_instant(raw: str, *, field: str, zone: tzinfo) -> datetime:
     try:
         found = parse_instant(text, field=field)
     except ValidationError as exc:
-        reason = " ".join(exc.message_dict.get(field, exc.messages))
-        if "outside the years" in reason:
-            raise
-        raise ValidationError({field: f"{raw!r} is not an instant; {forms}"}) from None
+        # The commands' one reason for a date-time, and the other form this option takes.
+        reason = " ".join(exc.message_dict[field])
+        raise ValidationError(
+            {
+                field: f"{reason}; or give a date alone (2026-11-01: its midnight in "
+                f"{readable.zone_name(zone)})"
+            }
+        ) from None
     assert found is not None
     return found
 
@@ -187,9 +186,7 @@ def in_key_order(
         after = key(found[-1])
 
 
-def write_jsonl(
-    write: Callable[[str], Any], pages: Iterable[Iterable[Mapping[str, Any]]]
-) -> int:
+def write_jsonl(write: Callable[[str], Any], pages: Iterable[Iterable[Mapping[str, Any]]]) -> int:
     """Each page's objects as JSON, one a line, written a page at a time; the count written.
 
     The encoder is made once; what JSON has no form for (a ``Decimal``, a ``UUID``) is

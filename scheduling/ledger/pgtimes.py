@@ -24,15 +24,13 @@ class _Clamping:
     """Mixin for a ``timestamptz`` loader: what Python cannot represent is clamped, not raised."""
 
     def load(self, data: Any) -> datetime:
-        raw = bytes(data)
-        if raw == b"infinity":
-            return LATEST
-        if raw == b"-infinity":
-            return EARLIEST
+        # The loader's own parse first: it refuses every value Python cannot hold (infinity
+        # too) with a DataError, and a value it can hold is read with no copy of its text.
         try:
             return super().load(data)  # type: ignore[misc]
         except psycopg.DataError:
-            return EARLIEST if raw.endswith(b" BC") else LATEST
+            raw = bytes(data)
+            return EARLIEST if raw == b"-infinity" or raw.endswith(b" BC") else LATEST
 
 
 def register(raw_connection: Any) -> None:

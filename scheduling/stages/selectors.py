@@ -36,7 +36,17 @@ from scheduling.timing.calendar_words import describe_calendar
 
 
 def _iso(value: datetime | None) -> str | None:
-    return pgtimes.describe(value)
+    """ISO 8601 with the offset; the ends of the calendar as ``pgtimes`` says them. The year
+    is asked first: an export asks this of five instants a row."""
+    if value is None:
+        return None
+    if value.year in _EDGE_YEARS:
+        return pgtimes.describe(value)
+    return value.isoformat()
+
+
+#: The years in which a time may be one of ``pgtimes``' clamped ends.
+_EDGE_YEARS = (datetime.min.year, datetime.max.year)
 
 
 def cancel_reason(execution_id: int) -> str | None:

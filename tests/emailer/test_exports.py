@@ -132,10 +132,10 @@ def test_a_date_alone_is_midnight_in_the_projects_zone(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("history", "--since", "yesterday"), "since (--since): 'yesterday' is not an instant"),
+        (("history", "--since", "yesterday"), "since (--since): 'yesterday' is not an ISO-8601"),
         (
             ("deliveries", "--task", "invite", "--until", "2026-11-01T09:00"),
-            "until (--until): '2026-11-01T09:00' is not an instant",
+            "until (--until): '2026-11-01T09:00' has no offset",
         ),
         (
             ("history", "--since", "2026-11-02T00:00Z", "--until", "2026-11-01T00:00Z"),

@@ -187,8 +187,8 @@ def test_an_export_of_nothing_writes_nothing(make_job: MakeJob) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--since", "last tuesday"], "since (--since): 'last tuesday' is not an instant; give a"),
-        (["--until", "2026-11-01T00:00"], "until (--until): '2026-11-01T00:00' is not an instant"),
+        (["--since", "last tuesday"], "since (--since): 'last tuesday' is not an ISO-8601 date"),
+        (["--until", "2026-11-01T00:00"], "until (--until): '2026-11-01T00:00' has no offset"),
         (["--since", "2026-02-30"], "since (--since): '2026-02-30' is not a date in the calendar"),
         (
             ["--since", "2026-12-01", "--until", "2026-11-01", "--tz", "UTC"],
@@ -208,8 +208,8 @@ def test_bad_windows_and_options_are_refused_naming_the_option(
 
 def test_a_refused_instant_says_which_forms_are_taken() -> None:
     message = refusal("--since", "soon", "--tz", "Europe/Paris")
-    assert "a date (2026-11-01, midnight in Europe/Paris)" in message
-    assert "an ISO-8601 date-time with an offset" in message
+    assert "is not an ISO-8601 date-time such as 2030-01-01T09:00:00Z" in message
+    assert message.endswith("or give a date alone (2026-11-01: its midnight in Europe/Paris)")
 
 
 @pytest.mark.postgres

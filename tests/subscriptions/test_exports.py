@@ -129,7 +129,7 @@ def test_the_window_combines_with_subscription_status_and_limit(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--since", "soon"), "since (--since): 'soon' is not an instant"),
+        (("--since", "soon"), "since (--since): 'soon' is not an ISO-8601 date-time"),
         (("--until", "2026-13-01"), "until (--until): '2026-13-01' is not a date in the calendar"),
         (
             ("--since", "2026-12-01T00:00Z", "--until", "2026-12-01T00:00Z"),

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, tzinfo
@@ -197,6 +199,20 @@ def write_jsonl(write: Callable[[str], Any], pages: Iterable[Iterable[Mapping[st
     for page in pages:
         lines = [encode(item) for item in page]
         if lines:
-            write("\n".join(lines) + "\n")
+            try:
+                write("\n".join(lines) + "\n")
+            except BrokenPipeError:  # the reader has had enough (``| head``): stop quietly
+                _drop_stdout()
+                return count
             count += len(lines)
     return count
+
+
+def _drop_stdout() -> None:
+    """Point the process's standard output at /dev/null, so that the interpreter's last flush
+    of what is still buffered for a closed pipe raises nothing at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind stdout (a test's StringIO)
+        pass

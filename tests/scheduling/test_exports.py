@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -236,3 +238,25 @@ def test_a_time_past_the_calendars_end_is_exported_once_and_the_export_ends(
     rows = exported()
     assert [r["id"] for r in rows] == ids
     assert rows[-1]["scheduled_for"] == "infinity"
+
+
+@pytest.mark.django_db(databases=[])
+def test_an_export_whose_reader_stops_early_ends_quietly() -> None:
+    """``... --jsonl | head -1``: the pipe closes after the first line; the writer stops at
+    the next page, with no traceback and no complaint from the interpreter's exit."""
+    script = (
+        "import sys\n"
+        "from scheduling.exports import write_jsonl\n"
+        "pages = ([{'id': n, 'pad': 'x' * 100} for n in range(1000)] for _ in range(100))\n"
+        "write_jsonl(sys.stdout.write, pages)\n"
+    )
+    writer = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert writer.stdout is not None
+    first = writer.stdout.readline()
+    writer.stdout.close()
+    _, errors = writer.communicate(timeout=60)
+    assert json.loads(first) == {"id": 0, "pad": "x" * 100}
+    assert errors == b""
+    assert writer.returncode == 0

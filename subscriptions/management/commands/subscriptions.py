@@ -241,7 +241,7 @@ class Command(OneLineCommand):
                     r["kind"],
                     r["period_number"],
                     _at(r["period_start"]),
-                    r["amount"],
+                    format_money(r["amount"]),
                     r["status"],
                     _at(r["created_at"]),
                 )

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('emailer', '0003_ledger_outlives_its_rows'),
+        ('emailer', '0004_task_chooses_its_mailer'),
     ]
 
     operations = [

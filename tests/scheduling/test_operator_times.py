@@ -154,7 +154,7 @@ def test_the_dashboard_names_the_zone_once_in_a_sentence_that_ends_once(
     admin_client: Client, new_york: None
 ) -> None:
     page = admin_client.get("/dashboard/").content.decode()
-    assert '<span id="dc-zone">Times in America/New_York</span>.' in page
+    assert '<span id="dc-zone">Times in America/New_York.</span>' in page
     assert ".." not in page[page.index("As of") : page.index("Refreshes every")]
 
 

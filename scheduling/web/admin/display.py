@@ -40,13 +40,16 @@ def badge(text: str, *, title: str = "") -> str:
     )
 
 
-#: A break opportunity (``<wbr>``) after each dot and underscore of a dotted name.
-_AFTER_DOTS = re.compile(r"(?<=[._])")
+#: A break opportunity (``<wbr>``) after each dot, underscore, slash and at-sign of a name.
+_AFTER_DOTS = re.compile(r"(?<=[._/@])")
 
 
 def breakable(name: str) -> str:
-    """``name`` (a dotted task name, say) as HTML that may wrap after a dot or an underscore
-    rather than inside a word, where a narrow list column needs it to wrap at all."""
+    """``name`` (a dotted task name, a zone such as America/Argentina/Buenos_Aires, an
+    address) as HTML that may wrap after a dot, an underscore, a slash or an at-sign rather
+    than inside a word, where a narrow list column needs it to wrap at all: browsers offer no
+    break there by themselves, and a column is never narrower than its longest unbroken run
+    (``scheduling/duecourse.css``)."""
     pieces = ((part,) for part in _AFTER_DOTS.split(name))
     return format_html_join(format_html("<wbr>{}", ""), "{}", pieces)
 

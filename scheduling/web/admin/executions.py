@@ -19,7 +19,7 @@ from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, Executio
 from scheduling.rules import permissions
 from scheduling.stages import audit, jobs, selectors
 from scheduling.web.admin.base import LedgerAdmin, sees_everything
-from scheduling.web.admin.display import badge, say
+from scheduling.web.admin.display import badge, breakable, say
 
 
 class AttemptInline(ReadableTimesAdmin, admin.TabularInline):
@@ -112,14 +112,16 @@ class ExecutionAdmin(LedgerAdmin):
         return format_html(
             '{}<div class="duecourse-why">{}</div>',
             shown,
-            Truncator(execution.last_error).chars(80),
+            breakable(Truncator(execution.last_error).chars(80)),
         )
 
     @admin.display(description="run", ordering="job__name")
     def run(self, execution: Execution) -> str:
         """What the execution runs: its job's title, or a Django task run's task path."""
         title = getattr(execution, "title", None)
-        return title if title is not None else selectors.run_titles([execution])[execution.pk]
+        if title is None:
+            title = selectors.run_titles([execution])[execution.pk]
+        return breakable(title)
 
     @admin.display(description="due", ordering="scheduled_for")
     def due(self, execution: Execution) -> str:

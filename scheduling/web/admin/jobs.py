@@ -343,7 +343,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
 
     @admin.display(description="schedule")
     def schedule_in_words(self, job: Job) -> str:
-        return selectors.describe_schedule(job.schedule)
+        return breakable(selectors.describe_schedule(job.schedule))
 
     @admin.display(description="next due", ordering="next_due_at")
     def next_due(self, job: Job) -> str:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from scheduling.models import Schedule
 from scheduling.stages import audit, jobs, selectors
 from scheduling.web.admin.base import LedgerAdmin, sees_everything, usable_schedules
+from scheduling.web.admin.display import breakable
 from scheduling.web.admin.filters import InternalScheduleFilter
 from scheduling.web.admin.owners import OwnerChoiceAdmin
 
@@ -21,12 +22,13 @@ class ScheduleAdmin(OwnerChoiceAdmin, LedgerAdmin):
     """Schedules, scoped to their owner as jobs are: a staff user who is not a superuser sees
     only their own, by any URL, and makes schedules that are theirs."""
 
-    list_display = ("__str__", "in_words", "timezone", "job_count")
+    list_display = ("__str__", "in_words", "zone", "job_count")
     search_fields = ("name", "cron", "interval", "rrule")
+    list_select_related = ("owner",)
 
     def get_list_display(self, request: HttpRequest) -> Any:
         shown = super().get_list_display(request)
-        return (*shown, "owner") if sees_everything(request) else shown
+        return (*shown, "owner_name") if sees_everything(request) else shown
 
     def get_list_filter(self, request: HttpRequest) -> tuple[Any, ...]:
         found: tuple[Any, ...] = (InternalScheduleFilter,)
@@ -66,7 +68,15 @@ class ScheduleAdmin(OwnerChoiceAdmin, LedgerAdmin):
 
     @admin.display(description="in words")
     def in_words(self, schedule: Schedule) -> str:
-        return selectors.describe_schedule(schedule)
+        return breakable(selectors.describe_schedule(schedule))
+
+    @admin.display(description="timezone", ordering="timezone")
+    def zone(self, schedule: Schedule) -> str:
+        return breakable(schedule.timezone)
+
+    @admin.display(description="owner", ordering="owner__username")
+    def owner_name(self, schedule: Schedule) -> str:
+        return breakable(schedule.owner.get_username())
 
     @admin.display(description="jobs", ordering="job_total")
     def job_count(self, schedule: Schedule) -> int:

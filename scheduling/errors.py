@@ -1,7 +1,9 @@
-"""How an error is written into the history: short, with the innermost frames."""
+"""How an error is written into the history (short, with the innermost frames), and how it
+reads back in one line where a list, a panel or a command has room for no more."""
 
 from __future__ import annotations
 
+import re
 import traceback
 from typing import Any
 
@@ -71,3 +73,40 @@ def format_error(exc: BaseException | None, tb: Any = None, *, limit: int = 6) -
         return f"{head}\n{frames}"[:MAX_ERROR]
     frames = "".join(traceback.format_tb(tb)[-limit:])
     return f"{head}\n{frames}"[:MAX_ERROR]
+
+
+#: A frame of a Python traceback: ``  File "/srv/app/tasks.py", line 12, in run``.
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+#: The line Python's own format opens a traceback with.
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def headline(error: str | None, *, limit: int | None = None) -> str:
+    """``error`` as an operator reads it in a list, a panel or a command's line: the
+    exception's type and message, ``ValueError: the amount is negative``, on one line.
+
+    A traceback never leads. The history's own form (``format_error``: the exception, then the
+    innermost frames) gives its first line; Python's form (``Traceback (most recent call
+    last):``, the frames, the exception last) gives the line after its last frame, the
+    exception the run ended with. With ``limit``, the line is cut to that many characters at a
+    word where one is near, ending in "…". The whole error stays on the execution's page and
+    in ``manage.py executions --json``.
+    """
+    lines = [line for line in (error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    kept = lines[0]
+    if kept.strip() == _TRACEBACK:
+        frames = [number for number, line in enumerate(lines) if _FRAME.match(line)]
+        after = frames[-1] + 1 if frames else 1
+        while after < len(lines) and lines[after][:1].isspace():
+            after += 1  # the frame's source line and its ^^^^ markers
+        kept = lines[after] if after < len(lines) else lines[-1]
+    text = " ".join(kept.split())
+    if limit is None or len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit * 2 // 3:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:-") + "…"

@@ -24,7 +24,7 @@ from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
 from scheduling import conf, readable
-from scheduling.errors import MAX_ERROR, StartHeld
+from scheduling.errors import MAX_ERROR, StartHeld, headline
 from scheduling.ledger import attempt as attempt_ledger
 from scheduling.ledger.attempt import Started
 from scheduling.ledger.attempt import attempt_running as _attempt_running
@@ -400,7 +400,7 @@ def fail_attempt(
         outcome,
         execution.retry_count,
         execution.retry_at,
-        error.splitlines()[0] if error else "",
+        headline(error),
     )
     return execution.status
 

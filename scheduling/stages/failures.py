@@ -28,7 +28,7 @@ from datetime import datetime
 
 from django.db.models import F
 
-from scheduling.errors import MAX_ERROR
+from scheduling.errors import MAX_ERROR, headline
 from scheduling.models import Job, JobStatus, PauseKind
 from scheduling.stages import audit
 
@@ -39,8 +39,8 @@ MAX_PAUSE_REASON = Job._meta.get_field("pause_reason").max_length
 
 
 def reason_for(count: int, error: str) -> str:
-    """The pause reason: the count and the first line of the last error, cut to fit."""
-    first = (error or "").strip().splitlines()[0] if (error or "").strip() else "(no message)"
+    """The pause reason: the count and the last error's type and message, cut to fit."""
+    first = headline(error) or "(no message)"
     text = f"paused after {count} failed occurrences in a row; last error: {first}"
     text = "".join(c if c.isprintable() else " " for c in text[:MAX_ERROR])
     return text[: MAX_PAUSE_REASON or 500]

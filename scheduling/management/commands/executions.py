@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from scheduling import readable
+from scheduling import errors, readable
 from scheduling.cli import add_zone_option, iso_instant, zone_option
 from scheduling.exports import add_jsonl_option, add_window_options, read_window, write_jsonl
 from scheduling.management.base import DuecourseCommand, whole_number
@@ -72,8 +72,9 @@ class Command(DuecourseCommand):
         width = max((len(e["title"]) for e in data), default=0)
         lines = []
         for e in data:
-            # The error's first line, whole: its end (the name that was missing) is the news.
-            error = e["last_error"].splitlines()[0] if e["last_error"] else ""
+            # The error's type and message, whole: its end (the name that was missing) is the
+            # news; never a frame of its traceback (``--json`` has the whole error).
+            error = errors.headline(e["last_error"])
             due = _moment(e["scheduled_for"])
             lines.append(
                 f"{iso_instant(e['scheduled_for'], zone)} {e['title']:{width}} {e['status']:9} "
@@ -101,7 +102,7 @@ def _after(text: str | None, due: datetime | None) -> str:
 
 def _attempt_line(attempt: dict[str, Any], due: datetime | None) -> str:
     """One attempt under its execution: its outcome, where it ran, when, and its error."""
-    error = attempt["error"].splitlines()[0] if attempt["error"] else ""
+    error = errors.headline(attempt["error"])
     return (
         f"  attempt {attempt['number']} {attempt['outcome']:9} worker={attempt['worker'] or '-'} "
         f"pid={attempt['pid'] or '-'} started={_after(attempt['started_at'], due)} "

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from scheduling import api, checks, readable
+from scheduling import api, checks, errors, readable
 from scheduling.cli import (
     JOB_OPTION_NAMES,
     PAST_AT_HINT,
@@ -318,7 +318,7 @@ class Command(DuecourseCommand):
         text += "\nrecent executions:\n" + "\n".join(
             f"  {iso_instant(e['scheduled_for'], zone)} {e['status']} "
             f"retries={e['retry_count']}"
-            f"{' ' + e['last_error'].splitlines()[0] if e['last_error'] else ''}"
+            f"{' ' + errors.headline(e['last_error']) if e['last_error'] else ''}"
             for e in data["recent_executions"]
         )
         self.emit(data, text, as_json=o["json"])

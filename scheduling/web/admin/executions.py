@@ -11,9 +11,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.text import Truncator
 
-from scheduling import readable
+from scheduling import errors, readable
 from scheduling.admintimes import ReadableTimesAdmin, shown
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
 from scheduling.rules import permissions
@@ -106,13 +105,13 @@ class ExecutionAdmin(LedgerAdmin):
         """The state, and under it, for the states a policy or a person decides (skipped by
         the misfire policy, superseded or cancelled by a later occurrence, cancelled by hand),
         why: the list says which occurrence replaced which without a click."""
-        shown = badge(execution.status, title=(execution.last_error or "")[:200])
+        shown = badge(execution.status, title=errors.headline(execution.last_error, limit=200))
         if execution.status not in WHY_SHOWN or not execution.last_error:
             return shown
         return format_html(
             '{}<div class="duecourse-why">{}</div>',
             shown,
-            breakable(Truncator(execution.last_error).chars(80)),
+            breakable(errors.headline(execution.last_error, limit=80)),
         )
 
     @admin.display(description="run", ordering="job__name")

@@ -54,8 +54,9 @@ class Schedule(models.Model):
     rrule = models.TextField(
         blank=True,
         validators=[MaxLengthValidator(CALENDAR_MAX_TEXT)],
-        help_text="RFC 5545 RRULE, RDATE and EXDATE lines, in the zone below "
-        "(scheduling.timing.calendars).",
+        help_text="A calendar in the zone below: an RRULE line such as "
+        '"FREQ=MONTHLY;BYMONTHDAY=-1;BYHOUR=9", RDATE lines to add dates and EXDATE lines to '
+        "drop them (RFC 5545).",
     )
     timezone = models.CharField(
         max_length=64, default="UTC", help_text="IANA zone for cron and calendars."
@@ -351,8 +352,8 @@ class Job(models.Model):
         default=0,
         db_default=0,
         editable=False,
-        help_text="Failed occurrences since the last success or resume "
-        "(scheduling.stages.failures).",
+        help_text="Failed occurrences in a row since the last success or resume; when they "
+        'reach "pause after failures", the job pauses itself.',
     )
     pause_kind = models.CharField(
         max_length=16,
@@ -585,8 +586,8 @@ class Execution(models.Model):
         "failed items",
         default=0,
         db_default=0,
-        help_text="Single items that failed inside the run, as its runner reported them "
-        "(RunContext.report_failures): a renewal declined, a message not delivered.",
+        help_text="Single items that failed inside the run, as the run itself reported them: "
+        "a renewal declined, a message not delivered.",
     )
     item_failure_detail = models.TextField(
         "failed items: detail",

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0023_declared_jobs'),
+        ('scheduling', '0024_execution_job_waiting_index'),
     ]
 
     operations = [

@@ -371,7 +371,7 @@ def parse_timing_options(
             errors.update({k: " ".join(v) for k, v in exc.message_dict.items()})
     end = fields.get("ends_at")
     if end is not None and "end" not in errors and end <= now:
-        errors["end"] = f"{end.isoformat()} has already passed; it must be in the future"
+        errors["end"] = f"{readable.typed(end)} has already passed; it must be in the future"
     tz = options.get("tz")
     if tz is not None:
         kinds = [

@@ -139,7 +139,8 @@ def read_window(since: str | None, until: str | None, *, zone: tzinfo) -> Window
     start, end = ends["since"], ends["until"]
     if start is not None and end is not None and end <= start:
         errors["until"] = (
-            f"{end.isoformat()} is not after --since {start.isoformat()}; the window would be empty"
+            f"{readable.typed(end)} is not after --since {readable.typed(start)};"
+            " the window would be empty"
         )
     if errors:
         raise ValidationError(errors)

@@ -92,6 +92,12 @@ def instant(moment: datetime | None, zone: tzinfo | None = None) -> str:
         return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
 
 
+def typed(moment: datetime) -> str:
+    """``moment`` in ISO 8601 to the second, with its offset, as a person types it: for an
+    error that repeats an instant it was given ("2026-11-30T18:00:00+01:00")."""
+    return moment.isoformat(timespec="seconds")
+
+
 def day(moment: datetime, zone: tzinfo | None = None) -> str:
     """The date of ``moment`` in ``zone``: "9999-12-31"."""
     try:
@@ -227,6 +233,7 @@ __all__ = [
     "is_far",
     "lag",
     "span",
+    "typed",
     "when",
     "zone_name",
     "zone_named",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 
-from scheduling import conf
+from scheduling import conf, readable
 from scheduling.celeryapp import celery_app
 from scheduling.rules import arguments, tasktables
 from scheduling.rules.registry import (
@@ -187,7 +187,7 @@ def past_run_at_error(
         return None  # the stored instant, posted back by a form that shows whole seconds
     if run_at >= now - timedelta(seconds=conf.get("MISFIRE_GRACE")):
         return None
-    return f"{run_at.isoformat()} has already passed"
+    return f"{readable.typed(run_at)} has already passed"
 
 
 def parse_json_argument(raw: str, *, field: str, expect: type) -> Any:

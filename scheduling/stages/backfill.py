@@ -111,7 +111,7 @@ def check_range(*, start: Any, end: Any, now: datetime) -> tuple[datetime, datet
     if end > now:
         raise ValidationError(
             {
-                "end": f"{end.isoformat()} is after now ({readable.instant(now)}); "
+                "end": f"{readable.typed(end)} is after now ({readable.instant(now)}); "
                 "occurrences from now on are the scheduler's, so a backfill ends at now at the "
                 "latest"
             }
@@ -119,13 +119,13 @@ def check_range(*, start: Any, end: Any, now: datetime) -> tuple[datetime, datet
     if start < EARLIEST:
         raise ValidationError(
             {
-                "start": f"{start.isoformat()} is before {EARLIEST.isoformat()}; a backfill "
+                "start": f"{readable.typed(start)} is before {EARLIEST.isoformat()}; a backfill "
                 "reaches back to the Unix epoch at the earliest, and ends at now at the latest"
             }
         )
     if start >= end:
         raise ValidationError(
-            {"start": f"{start.isoformat()} is not before the end {end.isoformat()}"}
+            {"start": f"{readable.typed(start)} is not before the end {readable.typed(end)}"}
         )
     return start, end
 

@@ -78,8 +78,9 @@ def choose_action(page: Any, job: Job, action: str) -> None:
 
 
 def status_in_list(page: Any, job: Job) -> str:
+    """The badge: the first line of the status cell (who paused a job is the line under it)."""
     row = page.locator("#result_list tbody tr", has=page.locator(f"a:text-is('{job.name}')"))
-    return str(row.locator(".field-status_badge").inner_text())
+    return str(row.locator(".field-status_badge").inner_text()).splitlines()[0]
 
 
 def test_an_operator_makes_pauses_resumes_and_runs_a_cron_job(

@@ -314,21 +314,14 @@ def broker_prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}:"
 
 
-@pytest.fixture
-def process_env(broker_prefix: str, settings: Any) -> dict[str, str]:
-    """Environment for worker and scheduler processes: this test's database and broker."""
-    env = process_environment(broker_prefix)
-    settings.CELERY_BROKER_URL = env["CELERY_BROKER_URL"]
-    return env
-
-
-def process_environment(broker_prefix: str) -> dict[str, str]:
-    """``process_env``'s environment, for a fixture of a wider scope (a module's one worker)."""
+def processes_environment(prefix: str) -> dict[str, str]:
+    """The environment of a worker or scheduler on the test database, under the Redis key
+    ``prefix``, with the engine's clocks turned down (``process_env`` says which)."""
     env = os.environ.copy()
     env.update(
         DATABASE_URL=database_url(),
         CELERY_BROKER_URL=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
-        CELERY_REDIS_KEY_PREFIX=broker_prefix,
+        CELERY_REDIS_KEY_PREFIX=prefix,
         CELERY_VISIBILITY_TIMEOUT="60",
         CELERY_UNACKED_RESTORE_INTERVAL="1",
         SCHEDULING_HEARTBEAT_INTERVAL="1",
@@ -339,6 +332,60 @@ def process_environment(broker_prefix: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+@pytest.fixture
+def process_env(broker_prefix: str, settings: Any) -> dict[str, str]:
+    """Environment for worker and scheduler processes: this test's database and broker."""
+    env = processes_environment(broker_prefix)
+    settings.CELERY_BROKER_URL = env["CELERY_BROKER_URL"]
+    return env
+
+
+@pytest.fixture(scope="module")
+def module_broker_prefix() -> str:
+    """A Redis key prefix shared by one module's tests and the processes they share."""
+    return f"m{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture(scope="module")
+def shared_processes(tmp_path_factory: Any, django_db_setup: Any) -> Iterator[Processes]:
+    """Processes one module's tests share (a worker or scheduler none of them kills or cuts
+    off), started once by a module-scoped fixture of that module and stopped after its last
+    test, as ``processes`` stops a test's own.
+
+    Starting a worker costs seconds of CPU (Python, Django, Celery, the pool's processes);
+    a module whose tests each make their own jobs on the same worker pays it once. The
+    ledger is emptied between tests (``transactional_db`` flushes the tables): the processes
+    keep no rows in memory and open their connections afresh, so they serve the next test's
+    rows as they served the last. A test that uses them asks for ``sharing``.
+    """
+    group = Processes(tmp_path_factory.mktemp("shared"))
+    yield group
+    group.stop_all()
+
+
+@pytest.fixture
+def sharing(
+    request: pytest.FixtureRequest, shared_processes: Processes, module_broker_prefix: str
+) -> Iterator[Processes]:
+    """The module's shared processes, for one test: every one still running, the messages an
+    earlier test left waiting under the module's prefix gone (their rows went with the flush),
+    and their logs printed when the test fails."""
+    import redis
+
+    client = redis.Redis.from_url(os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"))
+    for key in client.scan_iter(match=f"{module_broker_prefix}*"):
+        if client.type(key) == b"list":
+            client.delete(key)
+    for child, log in shared_processes.children:
+        assert child.poll() is None, f"{log.name} ended: {log.read_text(errors='replace')[-3000:]}"
+    yield shared_processes
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for child, log in shared_processes.children:
+            sys.stderr.write(f"\n----- shared {log.name} (exit {child.returncode}) -----\n")
+            sys.stderr.write(log.read_text(errors="replace")[-6000:])
 
 
 #: Added to ``process_env`` by the tests that SIGKILL a worker and wait for the scheduler to

@@ -36,7 +36,7 @@ from scheduling.models import Attempt, Execution
 from tests.conftest import (
     Processes,
     celery_worker_command,
-    process_environment,
+    processes_environment,
     wait_for,
     with_key_prefix,
 )
@@ -356,7 +356,7 @@ def worker(django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> It
 
     prefix = f"t{uuid.uuid4().hex[:10]}:"
     env = {
-        **process_environment(prefix),
+        **processes_environment(prefix),
         "TASKS_QUEUES": ",".join(QUEUES),
         "SCHEDULING_MAX_SLEEP": "0.2",
         "SCHEDULING_RETRY_BACKOFF_BASE": "0.2",

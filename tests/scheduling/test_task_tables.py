@@ -1,23 +1,40 @@
-"""A task-table row runs on a real worker with its ``RunContext`` and resumes from a checkpoint."""
+"""A task-table row runs on a real worker with its ``RunContext`` and resumes from a checkpoint.
+
+Neither test stops a process: both run on one worker and one scheduler, started for the
+module (``shared_processes``).
+"""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from scheduling import api
 from scheduling.models import Execution, ExecutionStatus
-from tests.conftest import celery_worker_command, scheduler_command, wait_for
+from tests.conftest import (
+    Processes,
+    celery_worker_command,
+    processes_environment,
+    scheduler_command,
+    wait_for,
+)
 from tests.tasktable_app.models import Chore
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("rows_worker_and_scheduler", "sharing"),
+]
 
 
-def test_a_row_runs_with_its_run_context_and_a_retry_sees_the_checkpoint(
-    processes: Any, process_env: Any
-) -> None:
+@pytest.fixture(scope="module")
+def rows_worker_and_scheduler(shared_processes: Processes, module_broker_prefix: str) -> None:
+    env = processes_environment(module_broker_prefix)
+    shared_processes.start(celery_worker_command(name="rows"), env=env, name="worker")
+    shared_processes.start(scheduler_command(), env=env, name="scheduler")
+
+
+def test_a_row_runs_with_its_run_context_and_a_retry_sees_the_checkpoint() -> None:
     chore = Chore.objects.create(name="flaky", fail_first=1)
     job = api.schedule_row(
         chore,
@@ -25,8 +42,6 @@ def test_a_row_runs_with_its_run_context_and_a_retry_sees_the_checkpoint(
         policies=api.Policies(max_retries=2, retry_backoff=0.2),
         now=timezone.now(),
     )
-    processes.start(celery_worker_command(name="rows"), env=process_env, name="worker")
-    processes.start(scheduler_command(), env=process_env, name="scheduler")
 
     execution = wait_for(
         lambda: Execution.objects.filter(job_id=job.id, status=ExecutionStatus.COMPLETED).first(),
@@ -44,13 +59,11 @@ def test_a_row_runs_with_its_run_context_and_a_retry_sees_the_checkpoint(
     assert execution.retry_count == 1 and execution.attempts.count() == 2
 
 
-def test_a_permanent_error_fails_the_run_without_retries(processes: Any, process_env: Any) -> None:
+def test_a_permanent_error_fails_the_run_without_retries() -> None:
     chore = Chore.objects.create(name="permanent")
     job = api.schedule_row(
         chore, timing=api.Every("PT1H"), policies=api.Policies(max_retries=5), now=timezone.now()
     )
-    processes.start(celery_worker_command(name="rows"), env=process_env, name="worker")
-    processes.start(scheduler_command(), env=process_env, name="scheduler")
 
     execution = wait_for(
         lambda: Execution.objects.filter(job_id=job.id, status=ExecutionStatus.FAILED).first(),

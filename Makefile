@@ -54,7 +54,7 @@ test: $(VENV)/.installed
 	scripts/test-services.sh
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 	if [ "$(SQLITE)" = 1 ]; then \
 	  DATABASE_URL=sqlite:///$(CURDIR)/var/test-embedded.sqlite3 \
 	  $(PY) -m pytest -q -p no:cacheprovider -m 'not slow' --durations=10 $(SQLITE_TESTS); fi

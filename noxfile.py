@@ -167,7 +167,8 @@ def _run_stack(session: nox.Session, stack: Stack) -> None:
     pytest = [
         "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
         "-o", "django_find_project=false", "-c", str(ROOT / "pyproject.toml"),
-        "--rootdir", str(ROOT), "-n", _test_workers(stack), "--dist", "loadfile",
+        "--rootdir", str(ROOT), "-n", _test_workers(stack), "--dist", "loadgroup",
+        "--no-loadscope-reorder",
         "--durations=30",
     ]  # fmt: skip
     session.chdir(rundir)

@@ -27,6 +27,7 @@ import django
 import pytest
 from django.db import connection
 
+from tests import distribution
 from tests.factories import create_job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -209,14 +210,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pytest.exit(f"{from_checkout} found in the checkout, not the installed wheel", 3)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On SQLite, skip what only PostgreSQL can do (raw infinities, prepared statements)."""
-    if not os.environ.get("DATABASE_URL", "").startswith("sqlite"):
-        return
-    skip = pytest.mark.skip(reason="needs PostgreSQL")
-    for item in items:
-        if "postgres" in item.keywords:
-            item.add_marker(skip)
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
+    """On SQLite, skip what only PostgreSQL can do (raw infinities, prepared statements).
+
+    Under pytest-xdist, before the other plugins see the items: each module's tests are one
+    unit of work (``distribution.group_by_module``); after them, the long units come first
+    (``distribution.longest_first``).
+    """
+    if os.environ.get("DATABASE_URL", "").startswith("sqlite"):
+        skip = pytest.mark.skip(reason="needs PostgreSQL")
+        for item in items:
+            if "postgres" in item.keywords:
+                item.add_marker(skip)
+    distribution.group_by_module(items)
+    yield
+    items[:] = distribution.longest_first(items)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import ROOT, Processes, free_port, wait_for
 from tests.polling import logged
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]
 
 
 def _env(var_dir: Path) -> dict[str, str]:

@@ -57,7 +57,7 @@ from tests.conftest import celery_worker_command, free_port, scheduler_command, 
 from tests.factories import create_job
 from tests.scheduling.test_worker_lifecycle import wait_ready as wait_workers_ready
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.spread, pytest.mark.django_db(transaction=True)]
 
 NOOP = "scheduling.diagnostics.noop"
 SECOND = timedelta(seconds=1)

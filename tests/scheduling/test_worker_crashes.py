@@ -44,7 +44,7 @@ from tests.scheduling.test_worker_lifecycle import (
     wait_ready,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.spread, pytest.mark.django_db(transaction=True)]
 
 
 def completed_runs(processes: Any, execution: Execution) -> list[str]:

@@ -36,7 +36,7 @@ from tests.conftest import celery_worker_command, scheduler_command, wait_for
 from tests.factories import create_job
 from tests.polling import logged
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.spread, pytest.mark.django_db(transaction=True)]
 
 logger = logging.getLogger("scheduling")
 

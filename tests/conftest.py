@@ -399,6 +399,15 @@ def sharing(
             sys.stderr.write(log.read_text(errors="replace")[-6000:])
 
 
+@pytest.fixture
+def shared_processes_stopped(shared_processes: Processes) -> None:
+    """The module's shared processes stopped, for a test after its sharing tests that starts
+    a scheduler of its own: schedulers claim whatever is due in the database they share, so
+    the shared one would take this test's jobs to its own broker keys."""
+    shared_processes.stop_all()
+    shared_processes.children.clear()
+
+
 #: Added to ``process_env`` by the tests that SIGKILL a worker and wait for the scheduler to
 #: reap its run (the emailer's and the subscriptions' worker tests): a lease (STALE_AFTER) of
 #: 4 s instead of the suite's 10 s, so the dead run is reaped about 4 s after

@@ -1,11 +1,12 @@
 """The overlap policies with real workers and the real scheduler: a body that outlasts its
 interval, under buffer_all, buffer_one and cancel_other.
 
-Each test starts a worker pool and a scheduler side by side, then makes a job due every second
-whose body runs 1.5 to 3.5 s, lets it run until a few of its runs have ended, pauses it, waits for
-every run to end, and then reads the whole history: which occurrences ran, in which order,
-which were superseded or cancelled and by which, that none is missing and none ran twice. The
-body (``tests.overlap.sleep_noting``) notes its start, its end, or the clean-up it did when it
+A worker pool and a scheduler run side by side (the first three tests share them: none stops
+a process; the last beats faster and starts its own, once they are stopped); each test makes a
+job due every second whose body runs 1.5 to 3.5 s, lets it run until a few of its runs have
+ended, pauses it, waits for every run to end, and then reads the whole history: which
+occurrences ran, in which order, which were superseded or cancelled and by which, that none is
+missing and none ran twice. The body (``tests.overlap.sleep_noting``) notes its start, its end, or the clean-up it did when it
 was stopped, in a file the test reads.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from django.utils import timezone
 
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus
 from scheduling.stages import overlaps
-from tests.conftest import Processes, scheduler_command, wait_for
+from tests.conftest import Processes, processes_environment, scheduler_command, wait_for
 from tests.factories import create_job
 from tests.scheduling.test_worker_lifecycle import SLOW, start_worker
 from tests.tasktable_app.tasks import sleep_ignoring_stop, sleep_noting
@@ -85,19 +87,46 @@ def body_log(tmp_path: Path) -> Callable[[], list[str]]:
     return lambda: path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.fixture
-def env(process_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+def pool_env(env: dict[str, str], folder: Path) -> dict[str, str]:
     return {
-        **process_env,
+        **env,
         "SCHEDULING_MAX_SLEEP": "0.2",
-        "DUECOURSE_TEST_BODY_LOG": str(tmp_path / "bodies.log"),
+        "DUECOURSE_TEST_BODY_LOG": str(folder / "bodies.log"),
     }
 
 
+@pytest.fixture
+def env(process_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    return pool_env(process_env, tmp_path)
+
+
+@dataclass(frozen=True)
+class Pool:
+    scheduler: Any
+    folder: Path
+
+
+@pytest.fixture(scope="module")
+def shared_pool(
+    shared_processes: Processes, module_broker_prefix: str, tmp_path_factory: Any
+) -> Pool:
+    """``start_pool``'s scheduler and pool, once for the tests that share them."""
+    folder = tmp_path_factory.mktemp("overlap")
+    env = pool_env(processes_environment(module_broker_prefix), folder)
+    return Pool(start_pool(shared_processes, env), folder)
+
+
+@pytest.fixture
+def pool(sharing: Processes, shared_pool: Pool) -> Pool:
+    """The shared pool, its body log emptied of an earlier test's lines."""
+    (shared_pool.folder / "bodies.log").unlink(missing_ok=True)
+    return shared_pool
+
+
 def test_buffer_all_runs_every_occurrence_due_during_a_run_after_it_in_order(
-    owner: Any, processes: Processes, env: dict[str, str], tmp_path: Path
+    owner: Any, pool: Pool
 ) -> None:
-    scheduler = start_pool(processes, env)
+    scheduler, tmp_path = pool.scheduler, pool.folder
     # 1.5 s: each run outlasts the interval, so one or two occurrences come due during it.
     job = create_job(owner=owner, name="all", task=sleep_noting.name, kwargs={"seconds": 1.5},
                      every="PT1S", overlap="buffer_all", misfire="skip",
@@ -116,9 +145,9 @@ def test_buffer_all_runs_every_occurrence_due_during_a_run_after_it_in_order(
 
 
 def test_buffer_one_runs_the_latest_occurrence_due_during_a_run_and_supersedes_the_rest(
-    owner: Any, processes: Processes, env: dict[str, str]
+    owner: Any, pool: Pool
 ) -> None:
-    scheduler = start_pool(processes, env)
+    scheduler = pool.scheduler
     # 2 s: at least two occurrences come due while each run goes on, so every run leaves at
     # least one behind it superseded.
     job = create_job(owner=owner, name="one", task=sleep_noting.name, kwargs={"seconds": 2},
@@ -146,9 +175,9 @@ def test_buffer_one_runs_the_latest_occurrence_due_during_a_run_and_supersedes_t
 
 
 def test_cancel_other_stops_the_running_one_when_the_next_occurrence_comes_due(
-    owner: Any, processes: Processes, env: dict[str, str], tmp_path: Path
+    owner: Any, pool: Pool
 ) -> None:
-    scheduler = start_pool(processes, env)
+    scheduler, tmp_path = pool.scheduler, pool.folder
     # A 3 s body due every second: the next occurrence comes due at least 2 s before a run
     # would end (a 6 s body due every 2 s had 4 s), time for the claim that cancels it and the
     # stop signal; the last run, with no successor, ends after 3 s.
@@ -196,6 +225,7 @@ def assert_started_once(runs: list[Execution]) -> None:
         assert run.attempts.count() <= 1, f"{run.scheduled_for} started twice"
 
 
+@pytest.mark.usefixtures("shared_processes_stopped")
 def test_a_cancelled_body_that_swallows_the_signal_is_fenced_and_never_recorded_as_done(
     owner: Any, processes: Processes, env: dict[str, str], tmp_path: Path
 ) -> None:

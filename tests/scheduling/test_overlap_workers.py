@@ -6,8 +6,8 @@ a process; the last beats faster and starts its own, once they are stopped); eac
 job due every second whose body runs 1.5 to 3.5 s, lets it run until a few of its runs have
 ended, pauses it, waits for every run to end, and then reads the whole history: which
 occurrences ran, in which order, which were superseded or cancelled and by which, that none is
-missing and none ran twice. The body (``tests.overlap.sleep_noting``) notes its start, its end, or the clean-up it did when it
-was stopped, in a file the test reads.
+missing and none ran twice. The body (``tests.overlap.sleep_noting``) notes its start, its end,
+or the clean-up it did when it was stopped, in a file the test reads.
 """
 
 from __future__ import annotations

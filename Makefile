@@ -12,9 +12,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/duecourse
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
-# The suite runs in this many processes (pytest-xdist), each file in one of them: the real-process
-# tests spend most of their time waiting on workers, schedulers and servers, not on the CPU, so
-# four keep two cores busy (docs/testing.md has the measurements). 0: one process.
+# The suite runs in this many processes (pytest-xdist), each file in one of them except the long
+# scenarios of modules marked spread, the long units first (tests/distribution.py): the
+# real-process tests spend most of their time waiting on workers, schedulers and servers, not on
+# the CPU, so four keep two cores busy (docs/testing.md has the measurements). 0: one process.
 TEST_WORKERS ?= 4
 # The embedded default is a product path too: the claim, attempt and policy specifications, the
 # dashboard's reads, history pruning, backfill and the emailer's runs (its ledger statements are

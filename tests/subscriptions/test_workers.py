@@ -31,7 +31,7 @@ from subscriptions.models import (
     SubscriptionJobStatus,
     SubscriptionStatus,
 )
-from tests.conftest import SHORT_LEASE, processes_environment, scheduler_command, wait_for
+from tests.conftest import SHORT_LEASE, scheduler_command, wait_for
 from tests.polling import logged
 from tests.scheduling.test_worker_lifecycle import log_lines, send_message, start_worker
 from tests.subscriptions.pausing import pausing_env
@@ -50,36 +50,20 @@ SCHEDULER_KNOBS = {"SCHEDULING_MAX_SLEEP": "0.2"}
 
 
 
-KNOBS = {
-    "SUBSCRIPTIONS_MAX_RETRIES": "2",
-    "SUBSCRIPTIONS_RETRY_DELAY": "1",
-    "SUBSCRIPTIONS_TIMEOUT": "30",
-    "SUBSCRIPTIONS_BATCH_SIZE": "1000000",  # one block, whatever the ids
-}
-
-
 @pytest.fixture
 def env(process_env: dict[str, str], settings: Any) -> dict[str, str]:
     """A failed renewal is retried after a second, at most twice; an attempt may take 30 s
     (under the tests' broker visibility timeout). The same here and in the workers; the
     scheduler ticks at least every 0.2 s (``SCHEDULER_KNOBS``)."""
-    for name, value in KNOBS.items():
+    knobs = {
+        "SUBSCRIPTIONS_MAX_RETRIES": "2",
+        "SUBSCRIPTIONS_RETRY_DELAY": "1",
+        "SUBSCRIPTIONS_TIMEOUT": "30",
+        "SUBSCRIPTIONS_BATCH_SIZE": "1000000",  # one block, whatever the ids
+    }
+    for name, value in knobs.items():
         setattr(settings, name, value)
-    return {**process_env, **KNOBS, **SCHEDULER_KNOBS}
-
-
-@pytest.fixture(scope="module")
-def shared_renewals(shared_processes: Any, module_broker_prefix: str) -> None:
-    """The scheduler and the two-process ``renewals`` worker of the first two tests, which
-    stop neither: started once for both, with ``env``'s knobs."""
-    env = {**processes_environment(module_broker_prefix), **KNOBS, **SCHEDULER_KNOBS}
-    shared_processes.start(scheduler_command(), env=env, name="scheduler")
-    start_worker(shared_processes, env, "renewals", concurrency=2)
-
-
-@pytest.fixture
-def renewals(env: dict[str, str], sharing: Any, shared_renewals: None) -> None:
-    """The shared scheduler and worker, for a test of this module (with ``env``'s settings)."""
+    return {**process_env, **knobs, **SCHEDULER_KNOBS}
 
 
 def subscribe(
@@ -149,10 +133,13 @@ def batch_completed(batch: DueBatch) -> Callable[[], Execution | None]:
     return check
 
 
-@pytest.mark.usefixtures("renewals")
-def test_twelve_short_periods_give_twelve_orders_and_a_cancel_midway_stops_the_rest() -> None:
+def test_twelve_short_periods_give_twelve_orders_and_a_cancel_midway_stops_the_rest(
+    processes: Any, env: dict[str, str]
+) -> None:
     year = subscribe("alice", seconds=12)  # twelve periods of PT1S
     stopped = subscribe("dave")
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    start_worker(processes, env, "renewals", concurrency=2)
 
     wait_for(lambda: len(child_orders(stopped)) >= 3, timeout=SLOW, message="three renewals")
     cancelled = services.cancel_subscription(
@@ -187,8 +174,9 @@ def test_twelve_short_periods_give_twelve_orders_and_a_cancel_midway_stops_the_r
     ).exists()
 
 
-@pytest.mark.usefixtures("renewals")
-def test_declines_are_retried_until_paid_or_failed_past_the_maximum() -> None:
+def test_declines_are_retried_until_paid_or_failed_past_the_maximum(
+    processes: Any, env: dict[str, str]
+) -> None:
     paid_late = subscribe("bob", every="P1M")
     never_paid = subscribe("carol", every="P1M")
     payments.script_customer(customer="bob", declines=2)
@@ -197,6 +185,8 @@ def test_declines_are_retried_until_paid_or_failed_past_the_maximum() -> None:
     # on to its first retry's batch within a second of starting).
     job = first_job(paid_late)
     first_batch = job.batch
+    processes.start(scheduler_command(), env=env, name="scheduler")
+    start_worker(processes, env, "renewals", concurrency=2)
 
     # Two declines, then the charge goes through: one order, one charge, retry count 2.
     wait_for(
@@ -229,7 +219,6 @@ def test_declines_are_retried_until_paid_or_failed_past_the_maximum() -> None:
     assert SubscriptionJob.objects.filter(subscription=never_paid).count() == 1
 
 
-@pytest.mark.usefixtures("shared_processes_stopped")
 def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_charge(
     processes: Any, env: dict[str, str]
 ) -> None:
@@ -277,7 +266,6 @@ def test_a_worker_killed_between_charge_and_confirm_resumes_at_confirm_with_one_
     assert (execution.status, execution.retry_count) == (ExecutionStatus.COMPLETED, 1)
 
 
-@pytest.mark.usefixtures("shared_processes_stopped")
 def test_the_same_message_delivered_twice_runs_the_steps_once(
     processes: Any, env: dict[str, str]
 ) -> None:
@@ -322,7 +310,6 @@ def test_the_same_message_delivered_twice_runs_the_steps_once(
     assert SubscriptionJob.objects.filter(subscription=subscription).count() == 2  # + the next
 
 
-@pytest.mark.usefixtures("shared_processes_stopped")
 def test_periods_that_start_while_past_due_are_skipped_not_charged_in_a_burst(
     processes: Any, env: dict[str, str], settings: Any
 ) -> None:

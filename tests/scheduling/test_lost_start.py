@@ -40,7 +40,7 @@ from tests.scheduling.test_worker_lifecycle import (
     wait_ready,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.spread, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 DB = "duecourse_lost_start"
 #: The lease, and so the hold after a crash recovery, of the test that waits for the hold to

@@ -50,8 +50,9 @@ a worked example.
   dashboard, ``/metrics`` and ``manage.py executions`` count them.
 - Pages of your own: ``SafeListAdmin`` (a list answers any filter value in its URL, a date
   part outside the calendar or a number past its column, as Django answers a bad filter,
-  with the unfiltered list and ``?e=1``, instead of a 500), ``IdSelectionAdmin`` (a list
-  action refuses a hand-made selection that
+  with the unfiltered list and ``?e=1``, instead of a 500), ``breakable`` (a long name in a
+  list cell wraps after a dot, an underscore, a slash or an at-sign, a date never),
+  ``IdSelectionAdmin`` (a list action refuses a hand-made selection that
   holds something other than ids, instead of answering 500), ``ContentSecurityPolicyAdmin``
   (mixed into a ``ModelAdmin``) and
   ``with_content_security_policy`` (around a view) give them the apps' Content-Security-Policy
@@ -95,7 +96,7 @@ from scheduling import ledger
 from scheduling.admintimes import ReadableTimesAdmin, ZonedSplitDateTime
 from scheduling.admintimes import shown as shown_time
 from scheduling.celeryapp import celery_app
-from scheduling.changelists import SafeListAdmin
+from scheduling.changelists import SafeListAdmin, breakable
 from scheduling.cli import (
     OneLineCommand,
     add_by_option,
@@ -170,6 +171,7 @@ __all__ = [
     "admin_actor",
     "ago",
     "backfill",
+    "breakable",
     "cancel",
     "caption",
     "command_line_actor",

@@ -10,10 +10,13 @@ the column holds, text PostgreSQL cannot hold (a NUL). ``SafeListAdmin``, mixed 
 way Django answers a bad filter: text no row can hold is refused before the database sees it,
 and an error of the value while the list is counted (in a savepoint, so a request inside a
 transaction can go on) is a bad filter too. A search term no row can hold finds nothing.
+
+``breakable`` is how a list's cell wraps a long name rather than widening the table.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib.admin.options import IncorrectLookupParameters
@@ -21,6 +24,7 @@ from django.core.exceptions import ValidationError
 from django.db import DataError, router, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
 
 from scheduling.rules.validation import storable
 
@@ -54,3 +58,30 @@ class SafeListAdmin:
         return super().get_search_results(  # type: ignore[misc]
             request, queryset, search_term
         )
+
+
+#: A break opportunity (``<wbr>``) after each dot, underscore, slash and at-sign of a name.
+_AFTER_DOTS = re.compile(r"(?<=[._/@])")
+#: The longest run without a space that a list column (at least 120 px) holds whole: shorter
+#: runs ("(Europe/Paris)") are left as they are written.
+_HELD_WHOLE = 16
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def breakable(name: str) -> str:
+    """``name`` (a dotted task name, a zone such as America/Argentina/Buenos_Aires, an
+    address) as HTML that may wrap after a dot, an underscore, a slash or an at-sign rather
+    than inside a word, where a narrow list column needs it to wrap at all: browsers offer no
+    break there by themselves, and a column is never narrower than its longest unbroken run
+    (``scheduling/duecourse.css``). A word a column holds whole is left as written."""
+    words = name.split(" ")
+    return format_html_join(" ", "{}", ((_breakable_word(word),) for word in words))
+
+
+def _breakable_word(word: str) -> str:
+    if _DATE.search(word):  # a browser breaks "2026-11-30" at a hyphen; a date stays whole
+        return format_html('<span class="dc-whole">{}</span>', word)
+    if len(word) <= _HELD_WHOLE:
+        return word
+    pieces = ((part,) for part in _AFTER_DOTS.split(word))
+    return format_html_join(format_html("<wbr>{}", ""), "{}", pieces)

@@ -580,7 +580,7 @@ class Execution(models.Model):
     result = models.JSONField(
         null=True,
         blank=True,
-        help_text="Django task runs: the return value ({'value': …}) and the errors raised.",
+        help_text="Django task runs: what the task returned and the errors it raised.",
     )
     item_failures = models.PositiveIntegerField(
         "failed items",

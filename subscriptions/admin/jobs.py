@@ -14,7 +14,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling.api import admin_actor, instant
+from scheduling.api import admin_actor, breakable, instant
 from subscriptions import services
 from subscriptions.admin.common import ModelAdmin, plural, status_text, step_text, when
 from subscriptions.models import StaleJob, SubscriptionJob
@@ -106,7 +106,7 @@ class SubscriptionJobAdmin(ModelAdmin):
 
     @admin.display(description="subscription", ordering="subscription_id")
     def customer(self, job: SubscriptionJob) -> str:
-        return f"{job.subscription_id} ({job.subscription.customer})"
+        return breakable(f"{job.subscription_id} ({job.subscription.customer})")
 
     @admin.display(description="action date", ordering="action_date")
     def due(self, job: SubscriptionJob) -> str:

@@ -136,6 +136,9 @@ def test_the_job_page_shows_who_paused_it_and_no_next_due(admin_client: Client, 
     assert f"by {owner.get_username()}, " in field(page, "paused_by")
     assert '<div class="readonly">paused</div>' in field(page, "next_due")
     assert readable.instant(job.next_due_at) not in field(page, "next_due")
+    assert '<div class="readonly">paused</div>' in field(page, "next_occurrence")
+    assert job.next_occurrence_at is not None
+    assert readable.instant(job.next_occurrence_at) not in field(page, "next_occurrence")
 
 
 def test_jobs_list_and_show_print_paused_and_who_paused_it_instead_of_a_next_due(

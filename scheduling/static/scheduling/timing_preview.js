@@ -20,7 +20,8 @@
 
   function show(box, answer) {
     var zone = box.querySelector(".duecourse-preview-zone");
-    zone.textContent = answer.zone ? "In " + answer.zone + " and in UTC:" : "";
+    var inUtc = answer.zone === "UTC";
+    zone.textContent = !answer.zone ? "" : inUtc ? "In UTC:" : "In " + answer.zone + " and in UTC:";
     fill(box.querySelector(".duecourse-preview-list"), answer.occurrences || [], function (li, row) {
       var time = document.createElement("time");
       time.setAttribute("datetime", row.machine);
@@ -29,8 +30,10 @@
       utc.className = "duecourse-preview-utc";
       utc.textContent = "(" + row.utc + ")";
       li.appendChild(time);
-      li.appendChild(document.createTextNode(" "));
-      li.appendChild(utc);
+      if (row.utc !== row.local) {
+        li.appendChild(document.createTextNode(" "));
+        li.appendChild(utc);
+      }
     });
     fill(box.querySelector(".duecourse-preview-notes"), answer.notes || [], function (li, note) {
       li.textContent = note;

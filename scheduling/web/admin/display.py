@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC
 
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.translation import ngettext
 
 from scheduling import readable
+from scheduling.changelists import breakable as breakable  # the lists' one rule for wrapping
 from scheduling.models import Job
 from scheduling.rules import tasktables
 from scheduling.stages import pauses
@@ -38,30 +38,6 @@ def badge(text: str, *, title: str = "") -> str:
     return format_html(
         '<span class="duecourse-badge duecourse-badge-{}" title="{}">{}</span>', kind, title, text
     )
-
-
-#: A break opportunity (``<wbr>``) after each dot, underscore, slash and at-sign of a name.
-_AFTER_DOTS = re.compile(r"(?<=[._/@])")
-#: The longest run without a space that a list column (at least 120 px) holds whole: shorter
-#: runs ("(Europe/Paris)") are left as they are written.
-_HELD_WHOLE = 16
-
-
-def breakable(name: str) -> str:
-    """``name`` (a dotted task name, a zone such as America/Argentina/Buenos_Aires, an
-    address) as HTML that may wrap after a dot, an underscore, a slash or an at-sign rather
-    than inside a word, where a narrow list column needs it to wrap at all: browsers offer no
-    break there by themselves, and a column is never narrower than its longest unbroken run
-    (``scheduling/duecourse.css``). A word a column holds whole is left as written."""
-    words = name.split(" ")
-    return format_html_join(" ", "{}", ((_breakable_word(word),) for word in words))
-
-
-def _breakable_word(word: str) -> str:
-    if len(word) <= _HELD_WHOLE:
-        return word
-    pieces = ((part,) for part in _AFTER_DOTS.split(word))
-    return format_html_join(format_html("<wbr>{}", ""), "{}", pieces)
 
 
 def describe_target(job: Job) -> str:

@@ -80,7 +80,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         "failures",
         "retries",
         "next_due",
-        "next_occurrence_at",
+        "next_occurrence",
         "current_execution",
         "execute_count",
         "last_keepalive_at",
@@ -350,6 +350,13 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         """When the job fires next; a paused job is not due (``stages.pauses``)."""
         due = pauses.next_due(job)
         return pauses.not_due_word(job) if due is None else shown(due)
+
+    @admin.display(description="next occurrence (without jitter)")
+    def next_occurrence(self, job: Job) -> str:
+        """The next occurrence's nominal time; a paused job is not due until resumed."""
+        if job.status != JobStatus.ACTIVE:
+            return pauses.not_due_word(job)
+        return shown(job.next_occurrence_at) if job.next_occurrence_at else "-"
 
     @admin.display(description="paused")
     def paused_by(self, job: Job) -> str:

@@ -28,8 +28,9 @@ from emailer import services as emailer_services
 from emailer.models import Participant, Project, SendEmailTask
 from emailer.sending import run_send_email_task
 from scheduling.api import Cron, RunContext
-from scheduling.models import Execution, Job, Schedule
+from scheduling.models import ChangeSource, Execution, Job, Schedule
 from scheduling.stages import jobs, overlaps
+from scheduling.stages.audit import Actor
 from subscriptions import payments, pricing, renewals, services
 from subscriptions.models import SubscriptionJob
 from tests.conftest import send_mail_through
@@ -84,8 +85,15 @@ def every_kind_of_row(owner: Any, settings: Any) -> None:
         now=now,
     )
     jobs.pause_job(
-        job=paused, now=now, reason="the ERP is being migrated to its new data centre this week"
+        job=paused,
+        now=now,
+        reason="the ERP is being migrated to its new data centre this week",
+        by=Actor(who=colleague.get_username(), source=ChangeSource.COMMAND),
     )
+    create_job(
+        owner=colleague, name="one-off-reindex", task="scheduling.diagnostics.noop",
+        at=now + timedelta(days=3), now=now,
+    )  # fmt: skip
     hosts = create_job(
         owner=owner, name="reconcile-overdue-invoices", task="scheduling.diagnostics.noop",
         cron="30 2 * * *", tz="Europe/Paris", now=now,

@@ -59,7 +59,7 @@ def describe_target(job: Job) -> str:
 def pause_note(job: Job) -> str:
     """Who or what paused a job, and when where recorded, under its status: "by alice, 3 h
     ago" (the exact instant on hover), "by its failure counter", "removed from code"."""
-    words = pauses.paused_by(job) or ""
+    words = breakable(pauses.paused_by(job) or "")  # a username may be a long address
     since = pauses.paused_since(job)
     if since is None:
         return format_html('<span class="duecourse-pause-origin">{}</span>', words)

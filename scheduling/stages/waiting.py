@@ -12,7 +12,10 @@ through ``skip_past_bound`` before it is written. Other overlap policies hold th
 occurrence while a run of it is unfinished, so their waiting rows cannot pile up by the claim.
 
 Executions already claimed when the bound is reached (published, not yet started) may still
-wait when they start: the bound is exceeded by at most those in flight.
+wait when they start: the bound is exceeded by those in flight. So may a retry: an execution
+whose attempt failed or timed out and is retried passes the running limit again and may go
+back to WAITING past the bound. That is on purpose: its occurrence was counted when it was
+claimed, and a retry of it is never dropped.
 """
 
 from __future__ import annotations
@@ -31,10 +34,16 @@ logger = logging.getLogger("scheduling")
 
 
 def note(bound: int) -> str:
-    """The reason a SKIPPED execution past the bound carries."""
+    """The reason a SKIPPED execution past the bound carries.
+
+    The claim counts the job's waiting executions only up to the bound (the count stops
+    there, on the index), so the reason says "at least": the real number may be higher,
+    by the runs in flight when the bound was reached and by retries (see the module's
+    docstring), and the reason never claims a count it did not make.
+    """
     return (
-        f"skipped: {bound:,} occurrences of this job already wait for a running slot "
-        "(SCHEDULING_MAX_WAITING_PER_JOB)"
+        f"skipped: at least {bound:,} occurrences of this job already wait for a running slot "
+        "(the bound, SCHEDULING_MAX_WAITING_PER_JOB)"
     )
 
 

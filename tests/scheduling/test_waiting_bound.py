@@ -24,8 +24,8 @@ pytestmark = pytest.mark.django_db
 
 MINUTE = timedelta(minutes=1)
 REASON = (
-    "skipped: 2 occurrences of this job already wait for a running slot "
-    "(SCHEDULING_MAX_WAITING_PER_JOB)"
+    "skipped: at least 2 occurrences of this job already wait for a running slot "
+    "(the bound, SCHEDULING_MAX_WAITING_PER_JOB)"
 )
 
 
@@ -110,8 +110,8 @@ def test_a_job_whose_overlap_holds_its_run_is_not_bounded_by_backfilled_waiting_
 
 def test_the_bound_names_its_setting_in_the_reason() -> None:
     assert waiting.note(1000) == (
-        "skipped: 1,000 occurrences of this job already wait for a running slot "
-        "(SCHEDULING_MAX_WAITING_PER_JOB)"
+        "skipped: at least 1,000 occurrences of this job already wait for a running slot "
+        "(the bound, SCHEDULING_MAX_WAITING_PER_JOB)"
     )
 
 
@@ -122,3 +122,18 @@ def test_a_bound_out_of_range_is_refused_by_the_system_checks(settings: Any, val
     assert message.id == "scheduling.E008"
     assert message.msg.startswith(f"SCHEDULING_MAX_WAITING_PER_JOB = {value!r} ")
     assert message.msg.endswith("it accepts a whole number from 1 to 1,000,000")
+
+
+def test_the_reason_states_the_bound_as_at_least_when_more_than_the_bound_wait(
+    make_job: Any, now: datetime
+) -> None:
+    job = make_job(every="PT1M", overlap="allow", max_running=1)
+    for i in range(1, 6):  # five waiting, past a bound of two (retries may put them there)
+        Execution.objects.create(
+            job=job, task=job.task, scheduled_for=now - i * MINUTE,
+            status=ExecutionStatus.WAITING,
+        )
+    assert claim_and_start(job, now) == []
+    skipped = job.executions.get(scheduled_for=now)
+    assert skipped.status == ExecutionStatus.SKIPPED
+    assert skipped.last_error.startswith("skipped: at least 2 occurrences of this job")

@@ -235,14 +235,16 @@ def execution_changed(
 
 
 def created(*, job: Job, by: Actor, now: datetime) -> None:
-    """A new job: every followed field from nothing to its first value."""
-    values = snapshot(job)
+    """A new job: each followed field it was made with, from nothing to its first value.
+    A field left unset (None, or blank text such as an interval job's ``cron``) is not
+    listed: "from nothing to nothing" says nothing. Later entries list what changed."""
+    values = {name: value for name, value in snapshot(job).items() if value not in (None, "")}
     record(
         job=job,
         action=JobChangeAction.CREATED,
         by=by,
         now=now,
-        changes={name: {"from": None, "to": value} for name, value in values.items()},
+        changes=differences({}, values),
     )
 
 

@@ -27,7 +27,14 @@ from scheduling.exports import ALL_TIME, Window, in_key_order
 from scheduling.ledger import pgtimes
 from scheduling.ledger.probe import Probe as Probe  # the idle tick's answers, read here
 from scheduling.ledger.probe import scheduler_probe as scheduler_probe
-from scheduling.models import Execution, ExecutionStatus, Job, Schedule, job_due_index
+from scheduling.models import (
+    Execution,
+    ExecutionStatus,
+    Job,
+    JobStatus,
+    Schedule,
+    job_due_index,
+)
 from scheduling.readable import describe_interval
 from scheduling.rules import tasktables
 from scheduling.rules.validation import storable
@@ -144,6 +151,40 @@ def titled(rows: Iterable[Named]) -> list[Named]:
     return found
 
 
+def describe_target(job: Job) -> str:
+    """What a job runs, as a person reads it: the task's name, or the task-table row by its
+    own name ("send email task: invitation"), or why the row cannot be found. The admin's
+    job list and ``jobs list`` / ``jobs show`` say it in these words."""
+    if not job.task_table:
+        return job.shown_task
+    try:
+        model = tasktables.get(job.task_table).model
+    except LookupError:
+        return f"{job.task_table} #{job.task_row_id} (not a task table)"
+    row = model._default_manager.filter(pk=job.task_row_id).first()
+    name = model._meta.verbose_name
+    if row is None:
+        return f"{name} #{job.task_row_id} (gone)"
+    return f"{name}: {row}"
+
+
+def job_warning(job: Job) -> str | None:
+    """The warning a job's status carries, or None: an active job whose last runs all ended
+    without completing (``unfinished_runs``; read by ``with_health`` or ``list_jobs``, or
+    asked here in one query for a job read without it). A paused job warns of nothing."""
+    if job.status != JobStatus.ACTIVE:
+        return None
+    never = getattr(job, "never_completes", None)
+    if never is None:
+        never = (
+            Job.objects.filter(pk=job.pk)
+            .annotate(**unfinished_runs())
+            .values_list("never_completes", flat=True)
+            .first()
+        )
+    return never_completes_warning() if never else None
+
+
 def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
     schedule = job.schedule
     return {
@@ -152,7 +193,9 @@ def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
         "title": job_titles([job])[job.pk] if title is None else title,
         "owner": job.owner.get_username(),
         "status": job.status,
+        "warning": job_warning(job),
         "task": job.task,
+        "target": describe_target(job),
         "declared_task": job.declared_task or None,
         "declared_in": job.declaration or None,
         "args": job.args,
@@ -194,8 +237,12 @@ def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
 
 
 def list_jobs() -> QuerySet[Job]:
+    """Every job, by name, with who paused it (``pauses.with_pauses``) and whether its runs
+    never complete (``unfinished_runs``, for ``job_warning``), in one statement."""
     return pauses.with_pauses(
-        Job.objects.select_related("schedule", "owner").order_by("name", "owner__username")
+        Job.objects.select_related("schedule", "owner")
+        .annotate(**unfinished_runs())
+        .order_by("name", "owner__username")
     )
 
 
@@ -472,10 +519,13 @@ NEVER_COMPLETED = (
 )
 
 
-def never_completes_warning() -> str:
-    """What the job list and the dashboard say of a job whose runs never complete."""
+def never_completes_warning(*, why: bool = True) -> str:
+    """What the job list and the dashboard say of a job whose runs never complete; without
+    ``why``, the short form a status in parentheses holds ("active (none of its last 5 runs
+    completed)")."""
     n = conf.get("WARN_AFTER_UNFINISHED_RUNS")
-    return f"none of its last {n} runs completed (cancelled, superseded or failed)"
+    said = f"none of its last {n} runs completed"
+    return f"{said} (cancelled, superseded or failed)" if why else said
 
 
 def unfinished_runs() -> dict[str, Any]:

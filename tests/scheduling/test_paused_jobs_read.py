@@ -147,7 +147,7 @@ def test_jobs_list_and_show_print_paused_and_who_paused_it_instead_of_a_next_due
     job = paused_a_day_ago(owner)
     listed = call("jobs", "list").splitlines()
     row = next(line for line in listed if line.startswith("report"))
-    assert f"paused (by {owner.get_username()})" in row
+    assert f"paused by {owner.get_username()}" in row
     assert readable.instant(job.next_due_at) not in row
     assert row[listed[0].index("NEXT DUE") :].startswith("paused ")
     shown = call("jobs", "show", "report").splitlines()

@@ -275,9 +275,9 @@ class Command(DuecourseCommand):
                     selectors.describe_schedule(job.schedule, zone),
                     _next_due(job, zone),
                     job.execute_count,
-                    titles[job.pk] if titles[job.pk] != job.name else job.shown_task,
+                    titles[job.pk] if titles[job.pk] != job.name else row["target"],
                 )
-                for job in found
+                for job, row in zip(found, rows, strict=True)
             ],
         )
         self.emit(rows, table, as_json=o["json"])
@@ -459,15 +459,25 @@ def _line(job: Job, key: str, value: Any, zone: Any) -> str:
     """The value of one line of ``jobs show``."""
     if key == "task":
         return job.shown_task
+    if key == "target":
+        return str(value)
+    if key == "warning":
+        return value or "none"
     if key == "next_due_at":
         return _next_due(job, zone)
     return _shown(key, value, zone, job.schedule)
 
 
 def _status(job: Job) -> str:
-    """A job's status; a paused job's with who or what paused it: "paused (by alice)"."""
+    """A job's status in words: a paused job's with who or what paused it ("paused by alice",
+    "paused by admin (os: root)", "paused, removed from code"); an active job's with the
+    warning the admin shows ("active (none of its last 5 runs completed)")."""
     how = pauses.paused_by(job)
-    return f"{job.status} ({how})" if how else str(job.status)
+    if how:
+        return f"{job.status} {how}" if how.startswith("by ") else f"{job.status}, {how}"
+    if selectors.job_warning(job):
+        return f"{job.status} ({selectors.never_completes_warning(why=False)})"
+    return str(job.status)
 
 
 def _next_due(job: Job, zone: Any) -> str:

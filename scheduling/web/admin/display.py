@@ -1,4 +1,6 @@
-"""How the admin shows things: status badges, a job's target in words, counts in sentences."""
+"""How the admin shows things: status badges, who paused a job, counts in sentences.
+
+A job's target in words is ``selectors.describe_target``, shared with the command line."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from django.utils.translation import ngettext
 from scheduling import readable
 from scheduling.changelists import breakable as breakable  # the lists' one rule for wrapping
 from scheduling.models import Job
-from scheduling.rules import tasktables
 from scheduling.stages import pauses
 
 #: Badges with a colour of their own in ``scheduling/duecourse.css``; any other is grey.
@@ -40,20 +41,6 @@ def badge(text: str, *, title: str = "") -> str:
     )
 
 
-def describe_target(job: Job) -> str:
-    """What a job runs, as a person reads it: the task's name, or the task-table row by its
-    own name ("SendEmailTask: invitation"), or why the row cannot be found."""
-    if not job.task_table:
-        return job.shown_task
-    try:
-        model = tasktables.get(job.task_table).model
-    except LookupError:
-        return f"{job.task_table} #{job.task_row_id} (not a task table)"
-    row = model._default_manager.filter(pk=job.task_row_id).first()
-    name = model._meta.verbose_name
-    if row is None:
-        return f"{name} #{job.task_row_id} (gone)"
-    return f"{name}: {row}"
 
 
 def pause_note(job: Job) -> str:

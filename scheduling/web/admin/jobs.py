@@ -36,7 +36,7 @@ from scheduling.timing.schedules import ScheduleError
 from scheduling.web.admin import previews
 from scheduling.web.admin.backfill import backfill_jobs
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
-from scheduling.web.admin.display import badge, breakable, describe_target, pause_note, say
+from scheduling.web.admin.display import badge, breakable, pause_note, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
 from scheduling.web.admin.forms import JOB_POLICY_FIELDS, JobForm, PauseForm
 from scheduling.web.admin.owners import OwnerChoiceAdmin
@@ -317,9 +317,9 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         """The job's state; under it, for an active job whose last runs all ended without
         completing (``selectors.unfinished_runs``), a warning saying so."""
         shown = self._state_badge(job)
-        if job.status != JobStatus.ACTIVE or not getattr(job, "never_completes", False):
+        warning = selectors.job_warning(job)
+        if warning is None:
             return shown
-        warning = selectors.never_completes_warning()
         return format_html(
             '{}<div class="duecourse-why duecourse-warning">{}</div>', shown, warning
         )
@@ -376,7 +376,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
     @admin.display(description="runs")
     def target(self, job: Job) -> str:
         """What the job runs: its task, or its task-table row by the row's own name."""
-        return breakable(describe_target(job))
+        return breakable(selectors.describe_target(job))
 
     # Not sortable: sorting by it would count every job's last day of history.
     @admin.display(description="failures 24 h")

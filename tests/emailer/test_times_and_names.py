@@ -111,3 +111,25 @@ def test_the_email_task_page_names_its_jobs_in_words_and_a_paused_one_is_not_due
     assert "· next paused</div>" in jobs_field
     listed = admin_client.get(reverse("admin:emailer_sendemailtask_changelist")).content.decode()
     assert '<td class="field-next_run">-</td>' in listed
+
+
+def test_scheduling_a_task_without_a_job_name_names_the_job_in_words(
+    make_project: Any, make_task: Any
+) -> None:
+    make_task(make_project())
+    out = StringIO()
+    call_command("emailer", "task", "schedule", "invite", "--every", "PT1H", stdout=out)
+    said = out.getvalue().strip()
+    assert said.startswith(f"job for {NAMED} runs every hour; next at "), said
+    assert "emailer.SendEmailTask:" not in said
+    out = StringIO()
+    call_command("emailer", "task", "schedule", "invite", "--every", "PT1H", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["title"].startswith(NAMED)  # a second job of the task: "(schedule 2)"
+    assert data["name"].startswith("emailer.SendEmailTask:")
+    out = StringIO()
+    call_command(
+        "emailer", "task", "schedule", "invite", "--every", "PT1H", "--job-name", "hourly",
+        stdout=out,
+    )  # fmt: skip
+    assert out.getvalue().startswith("job hourly runs invite every hour; next at ")

@@ -316,11 +316,14 @@ class Command(OneLineCommand):
         data = {
             "job": job.id,
             "name": job.name,
+            "title": job.title,
             "task": task.name,
             "schedule": job.schedule,
             "next_due_at": job.next_due_at,
         }
         next_at = instant(job.next_due_at)
+        if job.title != job.name:  # named for the task by the engine: its title says which
+            return data, f"job for {job.title} runs {job.schedule}; next at {next_at}"
         return data, f"job {job.name} runs {task.name} {job.schedule}; next at {next_at}"
 
     def do_task_preview(self, o: dict[str, Any]) -> tuple[Any, str]:

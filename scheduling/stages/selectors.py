@@ -155,17 +155,35 @@ def describe_target(job: Job) -> str:
     """What a job runs, as a person reads it: the task's name, or the task-table row by its
     own name ("send email task: invitation"), or why the row cannot be found. The admin's
     job list and ``jobs list`` / ``jobs show`` say it in these words."""
-    if not job.task_table:
-        return job.shown_task
-    try:
-        model = tasktables.get(job.task_table).model
-    except LookupError:
-        return f"{job.task_table} #{job.task_row_id} (not a task table)"
-    row = model._default_manager.filter(pk=job.task_row_id).first()
-    name = model._meta.verbose_name
-    if row is None:
-        return f"{name} #{job.task_row_id} (gone)"
-    return f"{name}: {row}"
+    return describe_targets([job])[job.pk]
+
+
+def describe_targets(jobs: Iterable[Job]) -> dict[int, str]:
+    """``describe_target`` of each job, by job id, in one query per task table."""
+    jobs = list(jobs)
+    wanted: dict[str, set[int]] = {}
+    for job in jobs:
+        if job.task_table:
+            wanted.setdefault(job.task_table, set()).add(int(job.task_row_id))
+    rows: dict[str, tuple[str, dict[int, Any]]] = {}
+    for label, ids in wanted.items():
+        try:
+            model = tasktables.get(label).model
+        except LookupError:
+            continue
+        rows[label] = (str(model._meta.verbose_name), model._default_manager.in_bulk(ids))
+    targets: dict[int, str] = {}
+    for job in jobs:
+        if not job.task_table:
+            targets[job.pk] = job.shown_task
+        elif job.task_table not in rows:
+            targets[job.pk] = f"{job.task_table} #{job.task_row_id} (not a task table)"
+        else:
+            name, found = rows[job.task_table]
+            row = found.get(job.task_row_id)
+            gone = f"{name} #{job.task_row_id} (gone)"
+            targets[job.pk] = gone if row is None else f"{name}: {row}"
+    return targets
 
 
 def job_warning(job: Job) -> str | None:
@@ -185,7 +203,9 @@ def job_warning(job: Job) -> str | None:
     return never_completes_warning() if never else None
 
 
-def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
+def job_summary(job: Job, *, title: str | None = None, target: str | None = None) -> dict[str, Any]:
+    """A job as plain values; ``title`` and ``target`` when the caller read those of many
+    jobs at once (``job_titles``, ``describe_targets``)."""
     schedule = job.schedule
     return {
         "id": job.pk,
@@ -195,7 +215,7 @@ def job_summary(job: Job, *, title: str | None = None) -> dict[str, Any]:
         "status": job.status,
         "warning": job_warning(job),
         "task": job.task,
-        "target": describe_target(job),
+        "target": describe_target(job) if target is None else target,
         "declared_task": job.declared_task or None,
         "declared_in": job.declaration or None,
         "args": job.args,

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling import api
@@ -93,6 +95,22 @@ def test_a_job_of_a_task_table_row_is_listed_by_its_row_not_the_runner() -> None
     shown = call("jobs", "show", "polishing").splitlines()
     assert "target: chore: polish" in shown
     assert json.loads(call("jobs", "show", "polishing", "--json"))["target"] == "chore: polish"
+
+
+def test_jobs_list_reads_the_rows_it_names_in_one_query_not_one_per_job() -> None:
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            call("jobs", "list")
+        return len(captured.captured_queries)
+
+    for name in ("polish", "sweep"):
+        api.schedule_row(Chore.objects.create(name=name), timing=api.Every("PT10S"), name=name)
+    two = queries()
+    for name in ("dust", "mop", "wax"):
+        api.schedule_row(Chore.objects.create(name=name), timing=api.Every("PT10S"), name=name)
+    assert queries() == two
+    listed = call("jobs", "list")
+    assert all(row_of(listed, n).rstrip().endswith(f"chore: {n}") for n in ("dust", "wax"))
 
 
 def test_the_admin_and_the_command_line_describe_a_target_with_one_function() -> None:

@@ -264,7 +264,11 @@ class Command(DuecourseCommand):
             listed = listed.filter(owner=jobs.owner_for(o["owner"]))
         found = list(listed)
         titles = selectors.job_titles(found)
-        rows = [selectors.job_summary(job, title=titles[job.pk]) for job in found]
+        targets = selectors.describe_targets(found)
+        rows = [
+            selectors.job_summary(job, title=titles[job.pk], target=targets[job.pk])
+            for job in found
+        ]
         table = text_table(
             ("NAME", "OWNER", "STATUS", "SCHEDULE", "NEXT DUE", "RUNS", "TARGET"),
             [

@@ -256,8 +256,9 @@ def paused(
     was, as the claim's pause of a row it cannot plan does)."""
     changes: dict[str, dict[str, Any]] = {
         "status": {"from": JobStatus.ACTIVE.value, "to": JobStatus.PAUSED.value},
-        "pause_reason": {"from": before, "to": reason},
     }
+    if reason != before:  # paused with no reason given: nothing to say of it
+        changes["pause_reason"] = {"from": before, "to": reason}
     if kind is not None:
         changes["pause_kind"] = {"from": PauseKind.NONE.value, "to": kind}
     record(job=job, action=JobChangeAction.PAUSED, by=by, now=now, changes=changes)

@@ -723,3 +723,12 @@ def test_an_operator_reads_the_trail_on_the_jobs_page(page: Any, admin_user: Any
     assert table.locator("b").count() == 0
     assert "created" in rows.nth(1).inner_text()
     assert page.csp_violations == []
+
+
+def test_a_pause_with_no_reason_records_the_status_alone(admin_user: Any) -> None:
+    now = timezone.now()
+    job = create_job(owner=admin_user, name="quiet", task=NOOP, every="PT1H", now=now)
+    assert jobs.pause_job(job=job, now=now, reason="", by=audit.Actor.user(admin_user))
+    paused = JobChange.objects.get(job=job, action="paused")
+    assert "pause_reason" not in paused.changes
+    assert paused.changes["status"] == {"from": "active", "to": "paused"}

@@ -124,6 +124,15 @@ def test_jobs_next_lists_occurrences_in_utc_and_in_the_zone_across_a_clock_chang
     assert all(row.split()[4] == "03:00:00" for row in rows)
 
 
+def test_jobs_next_of_a_job_in_utc_lists_each_occurrence_once(owner: Any, settings: Any) -> None:
+    settings.TIME_ZONE = "America/New_York"  # the first column is UTC whatever the project's
+    create_job(owner=owner, name="utc", task=NOOP, every="PT1H", now=timezone.now())
+    out, _ = call("jobs", "next", "utc", "--count", "2")
+    lines = out.splitlines()
+    assert lines[1].split() == ["UTC"]
+    assert all(row.split()[2:] == ["UTC"] for row in lines[2:4])
+
+
 def test_jobs_next_json_is_a_list_of_iso_instants_with_the_offset_of_each(owner: Any) -> None:
     job = create_job(owner=owner, name="early", task=NOOP, cron="0 3 * * *",
                      tz="Europe/Berlin", now=timezone.now())  # fmt: skip

@@ -152,6 +152,7 @@ def test_jobs_list_and_show_print_paused_and_who_paused_it_instead_of_a_next_due
     assert row[listed[0].index("NEXT DUE") :].startswith("paused ")
     shown = call("jobs", "show", "report").splitlines()
     assert "next_due_at: paused" in shown
+    assert "next_occurrence_at: paused" in shown
     assert f"paused: by {owner.get_username()}" in shown
     data = json.loads(call("jobs", "show", "report", "--json"))
     assert data["paused"] == f"by {owner.get_username()}"

@@ -8,7 +8,7 @@ made for, recorded first: ``alice (os: root)`` (``audit.Actor.command_line``).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -364,13 +364,18 @@ class Command(DuecourseCommand):
                 self.stderr.write(note)
             return
         zone = str(found.zone)
+        in_utc = zone in ("UTC", "Etc/UTC")
         lines = [
             f"next occurrences of {job.name!r}: {selectors.describe_schedule(job.schedule)}",
-            f"  {'UTC':24} {zone}",
+            "  UTC" if in_utc else f"  {'UTC':24} {zone}",
         ]
         for moment in found.occurrences:
+            utc = readable.instant(moment, UTC)
+            if in_utc:
+                lines.append(f"  {utc}")
+                continue
             local = f"{moment:%Y-%m-%d %H:%M:%S %z} {moment.tzname() or ''}".rstrip()
-            lines.append(f"  {readable.instant(moment):24} {local}")
+            lines.append(f"  {utc:24} {local}")
         if job.jitter:
             lines.append(f"each runs up to {job.jitter.total_seconds():g} s later (jitter)")
         lines.extend(notes)
@@ -469,6 +474,8 @@ def _line(job: Job, key: str, value: Any, zone: Any) -> str:
         return value or "none"
     if key == "next_due_at":
         return _next_due(job, zone)
+    if key == "next_occurrence_at" and pauses.next_due(job) is None:
+        return pauses.not_due_word(job)  # a paused job plans nothing until resumed
     return _shown(key, value, zone, job.schedule)
 
 

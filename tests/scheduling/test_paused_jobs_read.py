@@ -15,7 +15,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
@@ -172,3 +172,13 @@ def test_the_dashboard_counts_a_paused_job_neither_due_nor_late(
     page = admin_client.get("/dashboard/").content.decode()
     late = page[page.index('id="panel-late"') :]
     assert f"/admin/scheduling/job/{job.pk}/change/" in late[: late.index("</section>")]
+
+
+def test_jobs_pause_takes_a_reason_and_refuses_one_that_is_not_one_line(owner: Any) -> None:
+    create_job(owner=owner, name="nightly", task=NOOP, every="PT1H", now=timezone.now())
+    call("jobs", "pause", "nightly", "--reason", "supplier maintenance")
+    assert Job.objects.get(name="nightly").pause_reason == "supplier maintenance"
+    create_job(owner=owner, name="weekly", task=NOOP, every="P7D", now=timezone.now())
+    with pytest.raises(CommandError, match="reason"):
+        call("jobs", "pause", "weekly", "--reason", "two\nlines")
+    assert Job.objects.get(name="weekly").status == JobStatus.ACTIVE

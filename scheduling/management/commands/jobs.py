@@ -109,6 +109,10 @@ class Command(DuecourseCommand):
                 add_zone_option(command)
             if action != "show":
                 add_by_option(command)
+            if action == "pause":
+                command.add_argument(
+                    "--reason", default="", help="Why, shown with the job until it is resumed."
+                )
         syncing = sub.add_parser(
             "sync",
             help="Make the ledger match the jobs declared in code (SCHEDULING_JOBS and the "
@@ -383,7 +387,9 @@ class Command(DuecourseCommand):
 
     def do_pause(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        changed = jobs.pause_job(job=job, now=timezone.now(), by=self.actor(o))
+        changed = jobs.pause_job(
+            job=job, now=timezone.now(), reason=o["reason"], by=self.actor(o)
+        )
         job.refresh_from_db()
         self.emit(
             selectors.job_summary(job),

@@ -419,10 +419,12 @@ def export_executions(
         key=lambda row: (row[at], row[pk]),
         limit=limit,
     ):
-        wanted = {row[job_at] for row in page if row[job_at] is not None} - names.keys()
+        ids = {row[job_at] for row in page if row[job_at] is not None}
+        wanted = ids - names.keys()
         if wanted:
             if len(names) + len(wanted) > _JOBS_KEPT:
-                names.clear()
+                names.clear()  # then every job of this page is read again, not only the new
+                wanted = ids
             met = list(Job.objects.filter(pk__in=wanted))
             titles = job_titles(met)
             names.update({j.pk: (j.name, titles[j.pk]) for j in met})

@@ -100,6 +100,22 @@ def test_an_export_reads_a_page_at_a_time_in_a_total_order(
     assert len(pages) == 5  # 7 + 7 + 7 + 7 + 2: the short page is the last
 
 
+def test_every_line_names_its_job_when_the_export_has_met_more_jobs_than_it_keeps(
+    make_job: MakeJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The names of the jobs met are kept up to a bound; past it they are read again, those
+    of the page in hand included."""
+    monkeypatch.setattr(exports, "PAGE_SIZE", 2)
+    monkeypatch.setattr(selectors, "_JOBS_KEPT", 2)
+    first, second, third = (make_job(name=f"j{i}") for i in range(3))
+    runs(first, START)
+    runs(second, START + SECOND)
+    runs(third, START + 2 * SECOND)
+    runs(first, START + 3 * SECOND)
+    rows = exported()
+    assert [r["job"] for r in rows] == ["j0", "j1", "j2", "j0"]
+
+
 def test_each_line_is_the_json_views_object_for_that_execution(
     make_job: MakeJob, now: datetime
 ) -> None:

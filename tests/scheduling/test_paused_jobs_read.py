@@ -182,3 +182,11 @@ def test_jobs_pause_takes_a_reason_and_refuses_one_that_is_not_one_line(owner: A
     with pytest.raises(CommandError, match="reason"):
         call("jobs", "pause", "weekly", "--reason", "two\nlines")
     assert Job.objects.get(name="weekly").status == JobStatus.ACTIVE
+
+
+def test_jobs_pause_json_says_who_paused_the_job(owner: Any) -> None:
+    create_job(owner=owner, name="hourly", task=NOOP, every="PT1H", now=timezone.now())
+    data = json.loads(call("jobs", "pause", "hourly", "--by", owner.get_username(), "--json"))
+    assert data["status"] == "paused"
+    assert data["paused"].startswith(f"by {owner.get_username()}")
+

@@ -390,7 +390,7 @@ class Command(DuecourseCommand):
         changed = jobs.pause_job(
             job=job, now=timezone.now(), reason=o["reason"], by=self.actor(o)
         )
-        job.refresh_from_db()
+        job = self._job(o)  # read afresh, who paused it included
         self.emit(
             selectors.job_summary(job),
             f"paused {job.name!r}" if changed else f"{job.name!r} is {job.status}; unchanged",
@@ -401,7 +401,7 @@ class Command(DuecourseCommand):
         zone = zone_option(o["tz"])
         job = self._job(o)
         changed = jobs.resume_job(job=job, now=timezone.now(), by=self.actor(o))
-        job.refresh_from_db()
+        job = self._job(o)
         self.emit(
             selectors.job_summary(job),
             f"resumed {job.name!r}, next due {readable.instant(job.next_due_at, zone)}"

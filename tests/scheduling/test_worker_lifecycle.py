@@ -611,6 +611,12 @@ def test_a_retried_attempt_resumes_after_the_last_checkpointed_step(
         return execution.checkpoint == {"done": [1, 2]}
 
     wait_for(two_steps_saved, timeout=SLOW, interval=0.02, message="step 2 is checkpointed")
+    # The body logs a step just after it saves it: the line is in the log before the kill.
+    logged(
+        lambda: processes.log_of(first),
+        rf"diagnostics\.step execution={attempt.execution_id} step=2$",
+        timeout=SLOW,
+    )
     processes.kill(first)  # SIGKILL to the worker's whole process group, mid step 3
     first.wait(timeout=10)
     # Started after the kill, so its boot never competes with the first worker's step 3 for

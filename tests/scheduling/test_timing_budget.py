@@ -8,6 +8,7 @@ asserted with a generous margin.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 from datetime import UTC, date, datetime, timedelta
@@ -284,6 +285,29 @@ def test_a_set_over_the_budget_when_parsed_is_a_calendar_error_every_caller_repo
     with pytest.raises(CalendarOverBudget):
         CalendarRule.parse(text, budget=Budget(0.1, clock=clock))
     assert next(clock.count) == 1  # read once, when the budget was made
+
+
+def test_garbage_collection_in_the_thread_is_not_spent_from_the_budget() -> None:
+    """A full collection of a large heap takes longer than a whole budget; it is the
+    process's debt, so a cheap rule whose allocation sets one off is neither refused nor
+    paused. The CPU the rule's own work takes still counts."""
+    heap: list[dict[str, Any]] = []
+    collected = 0.0
+    while collected < 0.02 and len(heap) < 4_000_000:
+        heap.extend({"n": [i]} for i in range(len(heap), len(heap) * 2 + 100_000))
+        started = time.thread_time()
+        gc.collect()
+        collected = time.thread_time() - started
+    assert collected >= 0.02, "a collection long enough to outlast the budget"
+    budget = Budget(collected / 2)
+    gc.collect()
+    assert not budget.exceeded
+    budget.check()
+    spin = time.thread_time() + collected
+    while time.thread_time() < spin:
+        pass
+    assert budget.exceeded
+    del heap
 
 
 # --- the doors

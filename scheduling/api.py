@@ -12,6 +12,10 @@ a worked example.
   module; the engine imports it when Django starts. The declarations also say who may point a
   job at them (``permission=``, ``superuser_only=``; ``owner=``, ``internal=``): the admin and
   calls made for an ``owner`` hold people to it (``scheduling.rules.permissions``).
+- Enqueue it in bulk: ``enqueue_many(task, calls)`` writes one run per (args, kwargs) call of
+  a Django task (on Duecourse's backend: the framework's results) or a schedulable Celery task
+  (execution ids) in one statement, every call checked before anything is written, published
+  when the caller's transaction commits (``scheduling.djangotasks.bulk``).
 - Schedule it: ``schedule_row`` / ``schedule_task`` with a timing value (``Every``, ``Cron``,
   ``Calendar``, ``Once``) and a ``Policies`` value; ``next_occurrences`` lists when a job will
   run next.
@@ -111,6 +115,7 @@ from scheduling.cli import (
 )
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.csp import with_csp as with_content_security_policy
+from scheduling.djangotasks.bulk import enqueue_many
 from scheduling.djangotasks.options import task_options
 from scheduling.errors import Fenced
 from scheduling.exports import (
@@ -178,6 +183,7 @@ __all__ = [
     "describe_cron",
     "describe_interval",
     "edit",
+    "enqueue_many",
     "error_line",
     "executions",
     "history",

@@ -132,36 +132,10 @@ class DuecourseTaskBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[override]
         self.validate_task(task)
-        call_args, call_kwargs = _json_arguments(args, kwargs)
         name = register_runner(task)
-        unfit = arguments.binding_error(parameters_of(task), call_args, call_kwargs, name=name)
-        if unfit is not None:
-            raise InvalidTask(f"Task {unfit[0]}: {unfit[1]}")
-        broker_url = str(celery_app().conf.broker_url or "")
-        call = {
-            **call_options(task, alias=self.alias),
-            "args": call_args,
-            "kwargs": call_kwargs,
-            "queue": self.celery_queue(task.queue_name),
-            "broker_priority": broker_priority(task.priority, broker_url),
-            "max_retries": int(getattr(task, "max_retries", 0)),
-            "timeout": getattr(task, "timeout", None) or int(conf.get("DEFAULT_TIMEOUT")),
-        }
+        call = self.call_of(task, name, args, kwargs)
         written = runs.write_run(task=name, call=call, run_after=task.run_after)
-        result = TaskResult(
-            task=task,
-            id=written.task_id,
-            status=TaskResultStatus.READY,
-            enqueued_at=written.created_at,
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=call_args,
-            kwargs=call_kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-        )
+        result = self.result_of_written(task, written, call)
         bell = written.doorbell(task=name, call=call) if written.due_now else None
 
         def after_commit() -> None:
@@ -171,6 +145,54 @@ class DuecourseTaskBackend(BaseTaskBackend):
 
         transaction.on_commit(after_commit)
         return result
+
+    def call_of(
+        self,
+        task: Task,
+        name: str,
+        args: Any,
+        kwargs: Any,
+        *,
+        within: tuple[int, int] | None = None,
+    ) -> dict[str, Any]:
+        """The run's ``call`` (everything its message needs), or InvalidTask naming the reason.
+
+        ``task`` has passed ``validate_task``; ``name`` is its runner's (``register_runner``);
+        ``within``: the arguments' limits (``arguments.limits()``), read once for many calls.
+        """
+        call_args, call_kwargs = _json_arguments(args, kwargs, within=within or arguments.limits())
+        unfit = arguments.binding_error(parameters_of(task), call_args, call_kwargs, name=name)
+        if unfit is not None:
+            raise InvalidTask(f"Task {unfit[0]}: {unfit[1]}")
+        broker_url = str(celery_app().conf.broker_url or "")
+        return {
+            **call_options(task, alias=self.alias),
+            "args": call_args,
+            "kwargs": call_kwargs,
+            "queue": self.celery_queue(task.queue_name),
+            "broker_priority": broker_priority(task.priority, broker_url),
+            "max_retries": int(getattr(task, "max_retries", 0)),
+            "timeout": getattr(task, "timeout", None) or int(conf.get("DEFAULT_TIMEOUT")),
+        }
+
+    def result_of_written(
+        self, task: Task, written: runs.Written, call: dict[str, Any]
+    ) -> TaskResult:
+        """The framework's result of a run just written: READY, nothing attempted."""
+        return TaskResult(
+            task=task,
+            id=written.task_id,
+            status=TaskResultStatus.READY,
+            enqueued_at=written.created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=call["args"],
+            kwargs=call["kwargs"],
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
 
     def get_result(self, result_id: str) -> TaskResult:
         run = runs.find_run(result_id)
@@ -188,7 +210,9 @@ class DuecourseTaskBackend(BaseTaskBackend):
         return result_of(run, task=task, alias=self.alias)
 
 
-def _json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+def _json_arguments(
+    args: Any, kwargs: Any, *, within: tuple[int, int]
+) -> tuple[list[Any], dict[str, Any]]:
     """The arguments as JSON gives them back, within ``scheduling.rules.arguments``' limits of
     depth and size.
 
@@ -203,8 +227,8 @@ def _json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
     for name, value in (("args", call_args), ("kwargs", call_kwargs)):
         # Before the framework's conversion, which recurses: past the limit it would not return.
         depth = arguments.nesting_depth(value)
-        if depth > arguments.limits()[0]:
-            raise InvalidTask(f"Task {name} {arguments.problem(value)}")
+        if depth > within[0]:
+            raise InvalidTask(f"Task {name} {arguments.problem(value, within)}")
     call_args, call_kwargs = normalize_json(call_args), normalize_json(call_kwargs)
     for name, value in (("args", call_args), ("kwargs", call_kwargs)):
         keys = arguments.key_problem(value)
@@ -216,7 +240,7 @@ def _json_arguments(args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
     except ValueError as exc:
         raise InvalidTask(f"Task arguments must round-trip through JSON: {exc}") from None
     for name, value in (("args", call_args), ("kwargs", call_kwargs)):
-        too_much = arguments.problem(value)
+        too_much = arguments.problem(value, within)
         if too_much is not None:
             raise InvalidTask(f"Task {name} {too_much}")
     return call_args, call_kwargs

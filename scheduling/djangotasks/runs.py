@@ -11,6 +11,7 @@ rollback takes the row with it, so the run never happens and has no result.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -52,8 +53,37 @@ def write_run(*, task: str, call: dict[str, Any], run_after: datetime | None) ->
     statement: an enqueue is a request's cost, where the ORM's own work would be a third of it.
     """
     now = timezone.now()
+    values = _row(task=task, call=call, run_after=run_after, now=now)
+    execution_id = runs_ledger.insert_run(**values)
+    return _written(execution_id, values, now)
+
+
+def write_runs(
+    *, task: str, calls: Sequence[dict[str, Any]], run_after: datetime | None
+) -> list[Written]:
+    """``write_run`` for many calls of one task: their rows in one statement, in order."""
+    now = timezone.now()
+    shared = _row(task=task, call={}, run_after=run_after, now=now)
+    keys = [uuid7() for _ in calls]
+    ids = runs_ledger.insert_runs(
+        task=task,
+        scheduled_for=shared["scheduled_for"],
+        status=shared["status"],
+        queued_at=shared["queued_at"],
+        retry_at=shared["retry_at"],
+        now=now,
+        runs=list(zip(keys, calls, strict=True)),
+    )
+    return [
+        _written(pk, {**shared, "task_id": key}, now) for pk, key in zip(ids, keys, strict=True)
+    ]
+
+
+def _row(
+    *, task: str, call: dict[str, Any], run_after: datetime | None, now: datetime
+) -> dict[str, Any]:
     deferred = run_after is not None and run_after > now
-    values: dict[str, Any] = {
+    return {
         "task": task,
         "scheduled_for": run_after if deferred else now,
         "status": ExecutionStatus.RETRY if deferred else ExecutionStatus.QUEUED,
@@ -63,12 +93,14 @@ def write_run(*, task: str, call: dict[str, Any], run_after: datetime | None) ->
         "call": call,
         "now": now,
     }
-    execution_id = runs_ledger.insert_run(**values)
+
+
+def _written(execution_id: int, values: dict[str, Any], now: datetime) -> Written:
     return Written(
         execution_id=execution_id,
         task_id=str(values["task_id"]),
         created_at=now,
-        due_now=not deferred,
+        due_now=values["queued_at"] is not None,
     )
 
 

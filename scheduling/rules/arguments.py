@@ -76,23 +76,23 @@ def limits() -> tuple[int, int]:
     return int(conf.get("ARGS_MAX_DEPTH")), int(conf.get("ARGS_MAX_BYTES"))
 
 
-def problem(value: Any) -> str | None:
-    """Why ``value`` may not be a job's ``args`` or ``kwargs`` (its depth or size), or None."""
-    max_depth, max_bytes = limits()
+def problem(value: Any, within: tuple[int, int] | None = None) -> str | None:
+    """Why ``value`` may not be a job's ``args`` or ``kwargs`` (its depth or size), or None.
+
+    ``within``: ``limits()``, when the caller checks many values against the same settings.
+    """
+    max_depth, max_bytes = within or limits()
     depth = nesting_depth(value)
     if depth > max_depth:
         return (
-            f"is nested {depth:,} levels deep; the limit is {max_depth} "
-            "(SCHEDULING_ARGS_MAX_DEPTH)"
+            f"is nested {depth:,} levels deep; the limit is {max_depth} (SCHEDULING_ARGS_MAX_DEPTH)"
         )
     try:
         size = encoded_size(value)
     except ValueError as exc:  # Python's limit on the digits of a number it writes
         return f"holds a number too long to write as JSON ({exc})"
     if size > max_bytes:
-        return (
-            f"is {size:,} bytes as JSON; the limit is {max_bytes:,} (SCHEDULING_ARGS_MAX_BYTES)"
-        )
+        return f"is {size:,} bytes as JSON; the limit is {max_bytes:,} (SCHEDULING_ARGS_MAX_BYTES)"
     return None
 
 

@@ -39,6 +39,13 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+@schedulable_task(name="tests.tasktable_app.note_call")
+def note_call(label: str, *, times: int = 1) -> str:
+    """A schedulable Celery task whose runs say what they were called with."""
+    _note(f"celery {label} {times}")
+    return label * times
+
+
 @task
 def echo(value: Any) -> Any:
     return value
@@ -91,8 +98,6 @@ def _started(sender: Any, task_result: Any, **_: Any) -> None:
 @receiver(task_finished)
 def _finished(sender: Any, task_result: Any, **_: Any) -> None:
     _note(f"signal finished {task_result.id} {task_result.status}")
-
-
 
 
 @shared_task(name="tests.tasktable_app.enqueue_from_a_worker")

@@ -21,6 +21,8 @@ this checkout against the installed wheel. What each session proves:
 
     nox -l                          # the sessions
     nox -t stacks                   # every combination but the newest, the oldest in full
+    nox -t full / nox -t between    # the oldest alone / the stacks between (.ci/run runs the
+                                    # oldest in the background beside them)
     nox -s py3.12-django6.0         # one of them
 
 ``.ci/run`` runs ``make test`` and then each session of ``nox -t stacks``, timing each part.
@@ -215,7 +217,7 @@ for _stack in STACKS:
     nox.session(
         name=session_name(_stack),
         python=_stack.python,
-        tags=["newest"] if _stack is NEWEST else ["stacks"],
+        tags=(["newest"] if _stack is NEWEST else ["stacks", "full" if _stack.full else "between"]),
     )(_session)
 
 

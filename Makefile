@@ -28,6 +28,7 @@ SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.p
 	tests/emailer/test_runs.py tests/subscriptions/test_renewals.py \
 	tests/scheduling/test_checks.py tests/scheduling/test_argument_limits.py \
 	tests/scheduling/test_running_limits.py tests/scheduling/test_ledger.py \
+	tests/scheduling/test_engines.py \
 	tests/scheduling/test_backfill.py tests/scheduling/test_calendars.py \
 	tests/scheduling/test_previews.py tests/scheduling/test_timing_budget.py \
 	tests/scheduling/test_argument_binding.py tests/scheduling/test_declarations.py \

@@ -39,9 +39,10 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
-from scheduling import conf, ledger
+from scheduling import conf
 from scheduling.celeryapp import celery_app, is_fallback
 from scheduling.ledger import partitions
+from scheduling.ledger.engines import engine
 from scheduling.models import Job, JobStatus, SchedulerState
 from scheduling.rules import arguments, registry, tasktables
 from scheduling.rules.validation import fit_errors, queue_error, visibility_timeout
@@ -176,7 +177,7 @@ def check_visibility_timeout(**_: Any) -> list[CheckMessage]:
 
 @register("scheduling")
 def check_sqlite_schedulers(**_: Any) -> list[CheckMessage]:
-    if not ledger.on_sqlite() or not _ledger_ready():
+    if not engine().one_writer or not _ledger_ready():
         return []
     try:
         since = timezone.now() - SCHEDULER_RECENT

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid7
-from scheduling.ledger import runs as runs_ledger
+from scheduling.ledger.engines import engine
 from scheduling.models import Attempt, Execution, ExecutionStatus
 from scheduling.stages.publishing import doorbell_of_call
 
@@ -54,7 +54,7 @@ def write_run(*, task: str, call: dict[str, Any], run_after: datetime | None) ->
     """
     now = timezone.now()
     values = _row(task=task, call=call, run_after=run_after, now=now)
-    execution_id = runs_ledger.insert_run(**values)
+    execution_id = engine().insert_run(**values)
     return _written(execution_id, values, now)
 
 
@@ -65,7 +65,7 @@ def write_runs(
     now = timezone.now()
     shared = _row(task=task, call={}, run_after=run_after, now=now)
     keys = [uuid7() for _ in calls]
-    ids = runs_ledger.insert_runs(
+    ids = engine().insert_runs(
         task=task,
         scheduled_for=shared["scheduled_for"],
         status=shared["status"],

@@ -63,21 +63,28 @@ def on_sqlite(using: str | Any = DEFAULT_DB_ALIAS) -> bool:
 class Statement:
     """One hand-written statement: its PostgreSQL text and, where it has one, its SQLite text."""
 
-    postgresql: str
+    postgresql: str | None = None
     sqlite: str | None = None
     #: The names of its result's columns, in order, for the statements a tick or a task sends
     #: every time: their rows are decoded by these names without asking the driver for its
     #: description, which costs more than the rest of an idle tick's Python. The names are
     #: checked against the description the first time the statement runs in a process.
     columns: tuple[str, ...] = ()
+    #: The one text, whatever the database: a statement an engine already chose for its own
+    #: database (``named``), or one the same words run everywhere (``portable``).
+    shared: str | None = None
+    #: Its name in the ``.sql`` file it was loaded from (``ledger.named``), for errors and logs.
+    name: str = ""
 
     @classmethod
     def portable(cls, text: str, columns: tuple[str, ...] = ()) -> Statement:
         """A statement whose one text runs as it is on every database the ledger supports."""
-        return cls(postgresql=text, sqlite=text, columns=columns)
+        return cls(shared=text, columns=columns)
 
     def text(self, using: str | Any = DEFAULT_DB_ALIAS) -> str:
         """This statement's text for the connection ``using`` (an alias or a connection)."""
+        if self.shared is not None:
+            return self.shared
         found = dialect(using)
         form = self.postgresql if found == POSTGRESQL else self.sqlite if found == SQLITE else None
         if form is None:

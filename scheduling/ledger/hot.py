@@ -35,7 +35,7 @@ def _named(statement: Statement, cursor: Any) -> dict[str, Any] | None:
 def run_hot(statement: Statement, params: Params) -> dict[str, Any] | None:
     """Run a hot statement (PostgreSQL); its first row by column name, or None."""
     # A dict is a JSON document (a Django task's call or result): sent as jsonb on either path.
-    text = statement.postgresql
+    text = statement.text(connections[DEFAULT_DB_ALIAS])
     django_connection = connections[DEFAULT_DB_ALIAS]
     if not conf.get("PREPARE_STATEMENTS"):
         with django_connection.cursor() as cursor:

@@ -20,8 +20,9 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 from django.utils import timezone
 
-from scheduling import conf, ledger
+from scheduling import conf
 from scheduling.doorbell import Doorbell
+from scheduling.ledger.engines import engine
 from scheduling.scheduler.hours import HourKeeper
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.periods import PeriodKeeper
@@ -287,7 +288,7 @@ class Dispatcher:
 
     def _flood_lanes(self) -> Lanes | None:
         count = conf.get("FLOOD_LANES")
-        if count < 2 or not ledger.on_postgresql() or connection.in_atomic_block:
+        if count < 2 or not engine().parallel_claims or connection.in_atomic_block:
             return None
         if self._lanes is None or self._lanes.count != count:
             if self._lanes is not None:

@@ -25,11 +25,9 @@ from django.db.models.functions import Now
 
 from scheduling import conf, readable
 from scheduling.errors import MAX_ERROR, StartHeld, headline
-from scheduling.ledger import attempt as attempt_ledger
-from scheduling.ledger.attempt import Started
-from scheduling.ledger.attempt import attempt_running as _attempt_running
-from scheduling.ledger.attempt import finish_attempt as _finish_attempt
-from scheduling.ledger.attempt import release_job as _release_job
+from scheduling.ledger.engine import DIED_OUTCOMES as DIED_OUTCOMES
+from scheduling.ledger.engines import engine
+from scheduling.ledger.values import Started
 from scheduling.models import (
     EXECUTION_STARTABLE,
     EXECUTION_UNFINISHED,
@@ -108,7 +106,7 @@ def _start_within_limits(
 def _start(
     execution_id: int, *, worker: str, pid: int, now: datetime, limits_checked: bool
 ) -> Started | None:
-    return attempt_ledger.start(
+    return engine().start_attempt(
         execution_id=execution_id,
         worker=worker,
         pid=pid,
@@ -133,7 +131,7 @@ def skip_expired(*, execution_id: int, now: datetime) -> bool:
             .filter(pk=execution_id)
             .first()
         )
-        if execution is None or not attempt_ledger.expired(execution_id, now):
+        if execution is None or not engine().expired(execution_id, now):
             return False
         late = (now - execution.scheduled_for).total_seconds()
         execution.status = ExecutionStatus.SKIPPED
@@ -143,7 +141,7 @@ def skip_expired(*, execution_id: int, now: datetime) -> bool:
             f"the job's expires is {execution.job.expires}s"
         )
         execution.save(update_fields=["status", "finished_at", "last_error", "updated_at"])
-        _release_job(execution, now=now)
+        engine().release_job(execution, now=now)
     logger.warning("execution.expired execution=%s late=%.0fs", execution_id, late)
     return True
 
@@ -157,7 +155,7 @@ def held_after_crash(execution_id: int) -> float | None:
     that started it; by then that worker has restored its start (its heartbeat or its end does)
     or its own fence has stopped the body, as for any lease it could not renew.
     """
-    return attempt_ledger.held_after_crash(execution_id, lease=conf.get("STALE_AFTER"))
+    return engine().held_after_crash(execution_id, lease=conf.get("STALE_AFTER"))
 
 
 def restore_start(*, execution_id: int, started: Started, worker: str, pid: int) -> bool:
@@ -246,7 +244,7 @@ def complete_execution(
     attempt is still the running one. ``result`` (a Django task's return value, as
     ``{"value": …}``) is written in the same statement, so a run is never completed without it.
     """
-    completed = attempt_ledger.complete(
+    completed = engine().complete_attempt(
         execution_id=execution_id, now=now, attempt=attempt, result=result
     )
     if completed is None:
@@ -261,7 +259,6 @@ def complete_execution(
 LOST_OUTCOMES = (AttemptOutcome.ABANDONED, AttemptOutcome.INTERRUPTED, AttemptOutcome.FENCED)
 #: Attempts whose process died under them (killed, ended by its body with ``os._exit``, taken
 #: by the OOM killer): counted against ``SCHEDULING_MAX_INTERRUPTIONS``. A shutdown is not.
-DIED_OUTCOMES = attempt_ledger.DIED_OUTCOMES
 
 
 def interruptions_spent_error(count: int, last: str) -> str:
@@ -328,7 +325,7 @@ def fail_attempt(
             Execution.objects.select_for_update(of=("self",))
             .select_related("job")
             .filter(
-                _attempt_running(execution_id, attempt),
+                engine().attempt_running(execution_id, attempt),
                 still_stale,
                 pk=execution_id,
                 status__in=list(from_statuses),
@@ -341,7 +338,7 @@ def fail_attempt(
         max_retries = retries_allowed(execution, outcome)
         attempt_error = error
         if outcome in DIED_OUTCOMES:
-            died = attempt_ledger.died_attempts(execution_id) + 1  # with this one
+            died = engine().died_attempts(execution_id) + 1  # with this one
             if died >= int(conf.get("MAX_INTERRUPTIONS")):
                 permanent = True
                 error = interruptions_spent_error(died, error)
@@ -386,9 +383,9 @@ def fail_attempt(
                 *(["result"] if task_error is not None else []),
             ]
         )
-        _finish_attempt(execution_id, outcome, attempt_error, now)
+        engine().finish_attempt(execution_id, outcome, attempt_error, now)
         if execution.status == ExecutionStatus.FAILED:
-            _release_job(execution, now=now)
+            engine().release_job(execution, now=now)
             if execution.job_id is not None:
                 # Counted with the failure itself: the job's row lock orders concurrent ends.
                 failures.count_failure(job_id=execution.job_id, error=error, now=now)
@@ -513,8 +510,8 @@ def cancel_execution(*, execution_id: int, now: datetime, reason: str = "cancell
         execution.finished_at = now
         execution.last_error = reason
         execution.save(update_fields=["status", "finished_at", "last_error", "updated_at"])
-        _finish_attempt(execution_id, AttemptOutcome.CANCELLED, reason, now)
-        _release_job(execution, now=now)
+        engine().finish_attempt(execution_id, AttemptOutcome.CANCELLED, reason, now)
+        engine().release_job(execution, now=now)
     logger.info("execution.cancelled execution=%s reason=%s", execution_id, reason)
     return True
 

@@ -41,7 +41,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from scheduling import conf, readable
-from scheduling.ledger import backfill as backfill_ledger
+from scheduling.ledger.engines import engine
 from scheduling.models import Job, JobChangeAction
 from scheduling.rules.validation import target_error
 from scheduling.stages import audit
@@ -164,11 +164,11 @@ def backfill_job(
         raise ValidationError({"range": too_many(counted=counted, cap=cap)})
     due = [at for at in found if schedules.due_time(job.pk, at, job.jitter) <= now]
     if dry_run:
-        held = backfill_ledger.held_instants(job_id=job.pk, instants=due)
+        held = engine().held_instants(job_id=job.pk, instants=due)
         instants = [at for at in due if at not in held]
     else:
         with transaction.atomic():
-            instants = backfill_ledger.insert_waiting(
+            instants = engine().insert_waiting(
                 job_id=job.pk, task=job.task, instants=due, reason=BACKFILLED, now=now
             )
             if instants:

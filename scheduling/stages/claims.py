@@ -27,7 +27,7 @@ from django.db import transaction
 from scheduling import conf, readable
 from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid7_text
-from scheduling.ledger import claim as claim_ledger
+from scheduling.ledger.engines import engine
 from scheduling.models import OVERLAP_BACKLOG, OVERLAP_HOLDS, ExecutionStatus, JobStatus, Overlap
 from scheduling.rules import arguments
 from scheduling.rules.arguments import Unreadable, decode
@@ -140,7 +140,7 @@ def claim_due_jobs(*, now: datetime, limit: int) -> Claim:
     catch_up_limit = max(1, conf.get("CATCH_UP_LIMIT"))
     unknown_grace = timedelta(seconds=conf.get("UNKNOWN_TASK_GRACE"))
     with transaction.atomic(durable=True):
-        rows = claim_ledger.lock_due(now=now, limit=limit, planning=sql_planning(now, grace))
+        rows = engine().lock_due(now=now, limit=limit, planning=sql_planning(now, grace))
         if not rows:
             return Claim([], 0)
         bells: list[Doorbell] = []
@@ -607,7 +607,7 @@ def _write(due: Sequence[_Due], *, now: datetime) -> None:
         }
         for item in due
     ]
-    _keep_inserted(due, claim_ledger.write_claim(now=now, executions=executions, jobs=jobs))
+    _keep_inserted(due, engine().write_claim(now=now, executions=executions, jobs=jobs))
     for item in due:
         if item.timing_over_budget and item.pause_reason:
             failures.record_claim_pause(job_id=item.row["pk"], reason=item.pause_reason, now=now)

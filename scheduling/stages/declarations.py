@@ -43,7 +43,7 @@ from django.db.models import Max
 from scheduling import conf
 from scheduling.celeryapp import celery_app
 from scheduling.cli import JOB_OPTION_NAMES, job_options_parser, parse_job_options
-from scheduling.ledger.declarations import lock_declarations
+from scheduling.ledger.engines import engine
 from scheduling.models import (
     ChangeSource,
     DeclarationSet,
@@ -643,7 +643,7 @@ def reconcile(
         return Report(changes=plan(found, refused, adopt=adopt), applied=False)
     fingerprint = set_fingerprint(app=app)
     with transaction.atomic():
-        lock_declarations()
+        engine().lock_declarations()
         seen = _seen(fingerprint, entries=len(found) + len(refused), now=now)
         newest = (
             DeclarationSet.objects.filter(applied_at__isnull=False).order_by("-sequence").first()

@@ -37,7 +37,7 @@ from typing import Any
 from django.db import transaction
 
 from scheduling import conf
-from scheduling.ledger import limits as limits_ledger
+from scheduling.ledger.engines import engine
 from scheduling.models import (
     EXECUTION_STARTABLE,
     OVERLAP_HOLDS,
@@ -111,7 +111,7 @@ def lock(slot: Slot) -> None:
     job's before the owner's in every process, so two starts never wait on each other in a
     circle. SQLite: one writer at a time; a write first takes it before anything is counted.
     """
-    limits_ledger.lock_slot(
+    engine().lock_slot(
         job_id=slot.job_id,
         limit_job=bool(slot.job_limit),
         owner_id=slot.owner_id if slot.owner_limit else None,

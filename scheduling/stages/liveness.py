@@ -23,7 +23,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
 from scheduling import readable
-from scheduling.ledger import liveness as liveness_ledger
+from scheduling.ledger.engines import engine
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job
 from scheduling.stages.attempts import fail_attempt
 
@@ -48,10 +48,10 @@ def record_heartbeat(
     ids = list(execution_ids)
     stamp: Any = now
     if now is None:
-        stamp = liveness_ledger.database_now()
+        stamp = engine().database_now()
     with transaction.atomic(durable=True):
         if statement_timeout:
-            liveness_ledger.bound_statements(statement_timeout)
+            engine().bound_statements(statement_timeout)
         changed = Execution.objects.running().filter(pk__in=ids).update(
             last_heartbeat_at=stamp
         )

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from scheduling import readable
-from scheduling.ledger import overlaps as overlap_ledger
-from scheduling.ledger.overlaps import Cancelled
+from scheduling.ledger.engines import engine
+from scheduling.ledger.values import Cancelled
 
 
 def superseded_note(winner: datetime) -> str:
@@ -42,7 +42,7 @@ def runs_to_cancel(*, winners: Mapping[int, datetime]) -> dict[int, str]:
     """
     if not winners:
         return {}
-    held = overlap_ledger.current_runs(job_ids=winners)
+    held = engine().current_runs(job_ids=winners)
     return {execution_id: cancelled_note(winners[job_id]) for job_id, execution_id in held.items()}
 
 
@@ -51,5 +51,5 @@ def cancel_replaced(
 ) -> tuple[list[Cancelled], dict[int, str]]:
     """Cancel the replaced runs in the claim's transaction; returns those cancelled, and those
     whose row was busy (id: reason), for the scheduler to cancel after the commit."""
-    cancelled, busy = overlap_ledger.cancel_runs(now=now, reasons=reasons)
+    cancelled, busy = engine().cancel_runs(now=now, reasons=reasons)
     return cancelled, {pk: reasons[pk] for pk in busy}

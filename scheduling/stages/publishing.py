@@ -19,7 +19,7 @@ from django.db.models.functions import Coalesce
 
 from scheduling import conf
 from scheduling.doorbell import Doorbell
-from scheduling.ledger import publish as publish_ledger
+from scheduling.ledger.engines import engine
 from scheduling.models import (
     EXECUTION_STARTABLE,
     Attempt,
@@ -101,7 +101,7 @@ def mark_queued(*, execution_ids: Iterable[int], now: datetime) -> int:
     ids = list(execution_ids)
     if not ids:
         return 0
-    return publish_ledger.mark_queued(execution_ids=ids, now=now)
+    return engine().mark_queued(execution_ids=ids, now=now)
 
 
 def requeue_queued(*, now: datetime) -> int:

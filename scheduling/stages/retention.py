@@ -27,17 +27,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from scheduling import conf
-from scheduling.ledger import partitions, reads
+from scheduling.ledger import partitions
+from scheduling.ledger.engines import engine
 from scheduling.models import (
     EXECUTION_FINISHED,
-    EXECUTION_UNFINISHED,
     Attempt,
     Execution,
     Job,
@@ -283,25 +282,6 @@ def prune_history(
     return report
 
 
-#: The executions of a period retention keeps when it drops the period: the unfinished (one
-#: statement per status, each read through its partial index), a job's current run, and, with
-#: ``keep_last``, each job's latest (the ``keep``-th newest of its occurrences, read backwards
-#: along the one-per-occurrence index, for the jobs the period holds).
-_UNFINISHED_IN_PERIOD = " UNION ".join(
-    f"SELECT e.id FROM {{partition}} e WHERE e.status = '{status.value}'"
-    for status in EXECUTION_UNFINISHED
-)
-_CURRENT_IN_PERIOD = (
-    "SELECT e.id FROM {partition} e WHERE e.id IN (SELECT j.current_execution_id"
-    " FROM scheduling_job j WHERE j.current_execution_id IS NOT NULL)"
-)
-_LATEST_IN_PERIOD = """
-    SELECT e.id FROM {partition} e
-      JOIN unnest(%(jobs)s::bigint[], %(nth)s::timestamptz[]) AS k(job_id, nth)
-        ON k.job_id = e.job_id AND (k.nth IS NULL OR e.scheduled_for >= k.nth)
-"""
-
-
 def drop_periods(
     report: PruneReport,
     *,
@@ -323,7 +303,7 @@ def drop_periods(
             return
         dropped = partitions.drop_period(
             period,
-            keepers=lambda by_job, period=period: _keepers(
+            latest=lambda by_job, period=period: _latest(
                 period, by_job, keep_last=keep_last, nth=nth, named=named
             ),
         )
@@ -333,19 +313,20 @@ def drop_periods(
         report.periods += 1
 
 
-def _keepers(
+def _latest(
     period: partitions.Period,
     by_job: dict[int | None, int],
     *,
     keep_last: int,
     nth: dict[int, datetime | None],
     named: list[partitions.Period],
-) -> tuple[str, dict[str, Any]]:
-    """What ``prunable`` keeps of ``period`` (whose executions by job are ``by_job``), as the
-    text and parameters ``partitions.drop_period`` selects the kept rows with."""
-    keep = [_UNFINISHED_IN_PERIOD, _CURRENT_IN_PERIOD]
+) -> partitions.Latest | None:
+    """Which jobs' latest executions ``prunable`` keeps of ``period`` (whose executions by job
+    are ``by_job``), each with its ``keep_last``-th newest occurrence; None when no job's
+    latest can be in it. The period's unfinished executions and current runs are kept
+    whatever this says (``partitions.drop_period``)."""
     if keep_last == 0:
-        return " UNION ".join(keep), {}
+        return None
     jobs = [job for job in by_job if job is not None]
     nth.update(
         partitions.nth_newest([job for job in jobs if job not in nth], keep=keep_last, within=named)
@@ -354,13 +335,9 @@ def _keepers(
     # one of its latest in it: most jobs ran since, and are left out.
     latest = [(job, at) for job in jobs if (at := nth[job]) is None or at < period.end]
     if not latest:
-        return " UNION ".join(keep), {}
-    keep.append(_LATEST_IN_PERIOD)
-    return " UNION ".join(keep), {
-        "jobs": [job for job, _ in latest],
-        "nth": [at for _, at in latest],
-    }
+        return None
+    return partitions.Latest(jobs=[job for job, _ in latest], nth=[at for _, at in latest])
 
 
 def job_names(job_ids: list[int | None]) -> dict[int, str]:
-    return reads.job_names([i for i in job_ids if i is not None])
+    return engine().job_names([i for i in job_ids if i is not None])

@@ -25,8 +25,8 @@ from django.db.models.functions import Coalesce
 from scheduling import conf, readable
 from scheduling.exports import ALL_TIME, Window, in_key_order
 from scheduling.ledger import pgtimes
-from scheduling.ledger.probe import Probe as Probe  # the idle tick's answers, read here
-from scheduling.ledger.probe import scheduler_probe as scheduler_probe
+from scheduling.ledger.engines import engine
+from scheduling.ledger.values import Probe as Probe  # the idle tick's answers, read here
 from scheduling.models import (
     Execution,
     ExecutionStatus,
@@ -40,6 +40,18 @@ from scheduling.rules import tasktables
 from scheduling.rules.validation import storable
 from scheduling.stages import pauses
 from scheduling.timing.calendar_words import describe_calendar
+
+
+def scheduler_probe(
+    *, now: datetime, pending_before: datetime, queued_before: datetime, stale_before: datetime
+) -> Probe:
+    """Every question of an idle tick, in one round trip (``Engine.probe``)."""
+    return engine().probe(
+        now=now,
+        pending_before=pending_before,
+        queued_before=queued_before,
+        stale_before=stale_before,
+    )
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET
 
 from scheduling import conf
 from scheduling.celeryapp import celery_app
-from scheduling.ledger import reads
+from scheduling.ledger.engines import engine
 from scheduling.models import Execution, Job
 from scheduling.rules import permissions
 from scheduling.stages import ticks
@@ -36,7 +36,7 @@ BROKER_TIMEOUT = 2.0
 
 
 def check_database(now: datetime) -> dict[str, Any]:
-    return {"ok": reads.ping()}
+    return {"ok": engine().ping()}
 
 
 def check_broker(now: datetime) -> dict[str, Any]:

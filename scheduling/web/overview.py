@@ -30,7 +30,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce
 
 from scheduling import conf, readable
-from scheduling.ledger import reads
+from scheduling.ledger.engines import engine
 from scheduling.models import (
     Attempt,
     Execution,
@@ -265,7 +265,7 @@ def lag_percentiles(
     retried execution counts its retry delays too; ``scheduled_for`` is the nominal time, so
     a job's jitter is part of its lag).
     """
-    return reads.lag_percentiles(
+    return engine().lag_percentiles(
         start=now - within, end=now, owner_id=owner_id, quantiles=LAG_QUANTILES
     )
 

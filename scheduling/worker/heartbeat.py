@@ -33,7 +33,7 @@ import time
 from django.db import close_old_connections, connection
 
 from scheduling import conf
-from scheduling.ledger import liveness as liveness_ledger
+from scheduling.ledger.engines import engine
 from scheduling.stages import attempts, liveness
 from scheduling.worker.fence import Fence, Lease, fence_limits
 
@@ -53,7 +53,7 @@ def bound_liveness_connection() -> None:
     and the task's own connection keep theirs. A statement timeout is set per beat
     (``record_heartbeat``), which a pooler in transaction mode also accepts.
     """
-    liveness_ledger.bound_connection(math.ceil(liveness_timeout()))
+    engine().bound_connection(math.ceil(liveness_timeout()))
 
 
 class HeartbeatThread:

@@ -20,8 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from scheduling import api, readable
-from scheduling.ledger import claim as claim_ledger
-from scheduling.ledger import probe
+from scheduling.ledger.engines.postgresql import STATEMENTS
 from scheduling.models import (
     Attempt,
     AttemptOutcome,
@@ -30,7 +29,7 @@ from scheduling.models import (
     Job,
     job_due_index,
 )
-from scheduling.stages import attempts, claims, limits, overlaps
+from scheduling.stages import attempts, claims, limits, overlaps, selectors
 from tests.scheduling.test_admin_jobs import form_data
 from tests.scheduling.test_backfill import HOUR, hourly
 
@@ -73,7 +72,7 @@ def history(job: Job) -> list[tuple[datetime, str, str]]:
 
 def is_due(at: datetime) -> bool:
     """The idle tick's question: is any job due (an index probe of ``job_due_idx``)?"""
-    return probe.scheduler_probe(
+    return selectors.scheduler_probe(
         now=at, pending_before=at, queued_before=at, stale_before=at - timedelta(days=1)
     ).due
 
@@ -311,9 +310,9 @@ def test_the_claim_and_the_idle_probe_read_the_due_index_never_the_whole_table(
         "pending": "pending",
     }
     statements = [
-        (claim_ledger.LOCK_DUE.postgresql, planning),
+        (STATEMENTS["lock_due"].postgresql, planning),
         (
-            probe.SCHEDULER_PROBE.postgresql,
+            STATEMENTS["probe"].postgresql,
             {"now": now, "pending_before": now, "queued_before": now, "stale_before": now},
         ),
     ]

@@ -6,9 +6,12 @@ them: ``claim_chunk`` selects the next due participants *and* marks them sending
 people insert nothing), and ``record_chunk`` marks each of them sent, failed or deferred in
 one UPDATE. Both commit at once (autocommit), so a crash leaves at most the chunk in flight in
 ``sending``. Keeping every such statement here, run through the engine's ``ledger`` runner,
-means one place to read when the delivery table changes, and one rule for all of them: named
-parameters only, the SQLite form (the embedded default) beside the PostgreSQL one, rows read
-by column name, and the database decided by the runner, never by this app.
+means one place to read when the delivery table changes, and one rule for all of them: each
+database's statements in a named ``.sql`` file (``emailer/sql/postgresql.sql``,
+``emailer/sql/sqlite.sql``, loaded by name), named parameters only, rows read by column name,
+and the database decided once per connection by the engine's runner (``ledger.Engines``),
+never by this app. These functions are the verbs; each database answers them with its own
+statements, and a third database is a third file and a third name.
 
 Lists travel as one JSON parameter (``json_array_elements_text`` / ``json_to_recordset`` on
 PostgreSQL, ``json_each`` on SQLite), so each statement has one fixed text whatever the chunk.
@@ -32,12 +35,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from emailer.models import DELIVERED_STATES, Delivery, DeliveryState, Participant
+from emailer.models import DELIVERED_STATES, DeliveryState, Participant
 from emailer.text import one_line
-from scheduling.api import ledger
+from scheduling.api import ledger, load_statements
 
-_D = Delivery._meta.db_table
-_P = Participant._meta.db_table
+POSTGRESQL = load_statements("emailer", "sql/postgresql.sql", form="postgresql")
+SQLITE = load_statements("emailer", "sql/sqlite.sql", form="sqlite")
+
+#: Each database's statements, by name, chosen once per connection.
+statements = ledger.Engines(
+    "emailer",
+    postgresql=lambda _: POSTGRESQL,
+    sqlite=lambda _: SQLITE,
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +62,7 @@ class Selection:
     resend_uncertain: bool
 
     def params(self, *, after: int) -> dict[str, Any]:
-        """The parameters of the due-participant condition (``_due``), for ids above ``after``.
+        """The parameters of the due-participant condition, for ids above ``after``.
 
         The condition's shape never changes with the task: a task that mails every status says
         so with ``every_status``, a one-time task with ``once`` (and ``blocking``, the states
@@ -95,75 +105,6 @@ class Outcome:
     tries: int = 1
 
 
-def _due(*, statuses: str, blocking: str) -> str:
-    """The due-participant condition on ``p``, given each database's "member of this list".
-
-    "Has had this mail" is a scalar subquery with LIMIT, not NOT EXISTS, on purpose: the
-    planner cannot turn it into an anti join, so it is always one probe of the unique index
-    (task, participant, occurrence) per candidate. As NOT EXISTS, a ledger table without
-    statistics yet (a first big run) was planned as a join that scanned every delivery of
-    the occurrence for every candidate: quadratic, 60 messages/s at 3,000 participants. The
-    flags (``every_status``, ``once``) are values in the text Django sends, and PostgreSQL
-    folds ``true OR …`` and ``false AND …`` away when it plans: a condition a flag turns off
-    is not in the plan, which is the plan of a text written without it.
-    """
-    return f"""
-            p.project_id = %(project)s
-            AND p.unsubscribed_at IS NULL
-            AND p.id > %(after)s
-            AND (%(every_status)s OR p.status IN ({statuses}))
-            AND (SELECT 1 FROM {_D} d
-                  WHERE d.task_id = %(task)s AND d.participant_id = p.id
-                    AND ((d.occurrence = %(occ)s AND d.state <> %(reclaim)s)
-                         OR (%(once)s AND d.state IN ({blocking})))
-                  LIMIT 1) IS NULL"""
-
-
-# The due condition that ``claim_chunk`` and ``has_due`` share, in each database's words.
-_DUE_POSTGRESQL = _due(
-    statuses="SELECT value FROM json_array_elements_text(%(statuses)s::json)",
-    blocking="SELECT value FROM json_array_elements_text(%(blocking)s::json)",
-)
-_DUE_SQLITE = _due(
-    statuses="SELECT value FROM json_each(%(statuses)s)",
-    blocking="SELECT value FROM json_each(%(blocking)s)",
-)
-
-
-def _claim(*, due: str, conflict: str) -> str:
-    """The claim INSERT around a due condition and an ON CONFLICT action (each policy's)."""
-    return f"""
-        INSERT INTO {_D} (task_id, occurrence, participant_id, history_id, email, state,
-                         reply, tries, claimed_at)
-        SELECT %(task)s, %(occ)s, p.id, %(hist)s, p.email, 'sending', '', 1, %(now)s
-          FROM {_P} p
-         WHERE {due}
-         ORDER BY p.id
-         LIMIT %(limit)s
-        ON CONFLICT (task_id, participant_id, occurrence) DO {conflict}
-        RETURNING id AS delivery_id, participant_id, email,
-                  (SELECT name FROM {_P} x WHERE x.id = participant_id) AS name,
-                  (SELECT status FROM {_P} x WHERE x.id = participant_id) AS status,
-                  tries"""
-
-
-# -- claim_chunk: mark the next due participants sending for this run, in one INSERT.
-CLAIM = ledger.Statement(
-    postgresql=_claim(due=_DUE_POSTGRESQL, conflict="NOTHING"),
-    sqlite=_claim(due=_DUE_SQLITE, conflict="NOTHING"),
-)
-
-# -- claim_chunk (resend policy): the same, and this occurrence's uncertain rows claimed again.
-_RECLAIM = f"""UPDATE SET state = 'sending', history_id = excluded.history_id,
-                   tries = {_D}.tries + 1, claimed_at = excluded.claimed_at,
-                   finished_at = NULL, reply = ''
-             WHERE {_D}.state = 'uncertain'"""
-CLAIM_RESENDING = ledger.Statement(
-    postgresql=_claim(due=_DUE_POSTGRESQL, conflict=_RECLAIM),
-    sqlite=_claim(due=_DUE_SQLITE, conflict=_RECLAIM),
-)
-
-
 def claim_chunk(
     *, selection: Selection, history_id: int, after: int, limit: int, now: datetime
 ) -> list[Claimed]:
@@ -173,22 +114,17 @@ def claim_chunk(
     wins the unique key). With the resend policy an ``uncertain`` row of this occurrence is
     claimed again, its ``tries`` counted up.
     """
-    statement = CLAIM_RESENDING if selection.resend_uncertain else CLAIM
+    statement = statements()[
+        "claim_chunk_resending" if selection.resend_uncertain else "claim_chunk"
+    ]
     params = {**selection.params(after=after), "limit": limit, "hist": history_id, "now": now}
     claimed: list[Claimed] = ledger.rows(statement, params, into=Claimed)
     return sorted(claimed, key=lambda c: c.participant_id)
 
 
-# -- has_due: find one participant still due after ``after``.
-HAS_DUE = ledger.Statement(
-    postgresql=f"SELECT 1 AS due FROM {_P} p WHERE {_DUE_POSTGRESQL} LIMIT 1",
-    sqlite=f"SELECT 1 AS due FROM {_P} p WHERE {_DUE_SQLITE} LIMIT 1",
-)
-
-
 def has_due(*, selection: Selection, after: int = 0) -> bool:
     """Whether anyone with an id above ``after`` is still due (validity, and a lost race)."""
-    return ledger.row(HAS_DUE, selection.params(after=after)) is not None
+    return ledger.row(statements()["has_due"], selection.params(after=after)) is not None
 
 
 def unsubscribed_among(participant_ids: Sequence[int]) -> set[int]:
@@ -200,30 +136,6 @@ def unsubscribed_among(participant_ids: Sequence[int]) -> set[int]:
             pk__in=list(participant_ids), unsubscribed_at__isnull=False
         ).values_list("pk", flat=True)
     )
-
-
-# -- record_chunk: write each delivery's outcome in one UPDATE, on rows this run still holds.
-RECORD_CHUNK = ledger.Statement(
-    postgresql=f"""
-        UPDATE {_D} AS d
-           SET state = o.state, reply = o.reply,
-               tries = CASE WHEN o.tries = 1 THEN d.tries ELSE o.tries END,
-               finished_at = %(now)s
-          FROM json_to_recordset(%(outcomes)s::json)
-               AS o(id bigint, state text, reply text, tries integer)
-         WHERE d.id = o.id AND d.history_id = %(hist)s AND d.state = 'sending'""",
-    sqlite=f"""
-        UPDATE {_D} AS d
-           SET state = o.state, reply = o.reply,
-               tries = CASE WHEN o.tries = 1 THEN d.tries ELSE o.tries END,
-               finished_at = %(now)s
-          FROM (SELECT json_extract(value, '$.id') AS id,
-                       json_extract(value, '$.state') AS state,
-                       json_extract(value, '$.reply') AS reply,
-                       json_extract(value, '$.tries') AS tries
-                  FROM json_each(%(outcomes)s)) AS o
-         WHERE d.id = o.id AND d.history_id = %(hist)s AND d.state = 'sending'""",
-)
 
 
 def record_chunk(*, history_id: int, outcomes: Sequence[Outcome], now: datetime) -> int:
@@ -246,33 +158,8 @@ def record_chunk(*, history_id: int, outcomes: Sequence[Outcome], now: datetime)
         for o in outcomes
     ]
     return ledger.execute(
-        RECORD_CHUNK, {"outcomes": json.dumps(rows), "hist": history_id, "now": now}
+        statements()["record_chunk"], {"outcomes": json.dumps(rows), "hist": history_id, "now": now}
     )
-
-
-# -- release: delete first claims never handed to the server (the participant is due again).
-RELEASE_FIRST = ledger.Statement(
-    postgresql=f"""
-        DELETE FROM {_D}
-         WHERE id IN (SELECT value::bigint FROM json_array_elements_text(%(ids)s::json))
-           AND history_id = %(hist)s AND state = 'sending' AND tries = 1""",
-    sqlite=f"""
-        DELETE FROM {_D}
-         WHERE id IN (SELECT value FROM json_each(%(ids)s))
-           AND history_id = %(hist)s AND state = 'sending' AND tries = 1""",
-)
-
-# -- release: put resends never handed to the server back to uncertain.
-RELEASE_RESEND = ledger.Statement(
-    postgresql=f"""
-        UPDATE {_D} SET state = 'uncertain'
-         WHERE id IN (SELECT value::bigint FROM json_array_elements_text(%(ids)s::json))
-           AND history_id = %(hist)s AND state = 'sending'""",
-    sqlite=f"""
-        UPDATE {_D} SET state = 'uncertain'
-         WHERE id IN (SELECT value FROM json_each(%(ids)s))
-           AND history_id = %(hist)s AND state = 'sending'""",
-)
 
 
 def release(*, history_id: int, delivery_ids: Sequence[int]) -> None:
@@ -284,17 +171,8 @@ def release(*, history_id: int, delivery_ids: Sequence[int]) -> None:
     if not delivery_ids:
         return
     params = {"ids": json.dumps(list(delivery_ids)), "hist": history_id}
-    ledger.execute(RELEASE_FIRST, params)
-    ledger.execute(RELEASE_RESEND, params)
-
-
-# -- recover_run: turn this run's ``sending`` rows, left by a dead attempt, into ``uncertain``.
-_RECOVER_RUN = f"""
-        UPDATE {_D}
-           SET state = 'uncertain', finished_at = %(now)s,
-               reply = 'the attempt ended while this message was being sent'
-         WHERE history_id = %(hist)s AND state = 'sending'"""
-RECOVER_RUN = ledger.Statement.portable(_RECOVER_RUN)
+    ledger.execute(statements()["release_first"], params)
+    ledger.execute(statements()["release_resend"], params)
 
 
 def recover_run(*, history_id: int, now: datetime) -> int:
@@ -303,17 +181,10 @@ def recover_run(*, history_id: int, now: datetime) -> int:
     Only the rows of this run (this execution): a concurrent run of the same occurrence is
     alive and owns its own.
     """
-    return ledger.execute(RECOVER_RUN, {"hist": history_id, "now": now})
-
-
-# -- count_run: count the run's deliveries per state.
-_COUNT_RUN = f"""
-        SELECT state, COUNT(*) AS deliveries FROM {_D}
-         WHERE history_id = %(hist)s GROUP BY state"""
-COUNT_RUN = ledger.Statement.portable(_COUNT_RUN)
+    return ledger.execute(statements()["recover_run"], {"hist": history_id, "now": now})
 
 
 def count_run(*, history_id: int) -> dict[str, int]:
     """The run's deliveries per state."""
-    found = ledger.rows(COUNT_RUN, {"hist": history_id})
+    found = ledger.rows(statements()["count_run"], {"hist": history_id})
     return {row["state"]: int(row["deliveries"]) for row in found}

@@ -71,9 +71,10 @@ a worked example.
   in lists and on pages, and edits them with ``ZonedSplitDateTime``; ``shown_time`` is one
   time as those pages write it (HTML).
 - Statements of your own: ``ledger`` (``Statement``, ``rows``, ``row``, ``value``,
-  ``execute``, ``dialect``, ``on_postgresql``) runs an app's hand-written SQL the way the
-  engine runs its own: named parameters, a SQLite form beside the PostgreSQL one, rows decoded
-  by column name, the database decided in one place (docs/extending.md, *A ledger module*).
+  ``execute``, ``Engines``) runs an app's hand-written SQL the way the engine runs its own:
+  each database's statements in a named ``.sql`` file (``load_statements``), named
+  parameters, rows decoded by column name, and the database decided once per connection by an
+  ``Engines`` family (docs/extending.md, *A ledger module*).
 
 Jobs made from code without an ``owner`` belong to the system user ``SYSTEM_OWNER``: an
 inactive account that cannot log in, which superusers see in the admin and which no staff
@@ -127,6 +128,7 @@ from scheduling.exports import (
     write_jsonl,
 )
 from scheduling.exports import Window as ExportWindow
+from scheduling.ledger.named import load as load_statements
 from scheduling.models import ChangeSource, Job, Schedule
 from scheduling.readable import ago, caption, describe_cron, describe_interval, instant, span, when
 from scheduling.rules import permissions, tasktables
@@ -192,6 +194,7 @@ __all__ = [
     "job",
     "jobs_for_row",
     "ledger",
+    "load_statements",
     "next_occurrences",
     "number",
     "parse_instant",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
@@ -49,6 +49,41 @@ def dialect(using: str | Any = DEFAULT_DB_ALIAS) -> str:
         found = str(wrapper.vendor)
         wrapper.__dict__[_CACHED] = found
     return found
+
+
+class NoEngine(NotImplementedError):
+    """No engine of a family answers for this connection's database."""
+
+
+class Engines(Generic[T]):
+    """A family of engines, one per database, each made once per connection and kept on it.
+
+    ``Engines("scheduling", postgresql=PostgreSQLEngine, sqlite=SQLiteEngine)`` is called
+    like ``engine(using)``: the one place a family asks which database a connection is. A
+    database is one more name (``register``). Each maker is handed the connection's alias.
+    """
+
+    def __init__(self, family: str, **makers: Callable[[str], T]) -> None:
+        self.family = family
+        self.makers: dict[str, Callable[[str], T]] = dict(makers)
+        self._cached = f"_duecourse_engine_{family}"
+
+    def register(self, vendor: str, maker: Callable[[str], T]) -> None:
+        """Answer for one more database (``connection.vendor``)."""
+        self.makers[vendor] = maker
+
+    def __call__(self, using: str | Any = DEFAULT_DB_ALIAS) -> T:
+        """The engine of the connection ``using`` (an alias, or a connection itself, as a
+        ``connection_created`` receiver is handed)."""
+        wrapper = connections[using] if isinstance(using, str) else using
+        found = wrapper.__dict__.get(self._cached)
+        if found is None:
+            vendor = dialect(wrapper)
+            if vendor not in self.makers:
+                raise NoEngine(f"no {self.family} engine for {vendor}")
+            found = self.makers[vendor](wrapper.alias)
+            wrapper.__dict__[self._cached] = found
+        return found
 
 
 def on_postgresql(using: str | Any = DEFAULT_DB_ALIAS) -> bool:

@@ -20,7 +20,7 @@ def test_the_engine_is_chosen_once_per_connection_for_its_database() -> None:
     chosen = engine()
     assert chosen is engine() is engine(connections["default"])
     assert chosen.vendor == connection.vendor
-    assert type(chosen) is engines.ENGINES[connection.vendor]
+    assert type(chosen) is engines.engine.makers[connection.vendor]
 
 
 @pytest.mark.parametrize(

@@ -15,42 +15,29 @@ A MySQL/MariaDB engine is one more subclass of ``OrmEngine`` (the claim's lock t
 ``select_for_update(skip_locked=True)``, ``GET_LOCK`` for the advisory locks) and one more name
 in ``engines.ENGINES``.
 
-The verbs written here once are the ORM writes that every database takes in the same words
-(``finish_attempt``, ``release_job``, ``cancel_runs``, ...); the rest each engine answers.
+The verbs every database takes in the same ORM words (``finish_attempt``, ``release_job``,
+``cancel_runs``, ``lock_execution``, ...) are written once, in ``ledger.shared``, and
+inherited; the abstract ones here each engine answers.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.db import DEFAULT_DB_ALIAS
-from django.db.models import Case, Exists, F, Q, Value, When
 
-from scheduling.errors import MAX_ERROR
-from scheduling.ledger.values import Cancelled, Completed, Dropped, Latest, Period, Probe, Started
-from scheduling.models import (
-    EXECUTION_STARTABLE,
-    EXECUTION_UNFINISHED,
-    Attempt,
-    AttemptOutcome,
-    Execution,
-    ExecutionStatus,
-    Job,
-)
-
-#: Attempts whose process died under them unexpectedly: killed, ended by their body, taken by
-#: the OOM killer. An ``interrupted`` attempt (the worker shut down under it) is not one.
-DIED_OUTCOMES = (AttemptOutcome.ABANDONED,)
+from scheduling.ledger.shared import DIED_OUTCOMES, SharedVerbs
+from scheduling.ledger.values import Completed, Dropped, Latest, Period, Probe, Started
 
 
 class NoPartitions(NotImplementedError):
     """This database's history is not partitioned: there is no period to make or drop."""
 
 
-class Engine(ABC):
+class Engine(SharedVerbs, ABC):
     """The verbs of the ledger, for the connection ``using``."""
 
     #: The ``connection.vendor`` this engine answers for.
@@ -102,49 +89,6 @@ class Engine(ABC):
         absent from the result.
         """
 
-    def current_runs(self, *, job_ids: Iterable[int]) -> dict[int, int]:
-        """The execution each of these jobs holds as current (jobs holding none are absent)."""
-        return dict(
-            Job.objects.filter(pk__in=list(job_ids), current_execution__isnull=False).values_list(
-                "pk", "current_execution_id"
-            )
-        )
-
-    def cancel_runs(
-        self, *, now: datetime, reasons: Mapping[int, str]
-    ) -> tuple[list[Cancelled], set[int]]:
-        """Cancel the unfinished executions named in ``reasons`` (id: reason), in the caller's
-        transaction; those cancelled, and the ids left because another transaction held their
-        row (the caller cancels them once its own transaction has committed).
-
-        The claim holds the job's row lock; a worker ending a run locks the execution first
-        and the job after it, so the execution rows are taken with ``SKIP LOCKED`` and a busy
-        one is never waited for under the job's lock.
-        """
-        if not reasons:
-            return [], set()
-        ids = list(reasons)
-        locked = list(
-            Execution.objects.select_for_update(skip_locked=True, no_key=True, of=("self",))
-            .filter(pk__in=ids)
-            .values_list("pk", "task_id", "status")
-        )
-        seen = {pk for pk, _, _ in locked}
-        cancelled = []
-        for pk, task_id, status in locked:
-            if status not in EXECUTION_UNFINISHED:
-                continue
-            Execution.objects.filter(pk=pk, status=status).update(
-                status=ExecutionStatus.CANCELLED,
-                finished_at=now,
-                retry_at=None,
-                last_error=reasons[pk],
-                updated_at=now,
-            )
-            self.finish_attempt(pk, AttemptOutcome.CANCELLED, reasons[pk], now)
-            cancelled.append(Cancelled(pk, str(task_id), status == ExecutionStatus.RUNNING))
-        return cancelled, set(ids) - seen
-
     # -- an attempt ------------------------------------------------------------------------
 
     @abstractmethod
@@ -179,61 +123,6 @@ class Engine(ABC):
         """Complete the running attempt (attempt number ``attempt`` when given): its result
         merged into what earlier attempts left, the run counted, the job's run of failures
         ended and the job released; None when the execution was not running it."""
-
-    def expired(self, execution_id: int, now: datetime) -> bool:
-        """Whether the execution is still startable but its job's ``expires`` has run out."""
-        found = (
-            Execution.objects.filter(
-                pk=execution_id, status__in=EXECUTION_STARTABLE, job__expires__isnull=False
-            )
-            .values_list("scheduled_for", "job__expires")
-            .first()
-        )
-        return found is not None and found[0] + timedelta(seconds=found[1]) < now
-
-    def release_job(self, execution: Execution, *, now: datetime) -> None:
-        """Let a forbid-overlap job's next occurrence be claimed, and count a completed run."""
-        if execution.job_id is None:
-            return
-        updates: dict[str, Any] = {
-            "last_keepalive_at": now,
-            "current_execution": Case(
-                When(current_execution_id=execution.pk, then=Value(None)),
-                default=F("current_execution"),
-            ),
-        }
-        if execution.status == ExecutionStatus.COMPLETED:
-            updates["execute_count"] = F("execute_count") + 1
-            updates["consecutive_failures"] = 0  # a success ends a run of failures
-        Job.objects.filter(pk=execution.job_id).update(**updates)
-
-    def finish_attempt(self, execution_id: int, outcome: str, error: str, now: datetime) -> None:
-        """End the running attempt row with ``outcome`` (the error cut to what the column
-        holds)."""
-        Attempt.objects.filter(execution_id=execution_id, outcome=AttemptOutcome.RUNNING).update(
-            outcome=outcome, finished_at=now, error=error[:MAX_ERROR]
-        )
-
-    def died_attempts(self, execution_id: int) -> int:
-        """How many finished attempts of ``execution_id`` ended with their process dying."""
-        return Attempt.objects.filter(execution_id=execution_id, outcome__in=DIED_OUTCOMES).count()
-
-    @staticmethod
-    def attempt_running(execution_id: int, attempt: int | None) -> Q:
-        """Rows whose attempt ``attempt`` is still running (any attempt when None).
-
-        An attempt that the reaper already gave up on may still finish on a worker that was
-        only cut off; its late end must not be written over the next attempt's row.
-        """
-        if attempt is None:
-            return Q()
-        return Q(
-            Exists(
-                Attempt.objects.filter(
-                    execution_id=execution_id, number=attempt, outcome=AttemptOutcome.RUNNING
-                )
-            )
-        )
 
     # -- publishing, enqueues and backfills --------------------------------------------------
 
@@ -271,16 +160,6 @@ class Engine(ABC):
         """Write many runs of ``task`` (each its task id and call) in one INSERT, in the
         caller's transaction (``scheduling.api.enqueue_many``); their ids, in order."""
 
-    def held_instants(self, *, job_id: int, instants: Sequence[datetime]) -> set[datetime]:
-        """The occurrences among ``instants`` that already have an execution of the job."""
-        if not instants:
-            return set()
-        return set(
-            Execution.objects.filter(job_id=job_id, scheduled_for__in=list(instants)).values_list(
-                "scheduled_for", flat=True
-            )
-        )
-
     @abstractmethod
     def insert_waiting(
         self, *, job_id: int, task: str, instants: Sequence[datetime], reason: str, now: datetime
@@ -316,12 +195,6 @@ class Engine(ABC):
     ) -> dict[float, float | None]:
         """Start minus due time, in seconds, at each of ``quantiles`` over one range of due
         times (None where nothing started)."""
-
-    def job_names(self, ids: Sequence[int]) -> dict[int, str]:
-        """The name of each job of ``ids`` that exists."""
-        if not ids:
-            return {}
-        return dict(Job.objects.filter(pk__in=ids).values_list("pk", "name"))
 
     # -- liveness, limits and declarations ----------------------------------------------------
 

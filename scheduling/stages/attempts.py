@@ -19,9 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
 from django.db.models.expressions import Combinable
-from django.db.models.functions import Now
 
 from scheduling import conf, readable
 from scheduling.errors import MAX_ERROR, StartHeld, headline
@@ -31,7 +29,6 @@ from scheduling.ledger.values import Started
 from scheduling.models import (
     EXECUTION_STARTABLE,
     EXECUTION_UNFINISHED,
-    Attempt,
     AttemptOutcome,
     Execution,
     ExecutionStatus,
@@ -61,7 +58,7 @@ def start_execution(*, execution_id: int, worker: str, pid: int, now: datetime) 
         slot = limits.limited_slot(execution_id)
         if slot is not None:
             return _start_within_limits(slot, worker=worker, pid=pid, now=now)
-        Execution.objects.filter(pk=execution_id).update(duplicates=F("duplicates") + 1)
+        engine().count_duplicate(execution_id)
         logger.warning(
             "execution.duplicate execution=%s worker=%s: already started or finished; "
             "message acknowledged and ignored",
@@ -125,23 +122,17 @@ def skip_expired(*, execution_id: int, now: datetime) -> bool:
     forbid-overlap job is released for its next occurrence.
     """
     with transaction.atomic(durable=True):
-        execution = (
-            Execution.objects.select_for_update(of=("self",))
-            .select_related("job")
-            .filter(pk=execution_id)
-            .first()
+        execution = engine().lock_execution(
+            execution_id, statuses=EXECUTION_STARTABLE, with_job=True
         )
         if execution is None or not engine().expired(execution_id, now):
             return False
         late = (now - execution.scheduled_for).total_seconds()
-        execution.status = ExecutionStatus.SKIPPED
-        execution.finished_at = now
-        execution.last_error = (
+        reason = (
             f"expired: would have started {late:.0f}s after its due time; "
             f"the job's expires is {execution.job.expires}s"
         )
-        execution.save(update_fields=["status", "finished_at", "last_error", "updated_at"])
-        engine().release_job(execution, now=now)
+        engine().finish_execution(execution, status=ExecutionStatus.SKIPPED, error=reason, now=now)
     logger.warning("execution.expired execution=%s late=%.0fs", execution_id, late)
     return True
 
@@ -167,28 +158,8 @@ def restore_start(*, execution_id: int, started: Started, worker: str, pid: int)
     row with the start, and nothing else removes an attempt. Another worker's start, a cancel
     or the reaper leave the execution otherwise, and the run is then no longer this worker's.
     """
-    with transaction.atomic(durable=True):
-        if Attempt.objects.filter(execution_id=execution_id, number=started.attempt).exists():
-            return False
-        changed = Execution.objects.filter(pk=execution_id, status__in=EXECUTION_STARTABLE).update(
-            status=ExecutionStatus.RUNNING,
-            started_at=started.started_at,
-            finished_at=None,
-            last_heartbeat_at=Now(),
-            retry_at=None,
-            worker=worker,
-            updated_at=started.started_at,
-        )
-        if not changed:
-            return False
-        Attempt.objects.create(
-            execution_id=execution_id,
-            scheduled_for=started.scheduled_for,
-            number=started.attempt,
-            worker=worker,
-            pid=pid,
-            started_at=started.started_at,
-        )
+    if not engine().restore_attempt(execution_id, started=started, worker=worker, pid=pid):
+        return False
     logger.warning(
         "execution.start_restored execution=%s attempt=%s: the database's crash recovery had "
         "undone the start of a run still going on; written again",
@@ -216,19 +187,12 @@ def record_adhoc_start(
 
 
 def save_checkpoint(*, execution_id: int, checkpoint: Any) -> None:
-    Execution.objects.running().filter(pk=execution_id).update(checkpoint=checkpoint)
-
-
-#: The longest detail a run's report of failed items keeps.
-ITEM_FAILURE_DETAIL_MAX = 2000
+    engine().save_checkpoint(execution_id, checkpoint)
 
 
 def record_item_failures(*, execution_id: int, count: int, detail: str) -> None:
     """Add ``count`` failed items to the execution's tally (``RunContext.report_failures``)."""
-    Execution.objects.filter(pk=execution_id).update(
-        item_failures=F("item_failures") + count,
-        item_failure_detail=detail[:ITEM_FAILURE_DETAIL_MAX],
-    )
+    engine().add_item_failures(execution_id, count=count, detail=detail)
 
 
 def complete_execution(
@@ -319,18 +283,13 @@ def fail_attempt(
     asking ``retry(countdown=1e308)``): every delay is held to ``conf.RETRY_DELAY_LIMIT``, so
     the task's own error is always what gets recorded.
     """
-    still_stale = Q() if stale_before is None else Q(last_heartbeat_at__lt=stale_before)
     with transaction.atomic(durable=True):
-        execution = (
-            Execution.objects.select_for_update(of=("self",))
-            .select_related("job")
-            .filter(
-                engine().attempt_running(execution_id, attempt),
-                still_stale,
-                pk=execution_id,
-                status__in=list(from_statuses),
-            )
-            .first()
+        execution = engine().lock_execution(
+            execution_id,
+            statuses=from_statuses,
+            attempt=attempt,
+            stale_before=stale_before,
+            with_job=True,
         )
         if execution is None:
             return None
@@ -371,24 +330,16 @@ def fail_attempt(
             execution.status = ExecutionStatus.RETRY
             execution.retry_at = now + delay
             execution.finished_at = now
-        execution.save(
-            update_fields=[
-                "status",
-                "retry_count",
-                "retry_at",
-                "finished_at",
-                "last_error",
-                "task_unknown_since",
-                "updated_at",
-                *(["result"] if task_error is not None else []),
-            ]
+        engine().end_attempt(
+            execution,
+            outcome=outcome,
+            error=attempt_error,
+            now=now,
+            result_changed=task_error is not None,
         )
-        engine().finish_attempt(execution_id, outcome, attempt_error, now)
-        if execution.status == ExecutionStatus.FAILED:
-            engine().release_job(execution, now=now)
-            if execution.job_id is not None:
-                # Counted with the failure itself: the job's row lock orders concurrent ends.
-                failures.count_failure(job_id=execution.job_id, error=error, now=now)
+        if execution.status == ExecutionStatus.FAILED and execution.job_id is not None:
+            # Counted with the failure itself: the job's row lock orders concurrent ends.
+            failures.count_failure(job_id=execution.job_id, error=error, now=now)
     logger.log(
         logging.ERROR if execution.status == ExecutionStatus.FAILED else logging.WARNING,
         "execution.%s execution=%s outcome=%s retry_count=%s retry_at=%s error=%s",
@@ -422,11 +373,7 @@ def await_known_task(*, execution_id: int, target: str, now: datetime, who: str)
     """
     grace = timedelta(seconds=conf.get("UNKNOWN_TASK_GRACE"))
     with transaction.atomic(durable=True):
-        execution = (
-            Execution.objects.select_for_update(of=("self",))
-            .filter(pk=execution_id, status__in=EXECUTION_STARTABLE)
-            .first()
-        )
+        execution = engine().lock_execution(execution_id, statuses=EXECUTION_STARTABLE)
         if execution is None:
             return None
         since = execution.task_unknown_since or now
@@ -435,15 +382,15 @@ def await_known_task(*, execution_id: int, target: str, now: datetime, who: str)
         else:
             waited_out = False
             delay = schedules.awaiting_delay(waited=now - since, grace=grace)
-            Execution.objects.filter(pk=execution_id).update(
-                status=ExecutionStatus.RETRY,
+            engine().await_task(
+                execution_id,
                 retry_at=now + delay,
-                task_unknown_since=since,
-                last_error=(
+                since=since,
+                error=(
                     f"{AWAITING_TASK} {target!r} since {readable.instant(since)}: "
                     f"{who} does not know it"
-                )[:MAX_ERROR],
-                updated_at=now,
+                ),
+                now=now,
             )
     if waited_out:
         return fail_attempt(
@@ -485,9 +432,7 @@ def fence_attempt(
         attempt=attempt,
     )
     if status is None and attempt is not None:
-        relabelled = Attempt.objects.filter(
-            execution_id=execution_id, number=attempt, outcome=AttemptOutcome.ABANDONED
-        ).update(outcome=AttemptOutcome.FENCED, error=error[:MAX_ERROR])
+        relabelled = engine().relabel_fenced(execution_id, attempt=attempt, error=error)
         if relabelled:
             logger.warning(
                 "execution.fenced_late execution=%s attempt=%s: reaped meanwhile",
@@ -499,19 +444,16 @@ def fence_attempt(
 
 def cancel_execution(*, execution_id: int, now: datetime, reason: str = "cancelled") -> bool:
     with transaction.atomic():
-        execution = (
-            Execution.objects.select_for_update(of=("self",))
-            .filter(pk=execution_id, status__in=EXECUTION_UNFINISHED)
-            .first()
-        )
+        execution = engine().lock_execution(execution_id, statuses=EXECUTION_UNFINISHED)
         if execution is None:
             return False
-        execution.status = ExecutionStatus.CANCELLED
-        execution.finished_at = now
-        execution.last_error = reason
-        execution.save(update_fields=["status", "finished_at", "last_error", "updated_at"])
-        engine().finish_attempt(execution_id, AttemptOutcome.CANCELLED, reason, now)
-        engine().release_job(execution, now=now)
+        engine().finish_execution(
+            execution,
+            status=ExecutionStatus.CANCELLED,
+            error=reason,
+            now=now,
+            attempt_outcome=AttemptOutcome.CANCELLED,
+        )
     logger.info("execution.cancelled execution=%s reason=%s", execution_id, reason)
     return True
 

@@ -1,0 +1,297 @@
+"""The ledger's verbs that every database answers in the same ORM words.
+
+These are compare-and-set writes and row locks the ORM says as well as any hand-written
+statement would (one ``UPDATE … WHERE`` each, ``SELECT … FOR UPDATE``), so each engine
+inherits them from ``Engine`` instead of writing them again; an engine overrides one only when
+its database has a better word for it. The stages decide (which status, which error, how long
+until the retry); these write what was decided, under the conditions that make a late or
+repeated call change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Case, Exists, F, Q, Value, When
+from django.db.models.expressions import Combinable
+from django.db.models.functions import Now
+
+from scheduling.errors import MAX_ERROR
+from scheduling.ledger.values import Cancelled, Started
+from scheduling.models import (
+    EXECUTION_STARTABLE,
+    EXECUTION_UNFINISHED,
+    Attempt,
+    AttemptOutcome,
+    Execution,
+    ExecutionStatus,
+    Job,
+)
+
+#: Attempts whose process died under them unexpectedly: killed, ended by their body, taken by
+#: the OOM killer. An ``interrupted`` attempt (the worker shut down under it) is not one.
+DIED_OUTCOMES = (AttemptOutcome.ABANDONED,)
+#: The longest detail a run's report of failed items keeps.
+ITEM_FAILURE_DETAIL_MAX = 2000
+#: What an attempt's end writes of its execution (``end_attempt``), besides its result.
+_END_FIELDS = (
+    "status",
+    "retry_count",
+    "retry_at",
+    "finished_at",
+    "last_error",
+    "task_unknown_since",
+    "updated_at",
+)
+
+
+class SharedVerbs:
+    """The ORM verbs every engine inherits (mixed into ``Engine``)."""
+
+    # -- the claim's cancellations -------------------------------------------------------------
+
+    def current_runs(self, *, job_ids: Iterable[int]) -> dict[int, int]:
+        """The execution each of these jobs holds as current (jobs holding none are absent)."""
+        return dict(
+            Job.objects.filter(pk__in=list(job_ids), current_execution__isnull=False).values_list(
+                "pk", "current_execution_id"
+            )
+        )
+
+    def cancel_runs(
+        self, *, now: datetime, reasons: Mapping[int, str]
+    ) -> tuple[list[Cancelled], set[int]]:
+        """Cancel the unfinished executions named in ``reasons`` (id: reason), in the caller's
+        transaction; those cancelled, and the ids left because another transaction held their
+        row (the caller cancels them once its own transaction has committed).
+
+        The claim holds the job's row lock; a worker ending a run locks the execution first
+        and the job after it, so the execution rows are taken with ``SKIP LOCKED`` and a busy
+        one is never waited for under the job's lock.
+        """
+        if not reasons:
+            return [], set()
+        ids = list(reasons)
+        locked = list(
+            Execution.objects.select_for_update(skip_locked=True, no_key=True, of=("self",))
+            .filter(pk__in=ids)
+            .values_list("pk", "task_id", "status")
+        )
+        seen = {pk for pk, _, _ in locked}
+        cancelled = []
+        for pk, task_id, status in locked:
+            if status not in EXECUTION_UNFINISHED:
+                continue
+            Execution.objects.filter(pk=pk, status=status).update(
+                status=ExecutionStatus.CANCELLED,
+                finished_at=now,
+                retry_at=None,
+                last_error=reasons[pk],
+                updated_at=now,
+            )
+            self.finish_attempt(pk, AttemptOutcome.CANCELLED, reasons[pk], now)
+            cancelled.append(Cancelled(pk, str(task_id), status == ExecutionStatus.RUNNING))
+        return cancelled, set(ids) - seen
+
+    # -- an attempt's life ------------------------------------------------------------------
+
+    def count_duplicate(self, execution_id: int) -> None:
+        """Count a message that found its execution already started or finished."""
+        Execution.objects.filter(pk=execution_id).update(duplicates=F("duplicates") + 1)
+
+    def lock_execution(
+        self,
+        execution_id: int,
+        *,
+        statuses: Iterable[str],
+        attempt: int | None = None,
+        stale_before: datetime | Combinable | None = None,
+        with_job: bool = False,
+    ) -> Execution | None:
+        """The execution, its row locked until the caller's transaction ends, if it is in one
+        of ``statuses`` (and still runs attempt ``attempt``, and its heartbeat is older than
+        ``stale_before``, when given); else None."""
+        still_stale = Q() if stale_before is None else Q(last_heartbeat_at__lt=stale_before)
+        found = Execution.objects.select_for_update(of=("self",))
+        if with_job:
+            found = found.select_related("job")
+        return found.filter(
+            self.attempt_running(execution_id, attempt),
+            still_stale,
+            pk=execution_id,
+            status__in=list(statuses),
+        ).first()
+
+    def finish_execution(
+        self,
+        execution: Execution,
+        *,
+        status: str,
+        error: str,
+        now: datetime,
+        attempt_outcome: str | None = None,
+    ) -> None:
+        """Write a locked execution's end (``status``, its reason), end its running attempt
+        with ``attempt_outcome`` when given, and release its job."""
+        execution.status = status
+        execution.finished_at = now
+        execution.last_error = error
+        execution.save(update_fields=["status", "finished_at", "last_error", "updated_at"])
+        if attempt_outcome is not None:
+            self.finish_attempt(execution.pk, attempt_outcome, error, now)
+        self.release_job(execution, now=now)
+
+    def end_attempt(
+        self,
+        execution: Execution,
+        *,
+        outcome: str,
+        error: str,
+        now: datetime,
+        result_changed: bool,
+    ) -> None:
+        """Write what the stage decided of a locked execution after a failed attempt (its
+        status, retry and error as set on the object), end the attempt row with ``outcome``
+        and ``error``, and release the job when the execution failed."""
+        execution.save(update_fields=[*_END_FIELDS, *(["result"] if result_changed else [])])
+        self.finish_attempt(execution.pk, outcome, error, now)
+        if execution.status == ExecutionStatus.FAILED:
+            self.release_job(execution, now=now)
+
+    def await_task(
+        self, execution_id: int, *, retry_at: datetime, since: datetime, error: str, now: datetime
+    ) -> None:
+        """Hand a (locked) execution back to RETRY at ``retry_at`` without spending a retry,
+        waiting since ``since`` for a process that knows its task."""
+        Execution.objects.filter(pk=execution_id).update(
+            status=ExecutionStatus.RETRY,
+            retry_at=retry_at,
+            task_unknown_since=since,
+            last_error=error[:MAX_ERROR],
+            updated_at=now,
+        )
+
+    def relabel_fenced(self, execution_id: int, *, attempt: int, error: str) -> int:
+        """An attempt the reaper gave up (``abandoned``) whose body its worker then stopped
+        for its lease: relabelled ``fenced``; how many were (0 or 1)."""
+        return Attempt.objects.filter(
+            execution_id=execution_id, number=attempt, outcome=AttemptOutcome.ABANDONED
+        ).update(outcome=AttemptOutcome.FENCED, error=error[:MAX_ERROR])
+
+    def restore_attempt(
+        self, execution_id: int, *, started: Started, worker: str, pid: int
+    ) -> bool:
+        """Write again, durably, a start the database's crash recovery undid: only while the
+        execution is startable and has no attempt numbered as this one; False otherwise."""
+        with transaction.atomic(durable=True):
+            if Attempt.objects.filter(execution_id=execution_id, number=started.attempt).exists():
+                return False
+            changed = Execution.objects.filter(
+                pk=execution_id, status__in=EXECUTION_STARTABLE
+            ).update(
+                status=ExecutionStatus.RUNNING,
+                started_at=started.started_at,
+                finished_at=None,
+                last_heartbeat_at=Now(),
+                retry_at=None,
+                worker=worker,
+                updated_at=started.started_at,
+            )
+            if not changed:
+                return False
+            Attempt.objects.create(
+                execution_id=execution_id,
+                scheduled_for=started.scheduled_for,
+                number=started.attempt,
+                worker=worker,
+                pid=pid,
+                started_at=started.started_at,
+            )
+        return True
+
+    def save_checkpoint(self, execution_id: int, checkpoint: Any) -> None:
+        """A running execution's checkpoint, for its next attempt."""
+        Execution.objects.running().filter(pk=execution_id).update(checkpoint=checkpoint)
+
+    def add_item_failures(self, execution_id: int, *, count: int, detail: str) -> None:
+        """Add ``count`` failed items to the execution's tally, with the latest detail."""
+        Execution.objects.filter(pk=execution_id).update(
+            item_failures=F("item_failures") + count,
+            item_failure_detail=detail[:ITEM_FAILURE_DETAIL_MAX],
+        )
+
+    def expired(self, execution_id: int, now: datetime) -> bool:
+        """Whether the execution is still startable but its job's ``expires`` has run out."""
+        found = (
+            Execution.objects.filter(
+                pk=execution_id, status__in=EXECUTION_STARTABLE, job__expires__isnull=False
+            )
+            .values_list("scheduled_for", "job__expires")
+            .first()
+        )
+        return found is not None and found[0] + timedelta(seconds=found[1]) < now
+
+    def release_job(self, execution: Execution, *, now: datetime) -> None:
+        """Let a forbid-overlap job's next occurrence be claimed, and count a completed run."""
+        if execution.job_id is None:
+            return
+        updates: dict[str, Any] = {
+            "last_keepalive_at": now,
+            "current_execution": Case(
+                When(current_execution_id=execution.pk, then=Value(None)),
+                default=F("current_execution"),
+            ),
+        }
+        if execution.status == ExecutionStatus.COMPLETED:
+            updates["execute_count"] = F("execute_count") + 1
+            updates["consecutive_failures"] = 0  # a success ends a run of failures
+        Job.objects.filter(pk=execution.job_id).update(**updates)
+
+    def finish_attempt(self, execution_id: int, outcome: str, error: str, now: datetime) -> None:
+        """End the running attempt row with ``outcome`` (the error cut to what the column
+        holds)."""
+        Attempt.objects.filter(execution_id=execution_id, outcome=AttemptOutcome.RUNNING).update(
+            outcome=outcome, finished_at=now, error=error[:MAX_ERROR]
+        )
+
+    def died_attempts(self, execution_id: int) -> int:
+        """How many finished attempts of ``execution_id`` ended with their process dying."""
+        return Attempt.objects.filter(execution_id=execution_id, outcome__in=DIED_OUTCOMES).count()
+
+    @staticmethod
+    def attempt_running(execution_id: int, attempt: int | None) -> Q:
+        """Rows whose attempt ``attempt`` is still running (any attempt when None).
+
+        An attempt that the reaper already gave up on may still finish on a worker that was
+        only cut off; its late end must not be written over the next attempt's row.
+        """
+        if attempt is None:
+            return Q()
+        return Q(
+            Exists(
+                Attempt.objects.filter(
+                    execution_id=execution_id, number=attempt, outcome=AttemptOutcome.RUNNING
+                )
+            )
+        )
+
+    # -- backfills and reads -----------------------------------------------------------------
+
+    def held_instants(self, *, job_id: int, instants: Sequence[datetime]) -> set[datetime]:
+        """The occurrences among ``instants`` that already have an execution of the job."""
+        if not instants:
+            return set()
+        return set(
+            Execution.objects.filter(job_id=job_id, scheduled_for__in=list(instants)).values_list(
+                "scheduled_for", flat=True
+            )
+        )
+
+    def job_names(self, ids: Sequence[int]) -> dict[int, str]:
+        """The name of each job of ``ids`` that exists."""
+        if not ids:
+            return {}
+        return dict(Job.objects.filter(pk__in=ids).values_list("pk", "name"))

@@ -29,6 +29,7 @@ from scheduling.models import (
     Execution,
     ExecutionStatus,
     Job,
+    JobStatus,
 )
 
 #: Attempts whose process died under them unexpectedly: killed, ended by their body, taken by
@@ -275,6 +276,114 @@ class SharedVerbs:
                 Attempt.objects.filter(
                     execution_id=execution_id, number=attempt, outcome=AttemptOutcome.RUNNING
                 )
+            )
+        )
+
+    # -- publishing bookkeeping ----------------------------------------------------------------
+
+    def lock_republishable(
+        self, *, pending_before: datetime, now: datetime, lost: Iterable[int], limit: int
+    ) -> list[Execution]:
+        """Up to ``limit`` executions whose message must go out (again), with their jobs,
+        locked (``SKIP LOCKED``: concurrent schedulers take different rows, and never block
+        on a foreign key): PENDING past ``pending_before``, RETRY due by ``now``, and the
+        QUEUED ones named ``lost``."""
+        due = Q(status=ExecutionStatus.PENDING, queued_at__lt=pending_before) | Q(
+            status=ExecutionStatus.RETRY, retry_at__lte=now
+        )
+        lost = list(lost)
+        if lost:
+            due |= Q(status=ExecutionStatus.QUEUED, pk__in=lost)
+        return list(
+            Execution.objects.filter(due)
+            .select_for_update(skip_locked=True, no_key=True, of=("self",))
+            .select_related("job")[:limit]
+        )
+
+    def mark_pending(self, execution_ids: Sequence[int], *, now: datetime) -> None:
+        """Locked executions about to be published again: PENDING, sent ``now``."""
+        Execution.objects.filter(pk__in=list(execution_ids)).update(
+            status=ExecutionStatus.PENDING, queued_at=now, updated_at=now
+        )
+
+    def hand_back_queued(self, execution_ids: Iterable[int], *, now: datetime) -> int:
+        """QUEUED executions whose message did not reach the broker: PENDING again."""
+        return Execution.objects.filter(
+            pk__in=list(execution_ids), status=ExecutionStatus.QUEUED
+        ).update(status=ExecutionStatus.PENDING, queued_at=now, updated_at=now)
+
+    def requeue_queued(self, *, queued_at: datetime, now: datetime) -> int:
+        """Every QUEUED execution PENDING again, as if published at ``queued_at``."""
+        return Execution.objects.filter(status=ExecutionStatus.QUEUED).update(
+            status=ExecutionStatus.PENDING, queued_at=queued_at, updated_at=now
+        )
+
+    # -- liveness ----------------------------------------------------------------------------
+
+    def renew_leases(self, execution_ids: Sequence[int], *, stamp: Any) -> int:
+        """Stamp the heartbeat of those of these executions still running, and their jobs'
+        keepalive; how many were running."""
+        ids = list(execution_ids)
+        changed = Execution.objects.running().filter(pk__in=ids).update(last_heartbeat_at=stamp)
+        Job.objects.filter(executions__pk__in=ids).update(last_keepalive_at=stamp)
+        return changed
+
+    # -- running limits ------------------------------------------------------------------------
+
+    def hold_waiting(self, execution_id: int, *, reason: str, now: datetime) -> bool:
+        """A startable execution WAITING for a running slot, with the reason; False if it
+        was no longer startable."""
+        return bool(
+            Execution.objects.filter(pk=execution_id, status__in=EXECUTION_STARTABLE).update(
+                status=ExecutionStatus.WAITING, last_error=reason, retry_at=None, updated_at=now
+            )
+        )
+
+    def lock_waiting(self, *, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` WAITING executions, oldest first, locked (``SKIP LOCKED``), each
+        with what its release decides by: its job's limit, owner and overlap."""
+        return list(
+            Execution.objects.filter(status=ExecutionStatus.WAITING)
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("scheduled_for", "pk")
+            .values(
+                "pk",
+                "job_id",
+                "job__max_running",
+                "job__owner_id",
+                "job__owner__username",
+                "job__overlap",
+                "job__current_execution_id",
+            )[:limit]
+        )
+
+    def release_waiting(self, execution_ids: Sequence[int], *, now: datetime) -> None:
+        """Locked WAITING executions released: PENDING, for the scheduler to publish."""
+        Execution.objects.filter(pk__in=list(execution_ids), status=ExecutionStatus.WAITING).update(
+            status=ExecutionStatus.PENDING, queued_at=now, last_error="", updated_at=now
+        )
+
+    def take_turn(self, job_id: int, *, execution_id: int) -> bool:
+        """Make ``execution_id`` its job's current execution if the job holds none."""
+        return bool(
+            Job.objects.filter(pk=job_id, current_execution__isnull=True).update(
+                current_execution_id=execution_id
+            )
+        )
+
+    # -- a job's failures ----------------------------------------------------------------------
+
+    def count_failure(self, job_id: int) -> bool:
+        """One more failed occurrence on the job's tally; False if the job is gone."""
+        return bool(
+            Job.objects.filter(pk=job_id).update(consecutive_failures=F("consecutive_failures") + 1)
+        )
+
+    def pause_for_failures(self, job_id: int, *, reason: str, kind: str, now: datetime) -> bool:
+        """Pause an active job for its failures; False if it was not active."""
+        return bool(
+            Job.objects.filter(pk=job_id, status=JobStatus.ACTIVE).update(
+                status=JobStatus.PAUSED, pause_reason=reason, pause_kind=kind, updated_at=now
             )
         )
 

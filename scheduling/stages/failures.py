@@ -26,9 +26,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from django.db.models import F
-
 from scheduling.errors import MAX_ERROR, headline
+from scheduling.ledger.engines import engine
 from scheduling.models import Job, JobStatus, PauseKind
 from scheduling.stages import audit
 
@@ -52,7 +51,7 @@ def count_failure(*, job_id: int, error: str, now: datetime) -> bool:
     Runs inside the caller's transaction (``fail_attempt``'s), which then holds the job's row
     lock until it commits. Returns True when this failure paused the job.
     """
-    if not Job.objects.filter(pk=job_id).update(consecutive_failures=F("consecutive_failures") + 1):
+    if not engine().count_failure(job_id):
         return False
     job = (
         Job.objects.filter(pk=job_id)
@@ -66,9 +65,7 @@ def count_failure(*, job_id: int, error: str, now: datetime) -> bool:
     if job.status != JobStatus.ACTIVE or job.consecutive_failures < job.pause_after_failures:
         return False
     reason = reason_for(job.consecutive_failures, error)
-    paused = Job.objects.filter(pk=job_id, status=JobStatus.ACTIVE).update(
-        status=JobStatus.PAUSED, pause_reason=reason, pause_kind=PauseKind.FAILURES, updated_at=now
-    )
+    paused = engine().pause_for_failures(job_id, reason=reason, kind=PauseKind.FAILURES, now=now)
     if not paused:
         return False
     audit.paused(

@@ -43,7 +43,6 @@ from scheduling.models import (
     OVERLAP_HOLDS,
     Execution,
     ExecutionStatus,
-    Job,
 )
 
 logger = logging.getLogger("scheduling")
@@ -85,7 +84,8 @@ def limited_slot(execution_id: int) -> Slot | None:
     """The execution's limits, if it is startable and the one-statement start leaves it to the
     limited start (its job has a limit, or owner limits are on); else None."""
     row = (
-        Execution.objects.startable().filter(pk=execution_id)
+        Execution.objects.startable()
+        .filter(pk=execution_id)
         .values("job_id", "job__name", "job__max_running", "job__owner_id", "job__owner__username")
         .first()
     )
@@ -141,9 +141,7 @@ def over_limit(slot: Slot) -> str | None:
 def hold(slot: Slot, *, reason: str, now: datetime) -> bool:
     """Move the slot's execution to WAITING with the reason; False if it is no longer
     startable (another message started it meanwhile)."""
-    held = Execution.objects.filter(
-        pk=slot.execution_id, status__in=EXECUTION_STARTABLE
-    ).update(status=ExecutionStatus.WAITING, last_error=reason, retry_at=None, updated_at=now)
+    held = engine().hold_waiting(slot.execution_id, reason=reason, now=now)
     if held:
         logger.info("execution.waiting execution=%s reason=%s", slot.execution_id, reason)
     return bool(held)
@@ -161,20 +159,7 @@ def release_waiting(*, now: datetime, limit: int) -> list[int]:
     needs the job's turn as well (``_take_turn``).
     """
     with transaction.atomic(durable=True):
-        waiting = list(
-            Execution.objects.filter(status=ExecutionStatus.WAITING)
-            .select_for_update(skip_locked=True, of=("self",))
-            .order_by("scheduled_for", "pk")
-            .values(
-                "pk",
-                "job_id",
-                "job__max_running",
-                "job__owner_id",
-                "job__owner__username",
-                "job__overlap",
-                "job__current_execution_id",
-            )[:limit]
-        )
+        waiting = engine().lock_waiting(limit=limit)
         if not waiting:
             return []
         jobs = {row["job_id"] for row in waiting}
@@ -204,9 +189,7 @@ def release_waiting(*, now: datetime, limit: int) -> list[int]:
             per_job[job_id] += 1
             per_owner[owner_id] += 1
         if released:
-            Execution.objects.filter(pk__in=released, status=ExecutionStatus.WAITING).update(
-                status=ExecutionStatus.PENDING, queued_at=now, last_error="", updated_at=now
-            )
+            engine().release_waiting(released, now=now)
     if released:
         logger.info("executions.released count=%s", len(released))
     return released
@@ -239,8 +222,6 @@ def _take_turn(row: dict[str, Any], busy: set[int]) -> bool:
         return True
     if job_id in busy or row["job__current_execution_id"] is not None:
         return False
-    taken = Job.objects.filter(pk=job_id, current_execution__isnull=True).update(
-        current_execution_id=row["pk"]
-    )
+    taken = engine().take_turn(job_id, execution_id=row["pk"])
     busy.add(job_id)
     return bool(taken)

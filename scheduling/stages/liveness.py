@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 
 from scheduling import readable
 from scheduling.ledger.engines import engine
-from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job
+from scheduling.models import AttemptOutcome, Execution, ExecutionStatus
 from scheduling.stages.attempts import fail_attempt
 
 logger = logging.getLogger("scheduling")
@@ -52,11 +52,7 @@ def record_heartbeat(
     with transaction.atomic(durable=True):
         if statement_timeout:
             engine().bound_statements(statement_timeout)
-        changed = Execution.objects.running().filter(pk__in=ids).update(
-            last_heartbeat_at=stamp
-        )
-        Job.objects.filter(executions__pk__in=ids).update(last_keepalive_at=stamp)
-    return changed
+        return engine().renew_leases(ids, stamp=stamp)
 
 
 def running_and_taken(*, execution_ids: Sequence[int]) -> tuple[set[int], set[int]]:

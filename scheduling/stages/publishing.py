@@ -40,11 +40,6 @@ from scheduling.stages.attempts import await_known_task, fail_attempt
 logger = logging.getLogger("scheduling")
 
 
-def _lock(queryset: Any) -> Any:
-    """Lock rows for a claim: skip rows another scheduler holds; never block on a foreign key."""
-    return queryset.select_for_update(skip_locked=True, no_key=True, of=("self",))
-
-
 def _doorbell(execution: Execution, job: Job | None) -> Doorbell:
     if job is None and execution.call is not None:
         return call_doorbell(execution)
@@ -87,9 +82,7 @@ def doorbell_of_call(
 
 def hand_to_scheduler(*, execution_ids: Iterable[int], now: datetime) -> int:
     """QUEUED rows whose message did not reach the broker: PENDING, for the scheduler to send."""
-    return Execution.objects.filter(
-        pk__in=list(execution_ids), status=ExecutionStatus.QUEUED
-    ).update(status=ExecutionStatus.PENDING, queued_at=now, updated_at=now)
+    return engine().hand_back_queued(execution_ids, now=now)
 
 
 def mark_queued(*, execution_ids: Iterable[int], now: datetime) -> int:
@@ -107,9 +100,7 @@ def mark_queued(*, execution_ids: Iterable[int], now: datetime) -> int:
 def requeue_queued(*, now: datetime) -> int:
     """Make every QUEUED execution due for re-publishing now (the broker lost its messages)."""
     stale = now - timedelta(seconds=conf.get("PENDING_GRACE") + 1)
-    return Execution.objects.filter(status=ExecutionStatus.QUEUED).update(
-        status=ExecutionStatus.PENDING, queued_at=stale, updated_at=now
-    )
+    return engine().requeue_queued(queued_at=stale, now=now)
 
 
 def doorbells_for(*, execution_ids: Iterable[int]) -> list[Doorbell]:
@@ -269,16 +260,13 @@ def reclaim_for_publish(
     """
     pending_before = now - timedelta(seconds=conf.get("PENDING_GRACE"))
     lost = find_lost_messages(now=now, limit=limit, queue_depth=queue_depth)
-    due = Q(status=ExecutionStatus.PENDING, queued_at__lt=pending_before) | Q(
-        status=ExecutionStatus.RETRY, retry_at__lte=now
-    )
-    if lost:
-        due |= Q(status=ExecutionStatus.QUEUED, pk__in=list(lost))
     bad: dict[int, str] = {}
     awaiting: dict[int, str] = {}
     targets: dict[tuple[Any, ...], str] = {}
     with transaction.atomic(durable=True):
-        rows = list(_lock(Execution.objects.filter(due)).select_related("job")[:limit])
+        rows = engine().lock_republishable(
+            pending_before=pending_before, now=now, lost=lost, limit=limit
+        )
         if not rows:
             return []
         for row in rows:
@@ -302,9 +290,7 @@ def reclaim_for_publish(
                 lost.get(row.pk, "-"),
             )
         good = [row for row in rows if row.pk not in bad and row.pk not in awaiting]
-        Execution.objects.filter(pk__in=[r.pk for r in good]).update(
-            status=ExecutionStatus.PENDING, queued_at=now, updated_at=now
-        )
+        engine().mark_pending([r.pk for r in good], now=now)
     for execution_id, target in awaiting.items():
         await_known_task(execution_id=execution_id, target=target, now=now, who="this scheduler")
     for execution_id, error in bad.items():

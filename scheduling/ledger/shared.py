@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, Exists, F, Q, Value, When
+from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
@@ -30,6 +30,7 @@ from scheduling.models import (
     ExecutionStatus,
     Job,
     JobStatus,
+    Schedule,
 )
 
 #: Attempts whose process died under them unexpectedly: killed, ended by their body, taken by
@@ -51,6 +52,9 @@ _END_FIELDS = (
 
 class SharedVerbs:
     """The ORM verbs every engine inherits (mixed into ``Engine``)."""
+
+    #: The alias of the connection this engine answers for.
+    using: str
 
     # -- the claim's cancellations -------------------------------------------------------------
 
@@ -386,6 +390,31 @@ class SharedVerbs:
                 status=JobStatus.PAUSED, pause_reason=reason, pause_kind=kind, updated_at=now
             )
         )
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def delete_history(self, execution_ids: Sequence[int]) -> tuple[int, int]:
+        """Delete these executions and their attempts in one transaction; (executions,
+        attempts) deleted."""
+        with transaction.atomic(using=self.using):
+            attempts = Attempt.objects.filter(execution_id__in=execution_ids).delete()[0]
+            deleted = Execution.objects.filter(pk__in=execution_ids).delete()[1]
+        return deleted.get(Execution._meta.label, 0), attempts
+
+    def remove_jobs(self, job_ids: Sequence[int]) -> tuple[int, int]:
+        """Delete the jobs, their executions and attempts, and their schedules no other job
+        uses, in one transaction; (executions, attempts) deleted."""
+        with transaction.atomic(using=self.using):
+            schedules = list(
+                Job.objects.filter(pk__in=job_ids).values_list("schedule_id", flat=True)
+            )
+            attempts = Attempt.objects.filter(execution__job_id__in=job_ids).delete()[0]
+            executions = Execution.objects.filter(job_id__in=job_ids).delete()[0]
+            Job.objects.filter(pk__in=job_ids).delete()
+            Schedule.objects.filter(pk__in=schedules).exclude(
+                Exists(Job.objects.filter(schedule=OuterRef("pk")))
+            ).delete()
+        return executions, attempts
 
     # -- backfills and reads -----------------------------------------------------------------
 

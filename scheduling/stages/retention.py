@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from scheduling import conf
@@ -41,7 +40,6 @@ from scheduling.models import (
     Execution,
     Job,
     JobStatus,
-    Schedule,
 )
 from scheduling.rules import tasktables
 from scheduling.stages import audit
@@ -156,20 +154,6 @@ def finished_one_offs(*, cutoff: datetime) -> QuerySet[Job]:
     ).exclude(Exists(recent))
 
 
-def _remove_one_offs(ids: list[int]) -> tuple[int, int]:
-    """Delete the jobs, their executions and attempts, and their schedules no other job uses,
-    in one transaction; returns (executions, attempts) deleted."""
-    with transaction.atomic():
-        schedules = list(Job.objects.filter(pk__in=ids).values_list("schedule_id", flat=True))
-        attempts = Attempt.objects.filter(execution__job_id__in=ids).delete()[0]
-        executions = Execution.objects.filter(job_id__in=ids).delete()[0]
-        Job.objects.filter(pk__in=ids).delete()
-        Schedule.objects.filter(pk__in=schedules).exclude(
-            Exists(Job.objects.filter(schedule=OuterRef("pk")))
-        ).delete()
-    return executions, attempts
-
-
 def prune_history(
     *,
     older_than: timedelta,
@@ -236,10 +220,9 @@ def prune_history(
         if not batch:
             break
         ids = [pk for pk, _, _ in batch]
-        with transaction.atomic():
-            report.attempts += Attempt.objects.filter(execution_id__in=ids).delete()[0]
-            deleted = Execution.objects.filter(pk__in=ids).delete()[1]
-        report.executions += deleted.get(Execution._meta.label, 0)
+        executions, attempts = engine().delete_history(ids)
+        report.executions += executions
+        report.attempts += attempts
         report.by_job.update(job_id for _, job_id, _ in batch)
         report.batches += 1
         since = batch[-1][2]
@@ -252,7 +235,7 @@ def prune_history(
         ids = list(one_offs.order_by("pk").values_list("pk", flat=True)[:batch_size])
         if not ids:
             break
-        executions, attempts = _remove_one_offs(ids)
+        executions, attempts = engine().remove_jobs(ids)
         report.executions += executions
         report.attempts += attempts
         report.one_offs += len(ids)

@@ -178,7 +178,7 @@ def task_id_sql(kind: str, at: str) -> str:
 
 def claim_task_ids() -> str:
     """The kind of task id the shipped claim makes: v7 where its code names it, else v4."""
-    for path in ("scheduling/ledger/claim.py", "scheduling/ids.py"):
+    for path in ("scheduling/ledger/engines/sql/postgresql/claim.sql", "scheduling/ids.py"):
         text = (common.ROOT / path).read_text()
         if re.search(r"uuid_?v?7", text, re.I):
             return "v7"

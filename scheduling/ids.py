@@ -65,7 +65,8 @@ def uuid7_text() -> str:
     1/4096 (``rand_a``: RFC 9562, section 6.2, method 3), the variant and 62 random bits.
     The ids of one process strictly increase: an id that would not come after the previous
     one (two in one 1/4096 ms, or a clock stepped back) takes the previous time plus one
-    step. The claim's statement in SQL (``ledger.claim``) reads the clock the same way.
+    step. The claim's statement in SQL (``lock_due``, in
+    ``ledger/engines/sql/postgresql/claim.sql``) reads the clock the same way.
     """
     global _v7_ticks
     with _lock:

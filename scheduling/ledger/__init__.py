@@ -1,17 +1,16 @@
-"""The engine's ledger: every hand-written statement, and the one place that runs them.
+"""The engine's ledger: the interface to the database, its engines, and the one runner.
 
-The ORM writes most of the ledger. The statements in this package are the ones where one round
-trip instead of several, a lock the ORM cannot say, or text instead of driver-decoded values is
-the difference the benchmarks measure. Each module holds one stage's statements (``claim``,
-``publish``, ``attempt``, ``liveness``, ``probe``, ``reads``, ``runs``, ``limits``), and each
-statement sits beside the function that runs it, headed by that function's name and one line
-on what it does, with named parameters only (``%(name)s``) and, where the embedded default
-needs a different text, its SQLite form in the same ``Statement``.
+The ORM writes much of the ledger; the stages reach all of it through the verbs of
+``engine.Engine``, answered by one engine per database (``engines/``: PostgreSQL's named
+statements, the ORM's forms for SQLite and any other). Hand-written SQL lives in named
+``.sql`` files (``named``), where one round trip instead of several, a lock the ORM cannot
+say, or text instead of driver-decoded values is the difference the benchmarks measure.
 
-This module is the runner: which database a connection is (``dialect``) is decided here and
-nowhere else, cursors are opened here and nowhere else, and rows come back decoded by column
-name, as dictionaries or as the dataclass a caller names (``rows(..., into=Planned)``). A
-third database is a third text in each ``Statement`` and a name in ``DIALECTS``.
+This module is the runner: cursors are opened here and nowhere else, rows come back decoded by
+column name, as dictionaries or as the dataclass a caller names (``rows(..., into=Planned)``),
+and a family of engines (``Engines``) asks which database a connection is (``dialect``) once
+per connection. ``on_postgresql``/``on_sqlite`` remain as questions for a test to ask; no
+code branches on them: a difference between databases is a verb of an engine.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The claim: take due jobs, create their executions, advance them, in one short transaction.
 
 This is the scheduler's hot path, so it works on plain rows instead of model instances: the ledger's
-lock (``scheduling.ledger.claim.lock_due``: ``FOR NO KEY UPDATE SKIP LOCKED``, the row locks that
+lock (``Engine.lock_due``: ``FOR NO KEY UPDATE SKIP LOCKED``, the row locks that
 keep two schedulers apart), the timing decisions of ``scheduling.timing.schedules.plan_claim``, then
 one write (``write_claim``). This module decides; the ledger runs the statements. On PostgreSQL the
 locking statement also plans and writes the common case itself (an interval job due once, moved one
@@ -55,7 +55,7 @@ SKIPPED_NOTE = (
 )
 
 
-# The rows ``LOCK_DUE`` plans have every time within these bounds: far from the ends of
+# The rows ``lock_due`` plans have every time within these bounds: far from the ends of
 # the calendar, where Python cannot read a time and a step could run past the year 9999.
 PLANNED_EARLIEST = datetime(1000, 1, 1, tzinfo=UTC)
 PLANNED_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
@@ -69,7 +69,7 @@ MAX_KNOWN_STEPS = 1000
 class _Steps:
     """Interval texts this process has read (``schedules.parse_duration``), in microseconds.
 
-    ``LOCK_DUE`` plans a job only when its schedule's interval text is here, so what an
+    ``lock_due`` plans a job only when its schedule's interval text is here, so what an
     interval means is decided in one place, Python, and SQL only adds it. The claim learns a
     text the first time it plans a row with it in Python (a new interval's first batch goes
     that way). Read by every flood lane at once: a new text replaces the whole JSON document,
@@ -230,7 +230,7 @@ def sql_planning(now: datetime, grace: timedelta) -> dict[str, Any]:
     }
 
 
-#: The queue names ``LOCK_DUE`` plans itself: ``validation.QUEUE_NAME`` within its
+#: The queue names ``lock_due`` plans itself: ``validation.QUEUE_NAME`` within its
 #: length, and none like a name the broker keeps (``_`` is a wildcard in LIKE, so a few good
 #: names go to Python too, which decides them exactly with ``validation.queue_error``).
 QUEUE_PATTERN = f"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_QUEUE - 1}}}$"
@@ -242,7 +242,7 @@ RESERVED_QUEUE_LIKE = [
 
 
 def _argument_bounds() -> dict[str, Any]:
-    """Where ``LOCK_DUE`` may plan a row's arguments itself: well inside the limits.
+    """Where ``lock_due`` may plan a row's arguments itself: well inside the limits.
 
     PostgreSQL's text of a value can be shorter than Python's (``1E2`` reads back as ``100``
     there and as ``100.0`` here), so the statement plans only texts under half the size

@@ -9,7 +9,7 @@ error the task raised, a timeout, an attempt lost with its worker and found by t
 FAILED because it refuses its target or arguments (``claims._write``, in the claim's
 transaction). An attempt that is retried is not a failure yet; an occurrence SKIPPED
 (misfire, ``expires``) or CANCELLED by a person counts neither way; a COMPLETED one sets the
-count back to zero (``ledger.attempt.complete``, in the statement that completes it), and so
+count back to zero (``Engine.complete_attempt``, in the statement that completes it), and so
 does resuming the job (``jobs.resume_job``).
 
 The count is kept in the ledger, in the transaction that fails the execution: one

@@ -7,9 +7,10 @@ running limit or its owner's is reached, each of those executions waits in the l
 counts the job's waiting executions, up to the bound, and once the job has that many, the
 occurrence it claims is written SKIPPED with the reason: in the ledger, never silently
 dropped, and no message is sent for it. The plain claim does this in its locking statement on
-PostgreSQL (``ledger.claim.LOCK_DUE``, from ``sql_bound``); every row planned in Python goes
-through ``skip_past_bound`` before it is written. Other overlap policies hold the job's next
-occurrence while a run of it is unfinished, so their waiting rows cannot pile up by the claim.
+PostgreSQL (``lock_due`` in ``ledger/engines/sql/postgresql/claim.sql``, from ``sql_bound``);
+every row planned in Python goes through ``skip_past_bound`` before it is written. Other
+overlap policies hold the job's next occurrence while a run of it is unfinished, so their
+waiting rows cannot pile up by the claim.
 
 Executions already claimed when the bound is reached (published, not yet started) may still
 wait when they start: the bound is exceeded by those in flight. So may a retry: an execution
@@ -48,7 +49,7 @@ def note(bound: int) -> str:
 
 
 def sql_bound() -> dict[str, Any]:
-    """The parameters of the bound in the claim's locking statement (``LOCK_DUE``)."""
+    """The parameters of the bound in the claim's locking statement (``lock_due``)."""
     bound = conf.get("MAX_WAITING_PER_JOB")
     return {
         "skipped": ExecutionStatus.SKIPPED.value,

@@ -23,7 +23,7 @@ inherited; the abstract ones here each engine answers.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -239,7 +239,7 @@ class Engine(SharedVerbs, ABC):
         self,
         period: Period,
         *,
-        latest: Any,
+        latest: Callable[[dict[int | None, int]], Latest | None],
     ) -> Dropped:
         """Drop one period's partitions, keeping its unfinished and current executions and
         the latest ones ``latest(by_job)`` names (a ``Latest``, or None)."""

@@ -383,12 +383,43 @@ class SharedVerbs:
             Job.objects.filter(pk=job_id).update(consecutive_failures=F("consecutive_failures") + 1)
         )
 
-    def pause_for_failures(self, job_id: int, *, reason: str, kind: str, now: datetime) -> bool:
-        """Pause an active job for its failures; False if it was not active."""
+    def pause_job(self, job_id: int, *, reason: str, kind: str, now: datetime) -> bool:
+        """Pause an active job (for ``kind``: a person's, its failures); False if it was not
+        active."""
         return bool(
             Job.objects.filter(pk=job_id, status=JobStatus.ACTIVE).update(
                 status=JobStatus.PAUSED, pause_reason=reason, pause_kind=kind, updated_at=now
             )
+        )
+
+    def lock_job(
+        self, job_id: int, *, status: str | None = None, with_schedule: bool = False
+    ) -> Job | None:
+        """The job, its row locked until the caller's transaction ends (if it is in
+        ``status``, when given); else None."""
+        found = Job.objects.select_for_update()
+        if with_schedule:
+            found = found.select_related("schedule")
+        if status is not None:
+            found = found.filter(status=status)
+        return found.filter(pk=job_id).first()
+
+    def add_occurrence(self, job: Job, *, scheduled_for: datetime, now: datetime) -> Execution:
+        """One extra occurrence of ``job`` at ``scheduled_for``, PENDING as if claimed."""
+        return Execution.objects.create(
+            job=job,
+            task=job.task,
+            scheduled_for=scheduled_for,
+            status=ExecutionStatus.PENDING,
+            queued_at=now,
+        )
+
+    def retry_failed_execution(self, execution_id: int, *, now: datetime) -> bool:
+        """A FAILED execution of a job back to RETRY, due ``now``; False if it was not."""
+        return bool(
+            Execution.objects.filter(
+                pk=execution_id, status=ExecutionStatus.FAILED, job__isnull=False
+            ).update(status=ExecutionStatus.RETRY, retry_at=now, finished_at=None, updated_at=now)
         )
 
     # -- retention ---------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def count_failure(*, job_id: int, error: str, now: datetime) -> bool:
     if job.status != JobStatus.ACTIVE or job.consecutive_failures < job.pause_after_failures:
         return False
     reason = reason_for(job.consecutive_failures, error)
-    paused = engine().pause_for_failures(job_id, reason=reason, kind=PauseKind.FAILURES, now=now)
+    paused = engine().pause_job(job_id, reason=reason, kind=PauseKind.FAILURES, now=now)
     if not paused:
         return False
     audit.paused(

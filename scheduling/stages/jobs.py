@@ -29,6 +29,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from scheduling import conf
+from scheduling.ledger.engines import engine
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     Attempt,
@@ -548,7 +549,9 @@ def replan_job(
     time from and to); without, the caller's own row tells the change (``edit_job``).
     """
     with transaction.atomic():
-        locked = Job.objects.select_for_update().select_related("schedule").get(pk=job.pk)
+        locked = engine().lock_job(job.pk, with_schedule=True)
+        if locked is None:
+            raise Job.DoesNotExist(f"job {job.pk} does not exist")
         before = (locked.status, locked.next_due_at)
         if locked.status == JobStatus.COMPLETED:
             locked.status = JobStatus.ACTIVE
@@ -603,12 +606,7 @@ def pause_job(*, job: Job, now: datetime, reason: str = "", by: Actor | None = N
     """
     check_reason(reason)
     with transaction.atomic():
-        changed = Job.objects.filter(pk=job.pk, status=JobStatus.ACTIVE).update(
-            status=JobStatus.PAUSED,
-            pause_reason=reason,
-            pause_kind=PauseKind.MANUAL,
-            updated_at=now,
-        )
+        changed = engine().pause_job(job.pk, reason=reason, kind=PauseKind.MANUAL, now=now)
         if changed:
             audit.paused(
                 job=job,
@@ -630,7 +628,7 @@ def resume_job(*, job: Job, now: datetime, by: Actor | None = None) -> bool:
     whoever paused it; the resume is recorded in the audit trail with ``by`` (code when None).
     """
     with transaction.atomic():
-        locked = Job.objects.select_for_update().filter(pk=job.pk, status=JobStatus.PAUSED).first()
+        locked = engine().lock_job(job.pk, status=JobStatus.PAUSED)
         if locked is None:
             return False
         reason, kind, failed = locked.pause_reason, locked.pause_kind, locked.consecutive_failures
@@ -715,9 +713,7 @@ def run_job_now(*, job: Job, now: datetime, by: Actor | None = None) -> Executio
     """
     check_target(job)
     with transaction.atomic():
-        execution = Execution.objects.create(
-            job=job, task=job.task, scheduled_for=now, status=ExecutionStatus.PENDING, queued_at=now
-        )
+        execution = engine().add_occurrence(job, scheduled_for=now, now=now)
         audit.execution_changed(
             job_id=job.pk,
             job_name=job.name,
@@ -760,15 +756,10 @@ def cancel_execution(
     """
     check_reason(reason)
     with transaction.atomic():
-        found = (
-            Execution.objects.select_for_update(of=("self",))
-            .filter(pk=execution_id, status__in=EXECUTION_UNFINISHED)
-            .values_list("status", "job_id")
-            .first()
-        )
+        found = engine().lock_execution(execution_id, statuses=EXECUTION_UNFINISHED)
         if found is None:
             return False
-        status, job_id = found
+        status, job_id = found.status, found.job_id
         if not attempts.cancel_execution(execution_id=execution_id, now=now, reason=reason):
             return False
         _execution_changed(
@@ -802,9 +793,7 @@ def retry_execution(*, execution_id: int, now: datetime, by: Actor | None = None
     in the same transaction.
     """
     with transaction.atomic():
-        changed = Execution.objects.filter(
-            pk=execution_id, status=ExecutionStatus.FAILED, job__isnull=False
-        ).update(status=ExecutionStatus.RETRY, retry_at=now, finished_at=None, updated_at=now)
+        changed = engine().retry_failed_execution(execution_id, now=now)
         if changed:
             _execution_changed(
                 job_id=Execution.objects.filter(pk=execution_id)

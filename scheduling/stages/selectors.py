@@ -42,16 +42,9 @@ from scheduling.stages import pauses
 from scheduling.timing.calendar_words import describe_calendar
 
 
-def scheduler_probe(
-    *, now: datetime, pending_before: datetime, queued_before: datetime, stale_before: datetime
-) -> Probe:
+def scheduler_probe(**bounds: datetime) -> Probe:
     """Every question of an idle tick, in one round trip (``Engine.probe``)."""
-    return engine().probe(
-        now=now,
-        pending_before=pending_before,
-        queued_before=queued_before,
-        stale_before=stale_before,
-    )
+    return engine().probe(**bounds)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -97,8 +97,7 @@ VALUES (%(task)s, %(scheduled_for)s, %(status)s, 0, %(task_id)s, '', %(now)s,
 RETURNING id
 
 -- name: insert_runs
--- Write many runs of one task enqueued together (enqueue_many) in one statement, the rows as
--- one JSON document; each comes back with its task id.
+-- Write many runs of one task (enqueue_many) in one statement, each back with its task id.
 -- columns: id, task_id
 INSERT INTO scheduling_execution
        (task, scheduled_for, status, retry_count, task_id, worker, created_at, queued_at,

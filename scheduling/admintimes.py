@@ -1,4 +1,4 @@
-"""Times in admin pages by ``scheduling.readable``'s rule, for the engine's admin and the
+"""Times in admin pages by ``scheduling.timing.readable``'s rule, for the engine's admin and the
 domain apps' (through ``scheduling.api``).
 
 Django's admin shows a date-time field as "Nov. 25, 2026, 11:35 a.m.": to the minute, in
@@ -29,7 +29,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from scheduling import readable
+from scheduling.timing import readable
 
 
 def shown(moment: datetime | None, now: datetime | None = None) -> SafeString | str:
@@ -139,7 +139,7 @@ _SWAPPED = {"get_list_display": False, "get_readonly_fields": True, "get_fieldse
 
 class ReadableTimesAdmin:
     """Mix into a ``ModelAdmin`` or an inline, before it: its date-time fields read by
-    ``scheduling.readable``'s rule in lists and on pages, and edit with the zone named once
+    ``scheduling.timing.readable``'s rule in lists and on pages, and edit with the zone named once
     (see the module docstring).
 
     A subclass may override ``get_list_display``, ``get_readonly_fields`` or

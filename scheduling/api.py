@@ -61,7 +61,7 @@ a worked example.
   (mixed into a ``ModelAdmin``) and
   ``with_content_security_policy`` (around a view) give them the apps' Content-Security-Policy
   where the host sends none, never replacing the host's (``scheduling.csp``).
-- Show times as the engine does (``scheduling.readable``, docs/operations.md, *Times and
+- Show times as the engine does (``scheduling.timing.readable``, docs/operations.md, *Times and
   names*): ``instant`` (to the second, in the project's ``TIME_ZONE`` with the zone named:
   "2030-01-31 04:00:05 EST"), ``ago`` ("12 s ago", "in 3 min", a date beyond 30 days),
   ``when`` (both: "… EST (in 3 min)"), ``caption`` ("Times in America/New_York"), ``span``
@@ -130,7 +130,6 @@ from scheduling.exports import (
 from scheduling.exports import Window as ExportWindow
 from scheduling.ledger.named import load as load_statements
 from scheduling.models import ChangeSource, Job, Schedule
-from scheduling.readable import ago, caption, describe_cron, describe_interval, instant, span, when
 from scheduling.rules import permissions, tasktables
 from scheduling.rules.registry import PermanentError
 from scheduling.rules.validation import first_error as error_line
@@ -142,6 +141,15 @@ from scheduling.stages import backfill as _backfill
 from scheduling.stages import jobs as _jobs
 from scheduling.stages import previews as _previews
 from scheduling.timing.previews import DEFAULT_COUNT
+from scheduling.timing.readable import (
+    ago,
+    caption,
+    describe_cron,
+    describe_interval,
+    instant,
+    span,
+    when,
+)
 from scheduling.timing.schedules import ScheduleError
 from scheduling.timing.values import Calendar, Cron, Every, Once, Timing, parse_instant
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task

@@ -26,7 +26,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduling import conf, readable
+from scheduling import conf
 from scheduling.models import Overlap
 from scheduling.rules.validation import (
     MAX_JITTER,
@@ -37,6 +37,7 @@ from scheduling.rules.validation import (
     past_run_at_error,
     storable,
 )
+from scheduling.timing import readable
 from scheduling.timing.calendars import CalendarError, IcsEvent, read_ics
 from scheduling.timing.schedules import Misfire, zone_error
 from scheduling.timing.values import Calendar, Cron, Every, Once, Timing, parse_instant

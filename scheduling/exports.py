@@ -37,8 +37,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet, Subquery
 
-from scheduling import readable
 from scheduling.ledger import pgtimes
+from scheduling.timing import readable
 from scheduling.timing.values import parse_instant
 
 #: Rows read per page of an export: large enough that a page's query costs little beside its

@@ -18,11 +18,11 @@ from django.db import models
 from django.db.models import Max, Q
 from django.utils.timezone import now as current_time
 
-from scheduling import conf, readable
+from scheduling import conf
 from scheduling.ids import uuid7
 from scheduling.rules import validation
 from scheduling.rules.arguments import ArgumentsField
-from scheduling.timing import calendars, schedules
+from scheduling.timing import calendars, readable, schedules
 from scheduling.timing.calendars import MAX_TEXT as CALENDAR_MAX_TEXT
 from scheduling.timing.schedules import Backlog, FiringRule, Misfire, ScheduleError
 

@@ -16,10 +16,11 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from scheduling import api, readable
+from scheduling import api
 from scheduling.management.base import parse_instant
 from scheduling.models import Job
 from scheduling.rules import permissions
+from scheduling.timing import readable
 
 BackfillResult = api.BackfillResult
 

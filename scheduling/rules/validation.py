@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 
-from scheduling import conf, readable
+from scheduling import conf
 from scheduling.celeryapp import celery_app
 from scheduling.rules import arguments, tasktables
 from scheduling.rules.registry import (
@@ -28,6 +28,7 @@ from scheduling.rules.registry import (
     get_schedulable,
 )
 from scheduling.rules.tasktables import TASK_ROW_TASK
+from scheduling.timing import readable
 
 if TYPE_CHECKING:
     from scheduling.models import Job

@@ -21,7 +21,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models.expressions import Combinable
 
-from scheduling import conf, readable
+from scheduling import conf
 from scheduling.errors import MAX_ERROR, StartHeld, headline
 from scheduling.ledger.engine import DIED_OUTCOMES as DIED_OUTCOMES
 from scheduling.ledger.engines import engine
@@ -35,7 +35,7 @@ from scheduling.models import (
 )
 from scheduling.rules.validation import awaiting_task_error
 from scheduling.stages import failures, limits
-from scheduling.timing import schedules
+from scheduling.timing import readable, schedules
 
 logger = logging.getLogger("scheduling")
 

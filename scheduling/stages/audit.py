@@ -42,7 +42,6 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from scheduling import readable
 from scheduling.models import (
     JOB_POLICY_FIELDS,
     ChangeSource,
@@ -53,6 +52,7 @@ from scheduling.models import (
     PauseKind,
 )
 from scheduling.rules.validation import text_error
+from scheduling.timing import readable
 
 try:
     import pwd

@@ -40,12 +40,12 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from scheduling import conf, readable
+from scheduling import conf
 from scheduling.ledger.engines import engine
 from scheduling.models import Job, JobChangeAction
 from scheduling.rules.validation import target_error
 from scheduling.stages import audit
-from scheduling.timing import ranges, schedules
+from scheduling.timing import ranges, readable, schedules
 from scheduling.timing.schedules import ScheduleError, require_aware
 
 logger = logging.getLogger("scheduling")

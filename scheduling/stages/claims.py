@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduling import conf, readable
+from scheduling import conf
 from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid7_text
 from scheduling.ledger.engines import engine
@@ -45,7 +45,7 @@ from scheduling.rules.validation import (
     unknown_target,
 )
 from scheduling.stages import failures, overlaps, waiting
-from scheduling.timing import schedules
+from scheduling.timing import readable, schedules
 from scheduling.timing.schedules import FiringRule, Misfire, ScheduleError
 
 logger = logging.getLogger("scheduling")

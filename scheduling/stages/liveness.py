@@ -22,10 +22,10 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
-from scheduling import readable
 from scheduling.ledger.engines import engine
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus
 from scheduling.stages.attempts import fail_attempt
+from scheduling.timing import readable
 
 logger = logging.getLogger("scheduling")
 

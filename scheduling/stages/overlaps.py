@@ -19,14 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from scheduling import readable
 from scheduling.ledger.engines import engine
 from scheduling.ledger.values import Cancelled
+from scheduling.timing import readable
 
 
 def superseded_note(winner: datetime) -> str:
     """The reason an occurrence did not run: ``winner`` ran in its place (the instant as an
-    operator reads every time, ``scheduling.readable``)."""
+    operator reads every time, ``scheduling.timing.readable``)."""
     return f"superseded by the occurrence of {readable.instant(winner)} (overlap policy)"
 
 

@@ -22,7 +22,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from scheduling import conf, readable
+from scheduling import conf
 from scheduling.exports import ALL_TIME, Window, in_key_order
 from scheduling.ledger import pgtimes
 from scheduling.ledger.engines import engine
@@ -35,11 +35,12 @@ from scheduling.models import (
     Schedule,
     job_due_index,
 )
-from scheduling.readable import describe_interval
 from scheduling.rules import tasktables
 from scheduling.rules.validation import storable
 from scheduling.stages import pauses
+from scheduling.timing import readable
 from scheduling.timing.calendar_words import describe_calendar
+from scheduling.timing.readable import describe_interval
 
 
 def scheduler_probe(**bounds: datetime) -> Probe:

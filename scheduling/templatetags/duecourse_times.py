@@ -1,4 +1,4 @@
-"""Times in templates as ``scheduling.readable`` writes them, for the engine's pages and any
+"""Times in templates as ``scheduling.timing.readable`` writes them, for the engine's pages and any
 app's: ``{% load duecourse_times %}``.
 
 - ``{{ moment|when }}``: "2026-11-25 11:35:07 EST (in 5 min)" in a ``<time>`` element (the
@@ -16,8 +16,8 @@ from django import template
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from scheduling import readable
 from scheduling.admintimes import shown
+from scheduling.timing import readable
 
 register = template.Library()
 

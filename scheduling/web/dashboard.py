@@ -18,11 +18,12 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from scheduling import conf, readable
+from scheduling import conf
 from scheduling.csp import with_csp
 from scheduling.models import Execution, ExecutionStatus, Job
 from scheduling.rules import permissions
 from scheduling.stages import selectors, ticks
+from scheduling.timing import readable
 from scheduling.web import overview
 
 CHART_HEIGHT = 120

@@ -29,7 +29,7 @@ from django.db.models import CharField, Count, Min, Q, QuerySet, Subquery, Sum, 
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce
 
-from scheduling import conf, readable
+from scheduling import conf
 from scheduling.ledger.engines import engine
 from scheduling.models import (
     Attempt,
@@ -44,6 +44,7 @@ from scheduling.rules import tasktables
 from scheduling.rules.validation import unknown_target
 from scheduling.stages import hours as settled_hours
 from scheduling.stages import selectors
+from scheduling.timing import readable
 
 DAY = timedelta(hours=24)
 HOUR = timedelta(hours=1)

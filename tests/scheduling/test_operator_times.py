@@ -1,4 +1,4 @@
-"""Every time an operator reads follows the one rule (``scheduling.readable``): the instant to
+"""Every time an operator reads follows the one rule (``scheduling.timing.readable``): the instant to
 the second, never with microseconds, in the project's ``TIME_ZONE`` with the zone named.
 
 The timing preview, the reasons the engine writes on executions it supersedes, cancels or
@@ -20,9 +20,9 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import readable
 from scheduling.models import Execution, ExecutionStatus, Job, JobChange
 from scheduling.stages import audit, backfill, jobs, liveness, overlaps
+from scheduling.timing import readable
 from tests.factories import create_job
 from tests.scheduling.test_overlap_claims import claim, start
 

@@ -19,7 +19,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, readable
+from scheduling import api
 from scheduling.ledger.engines.postgresql import STATEMENTS
 from scheduling.models import (
     Attempt,
@@ -30,6 +30,7 @@ from scheduling.models import (
     job_due_index,
 )
 from scheduling.stages import attempts, claims, limits, overlaps, selectors
+from scheduling.timing import readable
 from tests.scheduling.test_admin_jobs import form_data
 from tests.scheduling.test_backfill import HOUR, hourly
 

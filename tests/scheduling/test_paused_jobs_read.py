@@ -19,10 +19,10 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import readable
 from scheduling.models import ChangeSource, Job, JobChange, JobStatus
 from scheduling.stages import declarations, failures, jobs, pauses
 from scheduling.stages.audit import Actor
+from scheduling.timing import readable
 from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db

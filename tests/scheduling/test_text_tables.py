@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from scheduling.cli import text_table
-from scheduling.readable import display_width, pad
+from scheduling.timing.readable import display_width, pad
 
 
 def columns_start_at(line: str, values: list[str]) -> list[int]:

@@ -21,8 +21,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import api, readable
+from scheduling import api
 from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.timing import readable
 from tests.tasktable_app import tasks
 from tests.tasktable_app.models import Chore
 

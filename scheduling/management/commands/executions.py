@@ -8,11 +8,12 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from scheduling import errors, readable
+from scheduling import errors
 from scheduling.cli import add_zone_option, iso_instant, zone_option
 from scheduling.exports import add_jsonl_option, add_window_options, read_window, write_jsonl
 from scheduling.management.base import DuecourseCommand, whole_number
 from scheduling.stages import selectors
+from scheduling.timing import readable
 
 #: Rows the table and ``--json`` list when ``--limit`` is not given.
 DEFAULT_LIMIT = 50

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from scheduling import api, checks, errors, readable
+from scheduling import api, checks, errors
 from scheduling.cli import (
     JOB_OPTION_NAMES,
     PAST_AT_HINT,
@@ -36,6 +36,7 @@ from scheduling.rules.validation import (
     storable,
 )
 from scheduling.stages import audit, declarations, jobs, pauses, previews, selectors
+from scheduling.timing import readable
 from scheduling.timing.previews import DEFAULT_COUNT, MAX_COUNT
 
 

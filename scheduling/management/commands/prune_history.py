@@ -8,9 +8,9 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import readable
 from scheduling.management.base import DuecourseCommand, seconds, whole_number
 from scheduling.stages import retention
+from scheduling.timing import readable
 
 #: The longest ``--max-seconds``: a week.
 MAX_SECONDS = 7 * 86_400

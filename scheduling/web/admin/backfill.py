@@ -28,11 +28,12 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import ngettext
 
-from scheduling import api, readable
+from scheduling import api
 from scheduling.models import Job
 from scheduling.rules import permissions
 from scheduling.stages.audit import Actor
 from scheduling.stages.backfill import check_range
+from scheduling.timing import readable
 from scheduling.timing.values import parse_instant
 
 #: How each field of the verb is named on this page.

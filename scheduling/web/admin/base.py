@@ -42,7 +42,7 @@ class LedgerAdmin(
     ContentSecurityPolicyAdmin,
     admin.ModelAdmin,
 ):
-    """The engine's admin pages: their times read by ``scheduling.readable``'s rule
+    """The engine's admin pages: their times read by ``scheduling.timing.readable``'s rule
     (``scheduling.admintimes``); whatever a list's URL or an action's POST holds, the answer
     is the admin's own (a list with its error flag, a message), never a database error; and
     every page carries the apps' Content-Security-Policy where the host sends none

@@ -10,10 +10,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import ngettext
 
-from scheduling import readable
 from scheduling.changelists import breakable as breakable  # the lists' one rule for wrapping
 from scheduling.models import Job
 from scheduling.stages import pauses
+from scheduling.timing import readable
 
 #: Badges with a colour of their own in ``scheduling/duecourse.css``; any other is grey.
 BADGE_KINDS = frozenset(

@@ -12,11 +12,12 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling import errors, readable
+from scheduling import errors
 from scheduling.admintimes import ReadableTimesAdmin, shown
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
 from scheduling.rules import permissions
 from scheduling.stages import audit, jobs, selectors
+from scheduling.timing import readable
 from scheduling.web.admin.base import LedgerAdmin, sees_everything
 from scheduling.web.admin.display import badge, breakable, say
 

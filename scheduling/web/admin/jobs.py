@@ -24,13 +24,14 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling import api, readable
+from scheduling import api
 from scheduling.admintimes import shown
 from scheduling.csp import DATA_POLICY, with_csp
 from scheduling.models import Execution, Job, JobStatus
 from scheduling.rules import permissions
 from scheduling.stages import audit, jobs, pauses, selectors
 from scheduling.stages import previews as stage_previews
+from scheduling.timing import readable
 from scheduling.timing.previews import DEFAULT_COUNT
 from scheduling.timing.schedules import ScheduleError
 from scheduling.web.admin import previews

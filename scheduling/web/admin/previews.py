@@ -20,9 +20,9 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, JsonResponse
 from django.template.loader import render_to_string
 
-from scheduling import readable
 from scheduling.models import Job, JobStatus
 from scheduling.stages import jobs, previews
+from scheduling.timing import readable
 from scheduling.timing.previews import DEFAULT_COUNT, Preview
 from scheduling.web.admin.forms import JobForm, timing_schedule
 
@@ -55,7 +55,7 @@ class TimingForm(forms.Form):
 
 def occurrence_rows(preview: Preview) -> list[dict[str, str]]:
     """Each occurrence in the timing's zone and in UTC, as every time an operator reads
-    ("2026-11-30 18:00:00 CET", ``scheduling.readable``), with its UTC offset and the instant
+    ("2026-11-30 18:00:00 CET", ``scheduling.timing.readable``), with its UTC offset and the instant
     in ISO 8601 for machines (the ``<time>`` element's ``datetime``)."""
     return [
         {

@@ -98,8 +98,6 @@ from django.utils import timezone
 from django.utils.text import capfirst
 
 from scheduling import ledger
-from scheduling.admintimes import ReadableTimesAdmin, ZonedSplitDateTime
-from scheduling.admintimes import shown as shown_time
 from scheduling.celeryapp import celery_app
 from scheduling.changelists import SafeListAdmin, breakable
 from scheduling.cli import (
@@ -130,6 +128,8 @@ from scheduling.exports import (
 from scheduling.exports import Window as ExportWindow
 from scheduling.ledger.named import load as load_statements
 from scheduling.models import ChangeSource, Job, Schedule
+from scheduling.pages.times import ReadableTimesAdmin, ZonedSplitDateTime
+from scheduling.pages.times import shown as shown_time
 from scheduling.rules import permissions, tasktables
 from scheduling.rules.registry import PermanentError
 from scheduling.rules.validation import first_error as error_line

@@ -2,7 +2,7 @@
 app's: ``{% load duecourse_times %}``.
 
 - ``{{ moment|when }}``: "2026-11-25 11:35:07 EST (in 5 min)" in a ``<time>`` element (the
-  admin's columns write times the same way, ``scheduling.admintimes.shown``);
+  admin's columns write times the same way, ``scheduling.pages.times.shown``);
 - ``{{ moment|instant }}``: "2026-11-25 11:35:07 EST";
 - ``{{ moment|ago }}``: "in 5 min", "3 h ago", a date beyond 30 days;
 - ``{% times_caption %}``: "Times in America/New_York", once on a page.
@@ -16,7 +16,7 @@ from django import template
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from scheduling.admintimes import shown
+from scheduling.pages.times import shown
 from scheduling.timing import readable
 
 register = template.Library()

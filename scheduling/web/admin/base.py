@@ -13,10 +13,10 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from scheduling.admintimes import ReadableTimesAdmin
 from scheduling.changelists import SafeListAdmin
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import Job, Schedule
+from scheduling.pages.times import ReadableTimesAdmin
 from scheduling.selections import IdSelectionAdmin
 
 
@@ -43,7 +43,7 @@ class LedgerAdmin(
     admin.ModelAdmin,
 ):
     """The engine's admin pages: their times read by ``scheduling.timing.readable``'s rule
-    (``scheduling.admintimes``); whatever a list's URL or an action's POST holds, the answer
+    (``scheduling.pages.times``); whatever a list's URL or an action's POST holds, the answer
     is the admin's own (a list with its error flag, a message), never a database error; and
     every page carries the apps' Content-Security-Policy where the host sends none
     (``scheduling.csp``), with the engine's styles from its static files.

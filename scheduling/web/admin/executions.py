@@ -13,8 +13,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from scheduling import errors
-from scheduling.admintimes import ReadableTimesAdmin, shown
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
+from scheduling.pages.times import ReadableTimesAdmin, shown
 from scheduling.rules import permissions
 from scheduling.stages import audit, jobs, selectors
 from scheduling.timing import readable

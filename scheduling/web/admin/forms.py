@@ -19,8 +19,8 @@ from django.db.models import QuerySet
 from django.forms.fields import InvalidJSONInput
 from django.utils.html import format_html
 
-from scheduling.admintimes import ZonedSplitDateTime
 from scheduling.models import JOB_POLICY_FIELDS, Job, Schedule
+from scheduling.pages.times import ZonedSplitDateTime
 from scheduling.rules import permissions, tasktables, validation
 from scheduling.rules.arguments import ArgumentsFormField
 from scheduling.rules.tasktables import TASK_ROW_TASK

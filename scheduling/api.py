@@ -99,7 +99,6 @@ from django.utils.text import capfirst
 
 from scheduling import ledger
 from scheduling.celeryapp import celery_app
-from scheduling.changelists import SafeListAdmin, breakable
 from scheduling.cli import (
     OneLineCommand,
     add_by_option,
@@ -128,6 +127,7 @@ from scheduling.exports import (
 from scheduling.exports import Window as ExportWindow
 from scheduling.ledger.named import load as load_statements
 from scheduling.models import ChangeSource, Job, Schedule
+from scheduling.pages.changelists import SafeListAdmin, breakable
 from scheduling.pages.times import ReadableTimesAdmin, ZonedSplitDateTime
 from scheduling.pages.times import shown as shown_time
 from scheduling.rules import permissions, tasktables

@@ -1,11 +1,11 @@
 """A list's cell wraps a long name rather than widen the table past its box
-(``scheduling.changelists.breakable``): after a dot, an underscore, a slash or an at-sign of
+(``scheduling.pages.changelists.breakable``): after a dot, an underscore, a slash or an at-sign of
 a run too long for a column, never inside a date, and a word a column holds whole is left as
 written."""
 
 from __future__ import annotations
 
-from scheduling.changelists import breakable
+from scheduling.pages.changelists import breakable
 
 
 def test_a_long_dotted_name_may_wrap_after_each_dot() -> None:

@@ -5,7 +5,7 @@ A list's URL is typed by hand as often as it is clicked: a year of 99999, a mont
 an id past what the column holds, a lookup that does not exist. Django answers a filter it
 cannot build by redirecting to the unfiltered list with ``?e=1``; a value that fails only when
 the query runs (a date part outside the calendar) is answered the same way
-(``scheduling.changelists.SafeListAdmin``, mixed into every model admin of the engine, the
+(``scheduling.pages.changelists.SafeListAdmin``, mixed into every model admin of the engine, the
 emailer and subscriptions). The walker below asks every registered list of the three apps,
 as a superuser, for every date and number field of its model with hostile values.
 """

@@ -13,9 +13,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from scheduling.changelists import SafeListAdmin
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import Job, Schedule
+from scheduling.pages.changelists import SafeListAdmin
 from scheduling.pages.times import ReadableTimesAdmin
 from scheduling.selections import IdSelectionAdmin
 
@@ -51,7 +51,7 @@ class LedgerAdmin(
     Django passes list parameters, the search term and the selected ids to the database as
     they come; PostgreSQL refuses a NUL in text, and a date part outside the calendar fails
     as the query is compiled. Such input names nothing that exists, so it is answered as any
-    bad filter (``scheduling.changelists``), or as an empty selection.
+    bad filter (``scheduling.pages.changelists``), or as an empty selection.
     """
 
     class Media:

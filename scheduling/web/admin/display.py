@@ -10,8 +10,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import ngettext
 
-from scheduling.changelists import breakable as breakable  # the lists' one rule for wrapping
 from scheduling.models import Job
+from scheduling.pages.changelists import breakable as breakable  # the lists' one rule for wrapping
 from scheduling.stages import pauses
 from scheduling.timing import readable
 

@@ -128,6 +128,7 @@ from scheduling.exports import Window as ExportWindow
 from scheduling.ledger.named import load as load_statements
 from scheduling.models import ChangeSource, Job, Schedule
 from scheduling.pages.changelists import SafeListAdmin, breakable
+from scheduling.pages.selections import IdSelectionAdmin
 from scheduling.pages.times import ReadableTimesAdmin, ZonedSplitDateTime
 from scheduling.pages.times import shown as shown_time
 from scheduling.rules import permissions, tasktables
@@ -135,7 +136,6 @@ from scheduling.rules.registry import PermanentError
 from scheduling.rules.validation import first_error as error_line
 from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
-from scheduling.selections import IdSelectionAdmin
 from scheduling.stages import audit as _audit
 from scheduling.stages import backfill as _backfill
 from scheduling.stages import jobs as _jobs

@@ -16,8 +16,8 @@ from django.http import HttpRequest
 from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import Job, Schedule
 from scheduling.pages.changelists import SafeListAdmin
+from scheduling.pages.selections import IdSelectionAdmin
 from scheduling.pages.times import ReadableTimesAdmin
-from scheduling.selections import IdSelectionAdmin
 
 
 def sees_everything(request: HttpRequest) -> bool:

@@ -109,7 +109,7 @@ MIDDLEWARE = [
 if django.VERSION >= (6, 0):
     # Django's own Content-Security-Policy middleware, with no project-wide policy
     # (SECURE_CSP): the apps' pages (admin, dashboard, /health/, /metrics) send theirs, with
-    # the middleware's per-request nonce on the admin's tags (scheduling/csp.py). Setting
+    # the middleware's per-request nonce on the admin's tags (scheduling/pages/csp.py). Setting
     # SECURE_CSP would give every page the project's own policy instead.
     MIDDLEWARE.append("django.middleware.csp.ContentSecurityPolicyMiddleware")
 

@@ -60,7 +60,7 @@ a worked example.
   holds something other than ids, instead of answering 500), ``ContentSecurityPolicyAdmin``
   (mixed into a ``ModelAdmin``) and
   ``with_content_security_policy`` (around a view) give them the apps' Content-Security-Policy
-  where the host sends none, never replacing the host's (``scheduling.csp``).
+  where the host sends none, never replacing the host's (``scheduling.pages.csp``).
 - Show times as the engine does (``scheduling.timing.readable``, docs/operations.md, *Times and
   names*): ``instant`` (to the second, in the project's ``TIME_ZONE`` with the zone named:
   "2030-01-31 04:00:05 EST"), ``ago`` ("12 s ago", "in 3 min", a date beyond 30 days),
@@ -111,8 +111,6 @@ from scheduling.cli import (
     timing_of,
     whole_number,
 )
-from scheduling.csp import ContentSecurityPolicyAdmin
-from scheduling.csp import with_csp as with_content_security_policy
 from scheduling.djangotasks.bulk import enqueue_many
 from scheduling.djangotasks.options import task_options
 from scheduling.errors import Fenced
@@ -128,6 +126,8 @@ from scheduling.exports import Window as ExportWindow
 from scheduling.ledger.named import load as load_statements
 from scheduling.models import ChangeSource, Job, Schedule
 from scheduling.pages.changelists import SafeListAdmin, breakable
+from scheduling.pages.csp import ContentSecurityPolicyAdmin
+from scheduling.pages.csp import with_csp as with_content_security_policy
 from scheduling.pages.selections import IdSelectionAdmin
 from scheduling.pages.times import ReadableTimesAdmin, ZonedSplitDateTime
 from scheduling.pages.times import shown as shown_time

@@ -310,7 +310,7 @@ KNOBS: dict[str, Knob] = {
         True,
         bool,
         "Send the apps' Content-Security-Policy on the engine's admin pages, dashboard, /health/ "
-        "and /metrics where the host sends none (scheduling.csp); False leaves every page to "
+        "and /metrics where the host sends none (scheduling.pages.csp); False leaves every page to "
         "the host.",
     ),
     "DASHBOARD_LAG_WARN": Knob(

@@ -6,19 +6,19 @@ admin's login) at ``ops/dashboard/``, the health probe at ``ops/health/`` (liven
 come with ``admin.site.urls`` as usual. Names are in the ``scheduling`` namespace
 (``scheduling:dashboard``, ``scheduling:health``, ``scheduling:health-live``,
 ``scheduling:metrics``). Each sends the apps' Content-Security-Policy where the host sends
-none (``scheduling.csp``).
+none (``scheduling.pages.csp``).
 """
 
 from django.urls import path
 
-from scheduling.csp import DATA_POLICY, with_csp
+from scheduling.pages.csp import DATA_POLICY, with_csp
 from scheduling.web import dashboard, health, metrics
 
 app_name = "scheduling"
 
 urlpatterns = [
     path("dashboard/", dashboard.staff_dashboard_view(), name="dashboard"),
-    # JSON and text: a policy that lets them load, run and frame nothing (scheduling.csp).
+    # JSON and text: a policy that lets them load, run and frame nothing (scheduling.pages.csp).
     path("health/", with_csp(health.health_view, policy=DATA_POLICY), name="health"),
     path("health/live/", with_csp(health.live_view, policy=DATA_POLICY), name="health-live"),
     path("metrics", with_csp(metrics.metrics_view, policy=DATA_POLICY), name="metrics"),

@@ -310,5 +310,5 @@ def test_every_changelist_fits_its_box_and_names_read_whole_at_1400_px(
         assert label in measured, label
     assert {"scheduling.Job", "scheduling.Execution", "emailer.Delivery"} <= set(filtered)
     # Every changelist rendered and ran its scripts with nothing refused by a policy (the
-    # engine's lists send theirs: scheduling/csp.py).
+    # engine's lists send theirs: scheduling/pages/csp.py).
     assert page.csp_violations == []

@@ -19,8 +19,8 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from scheduling import conf
-from scheduling.csp import with_csp
 from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.pages.csp import with_csp
 from scheduling.rules import permissions
 from scheduling.stages import selectors, ticks
 from scheduling.timing import readable
@@ -192,5 +192,5 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
 
 def staff_dashboard_view() -> Any:
     """The dashboard behind the admin's login: staff only, as every admin page, with the apps'
-    Content-Security-Policy where the host sends none (``scheduling.csp``)."""
+    Content-Security-Policy where the host sends none (``scheduling.pages.csp``)."""
     return with_csp(admin.site.admin_view(dashboard_view))

@@ -1,7 +1,7 @@
 """Every page of the engine sends a Content-Security-Policy, and never replaces the host's.
 
 The engine's admin pages, its dashboard, ``/health/`` and ``/metrics`` carry the apps' policy
-(``scheduling.csp``) wherever the host sends none: through Django 6's CSP middleware when the
+(``scheduling.pages.csp``) wherever the host sends none: through Django 6's CSP middleware when the
 host runs it (with its per-request nonce), or set by the view itself when it does not (Django
 5.2, or a host without the middleware). A host policy (``SECURE_CSP``), a header a view set
 itself and ``SCHEDULING_CSP = False`` all win. The pages hold no inline style or script, so
@@ -17,8 +17,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from scheduling import csp
 from scheduling.models import Job
+from scheduling.pages import csp
 from scheduling.stages import jobs
 from tests.factories import create_job
 

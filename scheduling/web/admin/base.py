@@ -13,9 +13,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from scheduling.csp import ContentSecurityPolicyAdmin
 from scheduling.models import Job, Schedule
 from scheduling.pages.changelists import SafeListAdmin
+from scheduling.pages.csp import ContentSecurityPolicyAdmin
 from scheduling.pages.selections import IdSelectionAdmin
 from scheduling.pages.times import ReadableTimesAdmin
 
@@ -46,7 +46,7 @@ class LedgerAdmin(
     (``scheduling.pages.times``); whatever a list's URL or an action's POST holds, the answer
     is the admin's own (a list with its error flag, a message), never a database error; and
     every page carries the apps' Content-Security-Policy where the host sends none
-    (``scheduling.csp``), with the engine's styles from its static files.
+    (``scheduling.pages.csp``), with the engine's styles from its static files.
 
     Django passes list parameters, the search term and the selected ids to the database as
     they come; PostgreSQL refuses a NUL in text, and a date part outside the calendar fails

@@ -25,8 +25,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from scheduling import api
-from scheduling.csp import DATA_POLICY, with_csp
 from scheduling.models import Execution, Job, JobStatus
+from scheduling.pages.csp import DATA_POLICY, with_csp
 from scheduling.pages.times import shown
 from scheduling.rules import permissions
 from scheduling.stages import audit, jobs, pauses, selectors

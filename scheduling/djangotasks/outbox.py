@@ -30,7 +30,7 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from scheduling.celeryapp import celery_app
-from scheduling.doorbell import Doorbell
+from scheduling.messages.doorbell import Doorbell
 from scheduling.scheduler.publisher import Publisher
 from scheduling.stages.publishing import hand_to_scheduler
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid7
 from scheduling.ledger.engines import engine
+from scheduling.messages.doorbell import Doorbell
 from scheduling.models import Attempt, Execution, ExecutionStatus
 from scheduling.stages.publishing import doorbell_of_call
 

@@ -21,8 +21,8 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 from django.utils import timezone
 
 from scheduling import conf
-from scheduling.doorbell import Doorbell
 from scheduling.ledger.engines import engine
+from scheduling.messages.doorbell import Doorbell
 from scheduling.scheduler.hours import HourKeeper
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.periods import PeriodKeeper

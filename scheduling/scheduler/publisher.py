@@ -9,7 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from scheduling import conf
-from scheduling.doorbell import Doorbell
+from scheduling.messages.doorbell import Doorbell
 from scheduling.rules.registry import EXECUTION_HEADER
 from scheduling.scheduler.redis_fast import RedisFastPath
 from scheduling.stages import publishing

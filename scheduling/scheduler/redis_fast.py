@@ -21,8 +21,8 @@ from celery.utils.saferepr import saferepr
 from kombu import serialization
 from kombu.utils.json import dumps
 
-from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid4_text
+from scheduling.messages.doorbell import Doorbell
 from scheduling.rules.registry import EXECUTION_HEADER
 
 LPUSH_CHUNK = 1000

@@ -25,9 +25,9 @@ from typing import Any
 from django.db import transaction
 
 from scheduling import conf
-from scheduling.doorbell import Doorbell
 from scheduling.ids import uuid7_text
 from scheduling.ledger.engines import engine
+from scheduling.messages.doorbell import Doorbell
 from scheduling.models import OVERLAP_BACKLOG, OVERLAP_HOLDS, ExecutionStatus, JobStatus, Overlap
 from scheduling.rules import arguments
 from scheduling.rules.arguments import Unreadable, decode

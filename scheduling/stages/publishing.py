@@ -18,8 +18,8 @@ from django.db.models import F, Max, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from scheduling import conf
-from scheduling.doorbell import Doorbell
 from scheduling.ledger.engines import engine
+from scheduling.messages.doorbell import Doorbell
 from scheduling.models import (
     EXECUTION_STARTABLE,
     Attempt,

@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection, transaction
 
-from scheduling.doorbell import Doorbell
+from scheduling.messages.doorbell import Doorbell
 from scheduling.models import (
     EXECUTION_UNFINISHED,
     AttemptOutcome,

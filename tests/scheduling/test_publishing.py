@@ -17,7 +17,7 @@ from django.db import connection
 from django.utils import timezone
 
 from config.celery import app
-from scheduling.doorbell import Doorbell
+from scheduling.messages.doorbell import Doorbell
 from scheduling.models import Execution, ExecutionStatus, Job, Schedule
 from scheduling.scheduler.loop import Dispatcher
 from scheduling.scheduler.publisher import Publisher

@@ -113,7 +113,6 @@ from scheduling.cli import (
 )
 from scheduling.djangotasks.bulk import enqueue_many
 from scheduling.djangotasks.options import task_options
-from scheduling.errors import Fenced
 from scheduling.exports import (
     ALL_TIME,
     add_jsonl_option,
@@ -124,6 +123,7 @@ from scheduling.exports import (
 )
 from scheduling.exports import Window as ExportWindow
 from scheduling.ledger.named import load as load_statements
+from scheduling.messages.errors import Fenced
 from scheduling.models import ChangeSource, Job, Schedule
 from scheduling.pages.changelists import SafeListAdmin, breakable
 from scheduling.pages.csp import ContentSecurityPolicyAdmin

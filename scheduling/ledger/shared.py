@@ -19,8 +19,8 @@ from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
-from scheduling.errors import MAX_ERROR
 from scheduling.ledger.values import Cancelled, Started
+from scheduling.messages.errors import MAX_ERROR
 from scheduling.models import (
     EXECUTION_STARTABLE,
     EXECUTION_UNFINISHED,

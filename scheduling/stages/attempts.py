@@ -22,10 +22,10 @@ from django.db import transaction
 from django.db.models.expressions import Combinable
 
 from scheduling import conf
-from scheduling.errors import MAX_ERROR, StartHeld, headline
 from scheduling.ledger.engine import DIED_OUTCOMES as DIED_OUTCOMES
 from scheduling.ledger.engines import engine
 from scheduling.ledger.values import Started
+from scheduling.messages.errors import MAX_ERROR, StartHeld, headline
 from scheduling.models import (
     EXECUTION_STARTABLE,
     EXECUTION_UNFINISHED,

@@ -13,7 +13,7 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from scheduling.errors import MAX_ERROR
+from scheduling.messages.errors import MAX_ERROR
 from scheduling.models import MessageDrops
 
 

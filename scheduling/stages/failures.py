@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from scheduling.errors import MAX_ERROR, headline
 from scheduling.ledger.engines import engine
+from scheduling.messages.errors import MAX_ERROR, headline
 from scheduling.models import Job, JobStatus, PauseKind
 from scheduling.stages import audit
 

@@ -1,4 +1,4 @@
-"""Errors in templates as ``scheduling.errors.headline`` reads them, for the engine's pages and
+"""Errors in templates as ``scheduling.messages.errors.headline`` reads them, for the engine's pages and
 any app's: ``{% load duecourse_errors %}``.
 
 - ``{{ execution.last_error|headline:80 }}``: "ConnectionRefusedError: [Errno 111] Connection
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django import template
 
-from scheduling import errors
+from scheduling.messages import errors
 
 register = template.Library()
 

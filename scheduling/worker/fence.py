@@ -39,7 +39,7 @@ from typing import Any
 from django.conf import settings
 
 from scheduling import conf
-from scheduling.errors import Fenced
+from scheduling.messages.errors import Fenced
 
 logger = logging.getLogger("scheduling")
 

@@ -24,7 +24,7 @@ from celery.exceptions import Retry
 from django.db import close_old_connections
 from django.utils import timezone
 
-from scheduling.errors import Fenced, RunCancelled, format_error
+from scheduling.messages.errors import Fenced, RunCancelled, format_error
 from scheduling.models import (
     EXECUTION_STARTABLE,
     AttemptOutcome,

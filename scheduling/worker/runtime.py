@@ -19,7 +19,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 
 from scheduling import conf
-from scheduling.errors import Fenced, StartHeld
+from scheduling.messages.errors import Fenced, StartHeld
 from scheduling.rules.registry import EXECUTION_HEADER
 from scheduling.runs import RunContext
 from scheduling.stages import attempts, liveness

@@ -26,7 +26,7 @@ from celery import Task, shared_task
 from celery.exceptions import Ignore, Retry, WorkerShutdown, WorkerTerminate
 from django.db import DatabaseError
 
-from scheduling.errors import Fenced, RunCancelled
+from scheduling.messages.errors import Fenced, RunCancelled
 from scheduling.rules.registry import PermanentError
 from scheduling.rules.validation import check_run_arguments
 from scheduling.runs import RunContext

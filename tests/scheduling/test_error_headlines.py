@@ -1,8 +1,8 @@
 """An error reads as its type and message wherever there is room for one line.
 
 The history keeps an error with the innermost frames of its traceback
-(``scheduling.errors.format_error``); a list, a dashboard panel, a job's recent executions, a
-pause reason and a command's line show its headline (``scheduling.errors.headline``): the
+(``scheduling.messages.errors.format_error``); a list, a dashboard panel, a job's recent executions, a
+pause reason and a command's line show its headline (``scheduling.messages.errors.headline``): the
 exception's type and message, never a ``File "..."`` line, cut at a word where the cell is
 short. The execution's own page keeps the whole error.
 """
@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from scheduling.errors import format_error, headline
+from scheduling.messages.errors import format_error, headline
 from scheduling.models import Execution, Job
 from scheduling.stages import attempts, failures, jobs
 

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from scheduling import api, checks, errors
+from scheduling import api, checks
 from scheduling.cli import (
     JOB_OPTION_NAMES,
     PAST_AT_HINT,
@@ -30,6 +30,7 @@ from scheduling.cli import (
 )
 from scheduling.management import backfill
 from scheduling.management.base import DuecourseCommand, whole_number
+from scheduling.messages import errors
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
 from scheduling.rules import permissions
 from scheduling.rules.validation import (

@@ -12,7 +12,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling import errors
+from scheduling.messages import errors
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
 from scheduling.pages.times import ReadableTimesAdmin, shown
 from scheduling.rules import permissions

@@ -134,7 +134,6 @@ from scheduling.pages.times import shown as shown_time
 from scheduling.rules import permissions, tasktables
 from scheduling.rules.registry import PermanentError
 from scheduling.rules.validation import first_error as error_line
-from scheduling.runs import RunContext
 from scheduling.scheduler.publisher import publish_now
 from scheduling.stages import audit as _audit
 from scheduling.stages import backfill as _backfill
@@ -152,6 +151,7 @@ from scheduling.timing.readable import (
 )
 from scheduling.timing.schedules import ScheduleError
 from scheduling.timing.values import Calendar, Cron, Every, Once, Timing, parse_instant
+from scheduling.worker.run_context import RunContext
 from scheduling.worker.taskbase import ScheduledTask, schedulable_task
 
 __all__ = [

@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from scheduling.api import jobs_for_row
 from scheduling.models import Execution, Job
-from scheduling.runs import RunContext
 from scheduling.stages import selectors
 from scheduling.worker import runtime
+from scheduling.worker.run_context import RunContext
 from subscriptions import payments, pricing, services
 from subscriptions.models import SubscriptionJob
 from subscriptions.scheduled import run_due_batch

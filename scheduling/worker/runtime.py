@@ -21,10 +21,10 @@ from django.utils import timezone
 from scheduling import conf
 from scheduling.messages.errors import Fenced, StartHeld
 from scheduling.rules.registry import EXECUTION_HEADER
-from scheduling.runs import RunContext
 from scheduling.stages import attempts, liveness
 from scheduling.worker import fence
 from scheduling.worker.heartbeat import heartbeat_thread
+from scheduling.worker.run_context import RunContext
 
 logger = logging.getLogger("scheduling")
 T = TypeVar("T")

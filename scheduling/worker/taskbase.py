@@ -29,9 +29,9 @@ from django.db import DatabaseError
 from scheduling.messages.errors import Fenced, RunCancelled
 from scheduling.rules.registry import PermanentError
 from scheduling.rules.validation import check_run_arguments
-from scheduling.runs import RunContext
 from scheduling.stages import selectors
 from scheduling.worker import runtime
+from scheduling.worker.run_context import RunContext
 
 logger = logging.getLogger("scheduling")
 

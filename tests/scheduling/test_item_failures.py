@@ -15,9 +15,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduling.models import Execution
-from scheduling.runs import RunContext
 from scheduling.web import overview
 from scheduling.worker import runtime
+from scheduling.worker.run_context import RunContext
 
 pytestmark = [pytest.mark.django_db]
 

@@ -99,7 +99,7 @@ from django.utils.text import capfirst
 
 from scheduling import ledger
 from scheduling.celeryapp import celery_app
-from scheduling.cli import (
+from scheduling.commandline.options import (
     OneLineCommand,
     add_by_option,
     add_timing_options,

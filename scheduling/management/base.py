@@ -2,7 +2,7 @@
 
 Errors that argparse finds (an option without its value, two options that exclude each other)
 are one line too, naming the option, instead of argparse's usage dump; ``--help`` is unchanged.
-The parser and the refusal line live in ``scheduling.cli``, which the domain apps' commands
+The parser and the refusal line live in ``scheduling.commandline.options``, which the domain apps' commands
 reach through ``scheduling.api``.
 """
 
@@ -13,7 +13,13 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from scheduling.cli import OneLineCommand, positive_int, seconds, setting_option, whole_number
+from scheduling.commandline.options import (
+    OneLineCommand,
+    positive_int,
+    seconds,
+    setting_option,
+    whole_number,
+)
 from scheduling.timing.schedules import ScheduleError
 from scheduling.timing.values import parse_instant as parse_instant  # the commands' one parser
 

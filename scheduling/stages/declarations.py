@@ -42,7 +42,7 @@ from django.db.models import Max
 
 from scheduling import conf
 from scheduling.celeryapp import celery_app
-from scheduling.cli import JOB_OPTION_NAMES, job_options_parser, parse_job_options
+from scheduling.commandline.options import JOB_OPTION_NAMES, job_options_parser, parse_job_options
 from scheduling.ledger.engines import engine
 from scheduling.models import (
     ChangeSource,

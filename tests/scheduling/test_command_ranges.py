@@ -4,7 +4,7 @@ option and the range, never a traceback.
 A number typed on a command line reaches a database's ``LIMIT``, a clock's timeout or a
 socket: ``jobs history --limit 99999999999999999999`` was a ``DataError``, ``reap
 --stale-after 1e308`` an ``OverflowError``. Every numeric option is read by one type
-(``scheduling.cli.NumberOption``), and the walk below finds every option of every command of
+(``scheduling.commandline.options.NumberOption``), and the walk below finds every option of every command of
 the three apps, so a new numeric option read by a bare ``int`` or ``float`` fails here.
 """
 
@@ -19,7 +19,7 @@ from django.core.management import call_command, get_commands, load_command_clas
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from scheduling.cli import NumberOption
+from scheduling.commandline.options import NumberOption
 from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db

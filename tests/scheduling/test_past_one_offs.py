@@ -20,7 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from scheduling import api
-from scheduling.cli import PAST_AT_HINT
+from scheduling.commandline.options import PAST_AT_HINT
 from scheduling.models import Job, JobStatus, Schedule
 from scheduling.rules.validation import PAST_RUN_AT_ADMIN_HINT
 from tests.scheduling.test_admin_jobs import JOBS, form_data, form_of

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from scheduling.cli import text_table
+from scheduling.commandline.options import text_table
 from scheduling.timing.readable import display_width, pad
 
 

@@ -9,7 +9,7 @@ from django.core.management.base import CommandParser
 from django.utils import timezone
 
 from scheduling import beat_import
-from scheduling.cli import add_by_option
+from scheduling.commandline.options import add_by_option
 from scheduling.management.base import DuecourseCommand
 from scheduling.stages import audit, jobs
 

@@ -16,7 +16,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from scheduling import api, checks
-from scheduling.cli import (
+from scheduling.commandline.options import (
     JOB_OPTION_NAMES,
     PAST_AT_HINT,
     add_by_option,
@@ -149,7 +149,7 @@ class Command(DuecourseCommand):
 
     @staticmethod
     def add_job_options(parser: CommandParser, *, editing: bool) -> None:
-        """``scheduling.cli.add_job_options``: the options of ``add`` and ``edit``."""
+        """``scheduling.commandline.options.add_job_options``: the options of ``add`` and ``edit``."""
         add_job_options(parser, editing=editing)
 
     def execute(self, *args: Any, **options: Any) -> Any:
@@ -175,7 +175,7 @@ class Command(DuecourseCommand):
 
     @staticmethod
     def parse_values(o: dict[str, Any], *, now: datetime) -> dict[str, Any]:
-        """``scheduling.cli.parse_job_options``: the one reader of these options, which the
+        """``scheduling.commandline.options.parse_job_options``: the one reader of these options, which the
         declarations in code (``SCHEDULING_JOBS``, ``beat_schedule``) go through too."""
         return parse_job_options(o, now=now)
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.module_loading import module_has_submodule
 
 from scheduling import conf
-from scheduling.cli import add_by_option
+from scheduling.commandline.options import add_by_option
 from scheduling.management.base import DuecourseCommand
 from scheduling.models import Job, Schedule
 from scheduling.stages import audit, jobs

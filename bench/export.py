@@ -245,7 +245,7 @@ def section(data: dict[str, Any]) -> list[str]:
         " that starts after the last row of the one before, on the index led by"
         " `scheduled_for`), only the columns of the summary, as tuples, with each job's name"
         " read once; each page's lines are written at once by one JSON encoder made for the"
-        " whole export (`scheduling/exports.py`, `selectors.export_executions`).",
+        " whole export (`scheduling/commandline/exports.py`, `selectors.export_executions`).",
         "",
         f"Machine: {facts['nproc']} cores, {facts['cpu']}; PostgreSQL {facts['postgresql']};"
         " load average at start "

@@ -41,7 +41,7 @@ a worked example.
   account, and ``--by``'s user) give a command's changes the same ``who`` as ``jobs``';
   ``text_table`` (rows under headers, each column as wide as its longest value:
   nothing cut) and ``shown_value`` (a value as text: JSON as compact JSON, never a Python
-  repr). History out in bulk (``scheduling.exports``): ``add_window_options`` and
+  repr). History out in bulk (``scheduling.commandline.exports``): ``add_window_options`` and
   ``read_window`` (``--since``/``--until``, an ``ExportWindow``; ``ALL_TIME`` has no ends),
   ``add_jsonl_option``, ``in_key_order`` (a query's rows a page at a time, in memory that does
   not grow) and ``write_jsonl`` (one JSON object a line), as ``manage.py executions`` exports.
@@ -99,6 +99,15 @@ from django.utils.text import capfirst
 
 from scheduling import ledger
 from scheduling.celeryapp import celery_app
+from scheduling.commandline.exports import (
+    ALL_TIME,
+    add_jsonl_option,
+    add_window_options,
+    in_key_order,
+    read_window,
+    write_jsonl,
+)
+from scheduling.commandline.exports import Window as ExportWindow
 from scheduling.commandline.options import (
     OneLineCommand,
     add_by_option,
@@ -113,15 +122,6 @@ from scheduling.commandline.options import (
 )
 from scheduling.djangotasks.bulk import enqueue_many
 from scheduling.djangotasks.options import task_options
-from scheduling.exports import (
-    ALL_TIME,
-    add_jsonl_option,
-    add_window_options,
-    in_key_order,
-    read_window,
-    write_jsonl,
-)
-from scheduling.exports import Window as ExportWindow
 from scheduling.ledger.named import load as load_statements
 from scheduling.messages.errors import Fenced
 from scheduling.models import ChangeSource, Job, Schedule

@@ -23,7 +23,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from scheduling import conf
-from scheduling.exports import ALL_TIME, Window, in_key_order
+from scheduling.commandline.exports import ALL_TIME, Window, in_key_order
 from scheduling.ledger import pgtimes
 from scheduling.ledger.engines import engine
 from scheduling.ledger.values import Probe as Probe  # the idle tick's answers, read here

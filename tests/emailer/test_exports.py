@@ -16,7 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from emailer.models import Delivery, DeliveryState, Participant, SendEmailHistory, SendEmailTask
-from scheduling import exports
+from scheduling.commandline import exports
 from tests.emailer.conftest import address
 
 pytestmark = [pytest.mark.django_db]

@@ -23,7 +23,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduling import exports
+from scheduling.commandline import exports
 from scheduling.models import Execution, ExecutionStatus, Job
 from scheduling.stages import selectors
 
@@ -262,7 +262,7 @@ def test_an_export_whose_reader_stops_early_ends_quietly() -> None:
     the next page, with no traceback and no complaint from the interpreter's exit."""
     script = (
         "import sys\n"
-        "from scheduling.exports import write_jsonl\n"
+        "from scheduling.commandline.exports import write_jsonl\n"
         "pages = ([{'id': n, 'pad': 'x' * 100} for n in range(1000)] for _ in range(100))\n"
         "write_jsonl(sys.stdout.write, pages)\n"
     )

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from scheduling import exports
+from scheduling.commandline import exports
 from subscriptions.models import Order, OrderLine, OrderStatus, Subscription
 
 pytestmark = [pytest.mark.django_db]

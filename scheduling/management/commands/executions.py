@@ -8,8 +8,13 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from scheduling.commandline.exports import (
+    add_jsonl_option,
+    add_window_options,
+    read_window,
+    write_jsonl,
+)
 from scheduling.commandline.options import add_zone_option, iso_instant, zone_option
-from scheduling.exports import add_jsonl_option, add_window_options, read_window, write_jsonl
 from scheduling.management.base import DuecourseCommand, whole_number
 from scheduling.messages import errors
 from scheduling.stages import selectors

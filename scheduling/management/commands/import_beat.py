@@ -8,8 +8,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from scheduling import beat_import
 from scheduling.commandline.options import add_by_option
+from scheduling.management import beat_import
 from scheduling.management.base import DuecourseCommand
 from scheduling.stages import audit, jobs
 

@@ -23,7 +23,7 @@ from django.utils.module_loading import import_string
 
 from scheduling import conf
 from scheduling.celeryapp import celery_app
-from scheduling.djangotasks import runs
+from scheduling.djangotasks import enqueued as runs
 from scheduling.djangotasks.framework import (
     DEFAULT_TASK_QUEUE_NAME,
     BaseTaskBackend,

@@ -30,7 +30,7 @@ from django.db import transaction
 
 from scheduling import conf
 from scheduling.celeryapp import celery_app
-from scheduling.djangotasks import runs
+from scheduling.djangotasks import enqueued as runs
 from scheduling.djangotasks.framework import InvalidTask, Task, TaskResult, task_enqueued
 from scheduling.djangotasks.outbox import outbox
 from scheduling.djangotasks.runner import register_runner

@@ -1,6 +1,6 @@
 """The outbox: messages of committed enqueues, published from a thread of the enqueuing process.
 
-An enqueue commits its row as QUEUED (``scheduling.djangotasks.runs``) and hands the message
+An enqueue commits its row as QUEUED (``scheduling.djangotasks.enqueued``) and hands the message
 here. A thread per process publishes whatever has gathered as one batch (one Redis pipeline), so a
 burst of enqueues costs a request its insert and commit alone. Nothing here is needed for
 correctness: a batch the broker refused is put back to PENDING, and the scheduler publishes it

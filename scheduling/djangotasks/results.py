@@ -15,13 +15,13 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
+from scheduling.djangotasks.enqueued import RunView
 from scheduling.djangotasks.framework import (
     Task,
     TaskError,
     TaskResult,
     TaskResultStatus,
 )
-from scheduling.djangotasks.runs import RunView
 from scheduling.models import ExecutionStatus
 
 STATUS = {

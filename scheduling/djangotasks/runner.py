@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from scheduling.djangotasks import runs
+from scheduling.djangotasks import enqueued as runs
 from scheduling.djangotasks.framework import (
     Task,
     TaskContext,

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from django.db import DatabaseError
 
-from scheduling.scheduler.every import Every
+from scheduling.scheduler.duty import Every
 from scheduling.stages import hours
 
 logger = logging.getLogger("scheduling")

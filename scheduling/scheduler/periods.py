@@ -20,7 +20,7 @@ from django.db import DatabaseError
 
 from scheduling import conf
 from scheduling.ledger import partitions
-from scheduling.scheduler.every import Every
+from scheduling.scheduler.duty import Every
 
 logger = logging.getLogger("scheduling")
 

@@ -2,8 +2,8 @@
 
 Errors that argparse finds (an option without its value, two options that exclude each other)
 are one line too, naming the option, instead of argparse's usage dump; ``--help`` is unchanged.
-The parser and the refusal line live in ``scheduling.commandline.options``, which the domain apps' commands
-reach through ``scheduling.api``.
+The parser and the refusal line live in ``scheduling.commandline.options``, which the domain
+apps' commands reach through ``scheduling.api``.
 """
 
 from __future__ import annotations

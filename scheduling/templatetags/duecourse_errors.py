@@ -1,5 +1,5 @@
-"""Errors in templates as ``scheduling.messages.errors.headline`` reads them, for the engine's pages and
-any app's: ``{% load duecourse_errors %}``.
+"""Errors in templates as ``scheduling.messages.errors.headline`` reads them, for the engine's
+pages and any app's: ``{% load duecourse_errors %}``.
 
 - ``{{ execution.last_error|headline:80 }}``: "ConnectionRefusedError: [Errno 111] Connection
   refused", the exception's type and message on one line, cut at a word to 80 characters,

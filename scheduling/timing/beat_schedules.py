@@ -1,5 +1,6 @@
 """Celery's schedules as the engine's timing: one translation for ``beat_schedule`` entries
-(``scheduling.stages.declarations``) and django-celery-beat's rows (``scheduling.management.beat_import``).
+(``scheduling.stages.declarations``) and django-celery-beat's rows
+(``scheduling.management.beat_import``).
 
 Pure: schedule values in, the ``jobs add`` vocabulary out (``every`` as an ISO-8601
 interval, ``cron`` as five fields, ``tz`` as an IANA zone). What has no equivalent raises

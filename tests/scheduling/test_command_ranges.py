@@ -4,8 +4,9 @@ option and the range, never a traceback.
 A number typed on a command line reaches a database's ``LIMIT``, a clock's timeout or a
 socket: ``jobs history --limit 99999999999999999999`` was a ``DataError``, ``reap
 --stale-after 1e308`` an ``OverflowError``. Every numeric option is read by one type
-(``scheduling.commandline.options.NumberOption``), and the walk below finds every option of every command of
-the three apps, so a new numeric option read by a bare ``int`` or ``float`` fails here.
+(``scheduling.commandline.options.NumberOption``), and the walk below finds every option of
+every command of the three apps, so a new numeric option read by a bare ``int`` or ``float``
+fails here.
 """
 
 from __future__ import annotations

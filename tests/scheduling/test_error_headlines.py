@@ -1,10 +1,11 @@
 """An error reads as its type and message wherever there is room for one line.
 
 The history keeps an error with the innermost frames of its traceback
-(``scheduling.messages.errors.format_error``); a list, a dashboard panel, a job's recent executions, a
-pause reason and a command's line show its headline (``scheduling.messages.errors.headline``): the
-exception's type and message, never a ``File "..."`` line, cut at a word where the cell is
-short. The execution's own page keeps the whole error.
+(``scheduling.messages.errors.format_error``); a list, a dashboard panel, a job's recent
+executions, a pause reason and a command's line show its headline
+(``scheduling.messages.errors.headline``): the exception's type and message, never a
+``File "..."`` line, cut at a word where the cell is short. The execution's own page keeps
+the whole error.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Every time an operator reads follows the one rule (``scheduling.timing.readable``): the instant to
-the second, never with microseconds, in the project's ``TIME_ZONE`` with the zone named.
+"""Every time an operator reads follows the one rule (``scheduling.timing.readable``): the
+instant to the second, never with microseconds, in the project's ``TIME_ZONE`` with the zone named.
 
 The timing preview, the reasons the engine writes on executions it supersedes, cancels or
 reaps, the audit trail (``jobs history`` and the job page's *Changes*), and the dashboard's

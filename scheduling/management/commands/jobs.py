@@ -149,7 +149,8 @@ class Command(DuecourseCommand):
 
     @staticmethod
     def add_job_options(parser: CommandParser, *, editing: bool) -> None:
-        """``scheduling.commandline.options.add_job_options``: the options of ``add`` and ``edit``."""
+        """``scheduling.commandline.options.add_job_options``: the options of ``add`` and
+        ``edit``."""
         add_job_options(parser, editing=editing)
 
     def execute(self, *args: Any, **options: Any) -> Any:
@@ -175,8 +176,8 @@ class Command(DuecourseCommand):
 
     @staticmethod
     def parse_values(o: dict[str, Any], *, now: datetime) -> dict[str, Any]:
-        """``scheduling.commandline.options.parse_job_options``: the one reader of these options, which the
-        declarations in code (``SCHEDULING_JOBS``, ``beat_schedule``) go through too."""
+        """``scheduling.commandline.options.parse_job_options``: the one reader of these options,
+        which the declarations in code (``SCHEDULING_JOBS``, ``beat_schedule``) go through too."""
         return parse_job_options(o, now=now)
 
     @staticmethod

@@ -47,7 +47,7 @@ DUE_NOW = "now() - interval '1 second'"
 
 
 class _StepTimes:
-    """The scheduler's instrumentation hook (``Dispatcher(timer=...)``): wall time per step.
+    """The scheduler's instrumentation hook (``Dispatcher.timer``): wall time per step.
 
     Lanes call it from several threads, so the sums are kept under a lock.
     """
@@ -73,11 +73,13 @@ def child_flood(p: dict[str, Any]) -> dict[str, Any]:
     """Tick until nothing is left to claim; report the wall clock and where it went."""
     common.setup_django()
     from config.celery import app
-    from scheduling.scheduler.loop import Dispatcher
+    from scheduling.scheduler.loop import Dispatcher, freeze_startup_heap
 
     times = _StepTimes()
     spent = times.spent
-    dispatcher = Dispatcher(app, batch_size=p.get("batch_size"), timer=times)
+    dispatcher = Dispatcher(app, batch_size=p.get("batch_size"))
+    dispatcher.timer = times
+    freeze_startup_heap()  # as runscheduler does
     dispatcher.publisher._ensure()  # connect to the broker before the clock starts
     while time.time() < p["start_at"]:  # both processes of a pair start together
         time.sleep(0.001)

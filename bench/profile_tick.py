@@ -37,9 +37,10 @@ def child(p: dict[str, Any]) -> dict[str, Any]:
     from django.test.utils import CaptureQueriesContext
 
     from config.celery import app
-    from scheduling.scheduler.loop import Dispatcher
+    from scheduling.scheduler.loop import Dispatcher, freeze_startup_heap
 
     dispatcher = Dispatcher(app)
+    freeze_startup_heap()  # as runscheduler does
     for _ in range(3):  # warm: imports, broker connection, catalog caches
         if p["mode"] == "idle":
             dispatcher.tick()

@@ -14,7 +14,7 @@ from typing import Any
 from celery.beat import Scheduler
 from django.utils import timezone
 
-from scheduling.scheduler.loop import Dispatcher
+from scheduling.scheduler.loop import Dispatcher, freeze_startup_heap
 from scheduling.stages import declarations
 
 
@@ -39,6 +39,7 @@ class DatabaseScheduler(Scheduler):
     def dispatcher(self) -> Dispatcher:
         if self._dispatcher is None:
             self._dispatcher = Dispatcher(self.app, max_sleep=self.max_interval)
+            freeze_startup_heap()
         return self._dispatcher
 
     def tick(self, *args: Any, **kwargs: Any) -> float:

@@ -23,6 +23,7 @@ from django.utils import timezone
 from scheduling import conf
 from scheduling.ledger.engines import engine
 from scheduling.messages.doorbell import Doorbell
+from scheduling.scheduler.duty import Duty
 from scheduling.scheduler.hours import HourKeeper
 from scheduling.scheduler.lanes import Lanes
 from scheduling.scheduler.periods import PeriodKeeper
@@ -39,16 +40,21 @@ STEPS = ("probe", "claim", "publish", "mark_queued", "reclaim", "release", "reap
 
 BACKOFF_MAX = 5.0
 
+#: The duties beside the tick, run after each one, each at its own interval (``duty.Duty``).
+DUTIES: tuple[type[Duty[Any]], ...] = (PeriodKeeper, HourKeeper)
+
 
 _heap_frozen = False
 
 
-def _freeze_startup_heap() -> None:
-    """Move what the process holds at its first dispatcher out of the collector's sight.
+def freeze_startup_heap() -> None:
+    """Move what a scheduler process holds at its start out of the collector's sight.
 
     A scheduler lives long and everything it imported at startup (Django, Celery, kombu)
     lives as long; frozen once, those objects stay out of the cyclic collector's full passes,
-    which floods of short-lived rows trigger.
+    which floods of short-lived rows trigger. The processes that run the loop for good call it
+    (``runscheduler``, ``scheduling.beat``), once their imports are done; a ``Dispatcher``
+    made anywhere else (a test, a benchmark) leaves the collector as it is.
     """
     global _heap_frozen
     if not _heap_frozen:
@@ -59,21 +65,21 @@ def _freeze_startup_heap() -> None:
 class Dispatcher:
     """One scheduler's loop state: its publisher, its back-off, and when it last reaped."""
 
+    #: Wraps each step of a tick (see ``STEPS``): the instrumentation hook the benchmarks set
+    #: on a dispatcher to split a tick's cost; it must be thread-safe (lanes call it).
+    timer: StepTimer = nullcontext
+
     def __init__(
         self,
         app: Any,
         *,
         batch_size: int | None = None,
         max_sleep: float | None = None,
-        timer: StepTimer = nullcontext,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``timer(step)`` wraps each step of a tick (see ``STEPS``): the instrumentation hook
-        the benchmarks use to split a tick's cost; it must be thread-safe (lanes call it).
-        ``clock`` is the monotonic clock of the reaping hold-off (a test passes its own)."""
+        """``clock`` is the monotonic clock of the reaping hold-off and of the duties (a test
+        passes its own)."""
         self.app = app
-        self.timer = timer
-        _freeze_startup_heap()
         self.batch_size = batch_size or conf.get("BATCH_SIZE")
         self.max_sleep = conf.get("MAX_SLEEP") if max_sleep is None else max_sleep
         self.publisher = Publisher(app)
@@ -86,8 +92,7 @@ class Dispatcher:
         self._reap_from = clock() + conf.get("STALE_AFTER")
         self._broker_identity: str | None = None
         self.stats = {"claimed": 0, "published": 0, "republished": 0, "reaped": 0}
-        self.periods = PeriodKeeper(clock)
-        self.hours = HourKeeper(clock)
+        self.duties = [duty(clock) for duty in DUTIES]
 
     def close(self) -> None:
         if self._lanes is not None:
@@ -106,8 +111,8 @@ class Dispatcher:
             close_old_connections()
             sleep = self._tick(now or timezone.now(), database_clock=now is None)
             later = timezone.now()
-            self.periods.maybe(later)
-            self.hours.maybe(later)
+            for duty in self.duties:
+                duty.maybe(later)
             ticks.record_tick(stats=self.stats, seconds=time.monotonic() - started)
         except (DatabaseError, InterfaceError) as exc:
             self._failures += 1

@@ -34,13 +34,13 @@ from scheduling.stages import previews as stage_previews
 from scheduling.timing import readable
 from scheduling.timing.previews import DEFAULT_COUNT
 from scheduling.timing.schedules import ScheduleError
-from scheduling.web.admin import previews
 from scheduling.web.admin.backfill import backfill_jobs
 from scheduling.web.admin.base import LedgerAdmin, owned_jobs, sees_everything, usable_schedules
 from scheduling.web.admin.display import badge, breakable, pause_note, say
 from scheduling.web.admin.filters import HealthFilter, InternalFilter, QueueFilter
 from scheduling.web.admin.forms import JOB_POLICY_FIELDS, JobForm, PauseForm
 from scheduling.web.admin.owners import OwnerChoiceAdmin
+from scheduling.web.admin.previews import preview_response, render_list
 
 #: The most changes of the audit trail the job's page shows (``manage.py jobs history`` has all).
 TRAIL_SHOWN = 50
@@ -416,18 +416,18 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
                 return JsonResponse({"errors": {"job": ["no such job"]}}, status=404)
         if not self.has_view_permission(request, job):
             raise PermissionDenied
-        return previews.preview_response(request, job=job, now=timezone.now())
+        return preview_response(request, job=job, now=timezone.now())
 
     @admin.display(description="next occurrences")
     def upcoming(self, job: Job) -> str:
         if job.pk is None:
-            return previews.render_list(None, url=reverse("admin:scheduling_job_preview"))
+            return render_list(None, url=reverse("admin:scheduling_job_preview"))
         url = reverse("admin:scheduling_job_preview_job", args=[quote(job.pk)])
         try:
             found = stage_previews.job_preview(job, count=DEFAULT_COUNT, now=timezone.now())
         except ScheduleError as exc:  # a row saved around the rules
             return format_html("{}", str(exc))
-        return previews.render_list(found, url=url, status=job.status)
+        return render_list(found, url=url, status=job.status)
 
     @admin.display(description="recent executions")
     def recent_executions(self, job: Job) -> str:

@@ -33,7 +33,7 @@ from scheduling.models import (
     ExecutionStatus,
 )
 from scheduling.stages import attempts
-from scheduling.worker import guard, reconnect, runtime
+from scheduling.worker import guardstep, reconnect, refusals, runtime
 from scheduling.worker.heartbeat import heartbeat_thread
 from scheduling.worker.taskbase import BodyExit
 
@@ -323,14 +323,14 @@ def on_task_rejected(
     )
     logger.error(
         "message.dropped task=%s id=%s kind=%s worker=%s reason=%s",
-        guard.text_of(headers.get("task")),
-        guard.text_of(headers.get("id")),
+        refusals.text_of(headers.get("task")),
+        refusals.text_of(headers.get("id")),
         DropKind.REJECTED,
         worker,
         reason,
     )
-    guard.record_drop(
-        guard.Refusal(DropKind.REJECTED, reason), message=message, body=None, worker=worker
+    refusals.record_drop(
+        refusals.Refusal(DropKind.REJECTED, reason), message=message, body=None, worker=worker
     )
 
 
@@ -351,7 +351,7 @@ def on_worker_init(sender: Any = None, **_: Any) -> None:
     and let it survive closing a connection to a broker that went away (``ReconnectStep``)."""
     app = getattr(sender, "app", None)
     if app is not None:
-        app.steps["consumer"].add(guard.GuardStep)
+        app.steps["consumer"].add(guardstep.GuardStep)
         app.steps["consumer"].add(reconnect.ReconnectStep)
 
 

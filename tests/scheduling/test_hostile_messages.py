@@ -33,7 +33,7 @@ from kombu.message import Message
 from scheduling.models import DropKind, Execution, ExecutionStatus, Job, MessageDrops
 from scheduling.rules.registry import EXECUTION_HEADER
 from scheduling.stages import drops
-from scheduling.worker import guard
+from scheduling.worker import guard, transports
 from tests.conftest import Processes, scheduler_command, wait_for
 from tests.factories import create_job
 from tests.polling import logged
@@ -389,9 +389,9 @@ def test_on_redis_the_envelopes_reading_is_guarded_where_kombu_keeps_it(
     silently in production (where the worker would log that the guard is absent)."""
     with Connection(process_env["CELERY_BROKER_URL"]) as redis_connection:
         channel = redis_connection.default_channel
-        assert guard.guard_envelopes(channel, worker="w@h")
+        assert transports.guard_envelopes(channel, worker="w@h")
         assert channel.handlers["BRPOP"] is channel._brpop_read
         assert getattr(channel._brpop_read, "guarded", False)
-        assert guard.guard_envelopes(channel, worker="w@h"), "once guarded, it stays so"
+        assert transports.guard_envelopes(channel, worker="w@h"), "once guarded, it stays so"
     with Connection("memory://") as memory:
-        assert not guard.guard_envelopes(memory.default_channel, worker="w@h")
+        assert not transports.guard_envelopes(memory.default_channel, worker="w@h")

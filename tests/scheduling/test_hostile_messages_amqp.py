@@ -23,7 +23,7 @@ from django.utils import timezone
 from kombu import Connection, Exchange, Producer, Queue
 
 from scheduling.models import EXECUTION_UNFINISHED, DropKind, Execution, MessageDrops
-from scheduling.worker import guard
+from scheduling.worker import transports
 from tests.conftest import Processes, scheduler_command, wait_for
 from tests.factories import create_job
 from tests.polling import logged
@@ -132,7 +132,7 @@ def test_on_rabbitmq_the_header_reading_is_guarded_where_py_amqp_keeps_it() -> N
     require_rabbitmq()
     with Connection(RABBITMQ_URL, connect_timeout=5) as conn:
         conn.connect()
-        assert guard.guard_header_tables(conn.connection, worker="w@h")
-        assert guard.guard_header_tables(conn.connection, worker="w@h"), "it stays guarded"
+        assert transports.guard_header_tables(conn.connection, worker="w@h")
+        assert transports.guard_header_tables(conn.connection, worker="w@h"), "it stays guarded"
     with Connection("memory://") as memory:
-        assert not guard.guard_header_tables(memory.connection, worker="w@h")
+        assert not transports.guard_header_tables(memory.connection, worker="w@h")

@@ -168,7 +168,7 @@ class Execution(models.Model):
                 name="execution_held_idx",
                 condition=Q(status="waiting"),
             ),
-            # waiting.full_jobs and the claim's LOCK_DUE: "how many executions of this job
+            # waiting.full_jobs and the claim's lock_due statement: "how many executions of this job
             # wait for a running slot" (SCHEDULING_MAX_WAITING_PER_JOB); partial, so it holds
             # only waiting rows and is empty while no limit is reached.
             models.Index(

@@ -2,7 +2,7 @@
 
 This is the scheduler's hot path, so it works on plain rows instead of model instances: the ledger's
 lock (``Engine.lock_due``: ``FOR NO KEY UPDATE SKIP LOCKED``, the row locks that
-keep two schedulers apart), the timing decisions of ``scheduling.timing.schedules.plan_claim``, then
+keep two schedulers apart), the timing decisions of ``timing.claim_plans.plan_claim``, then
 one write (``write_claim``). This module decides; the ledger runs the statements. On PostgreSQL the
 locking statement also plans and writes the common case itself (an interval job due once, moved one
 interval on: ``sql_planning`` lists the conditions, and the specification tests check it against
@@ -45,7 +45,7 @@ from scheduling.rules.validation import (
     unknown_target,
 )
 from scheduling.stages import failures, overlaps, waiting
-from scheduling.timing import readable, schedules
+from scheduling.timing import claim_plans, readable, schedules
 from scheduling.timing.schedules import FiringRule, Misfire, ScheduleError
 
 logger = logging.getLogger("scheduling")
@@ -206,7 +206,7 @@ def sql_planning(now: datetime, grace: timedelta) -> dict[str, Any]:
     as it is, every time of the row in the calendar's middle (no 'infinity', no year the
     arithmetic could overflow), its occurrence on the schedule's grid, not after its due time
     and not late (or late under ``catch_up``), and its next occurrence inside the window and,
-    with overlap allowed, after ``now``. For such a job ``schedules.plan_claim`` runs the
+    with overlap allowed, after ``now``. For such a job ``claim_plans.plan_claim`` runs the
     occurrence alone and moves the job one interval on, ``due_time`` adds no jitter and the
     target and argument checks find nothing: the statement writes exactly what ``_plan`` and
     ``write_claim`` would, and no row's JSON or times travel through Python.
@@ -468,7 +468,7 @@ def _plan_row(
                 row, occurrence, since=since, target=unknown, now=now, grace=unknown_grace
             )
         awaited = awaiting_task_error(unknown, grace=unknown_grace.total_seconds())
-    plan = schedules.plan_claim(
+    plan = claim_plans.plan_claim(
         timing,
         anchor=row["created_at"],
         due=occurrence,

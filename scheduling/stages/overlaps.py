@@ -1,7 +1,7 @@
 """The overlap policies' decisions that are not timing: what a replaced occurrence is told,
 and which runs a claim of ``cancel_other`` jobs cancels.
 
-The timing (which occurrences run, which are superseded) is ``schedules.plan_claim``'s, from
+The timing (which occurrences run, which are superseded) is ``claim_plans.plan_claim``'s, from
 the job's ``models.OVERLAP_BACKLOG``. What is left here:
 
 - ``buffer_one`` and ``cancel_other`` record each occurrence a later one replaced as

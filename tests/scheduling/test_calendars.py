@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 
 from scheduling.timing.calendar_words import describe_calendar
 from scheduling.timing.calendars import MAX_TEXT, CalendarError, CalendarRule, normalise, read_ics
+from scheduling.timing.claim_plans import plan_claim
 from scheduling.timing.cron import CronExpression
 from scheduling.timing.schedules import (
     FiringRule,
     Misfire,
     ScheduleError,
     check_savable,
-    plan_claim,
     timing_from,
 )
 

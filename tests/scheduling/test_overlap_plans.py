@@ -1,5 +1,5 @@
 """The overlap policies' arithmetic: what a claim runs of the occurrences that came due while
-a run was in flight (``schedules.plan_claim`` with a ``Backlog``). Pure: no database, no clock.
+a run was in flight (``claim_plans.plan_claim`` with a ``Backlog``). Pure: no database, no clock.
 
 The claim of a job whose run just ended sees its next occurrence in the past, ``due``; every
 occurrence from there to ``now`` came due while it waited.

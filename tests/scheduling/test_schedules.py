@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduling.timing.claim_plans import ClaimPlan, plan_claim
 from scheduling.timing.cron import CronExpression
 from scheduling.timing.schedules import (
-    ClaimPlan,
     FiringRule,
     Misfire,
     ScheduleError,
@@ -26,7 +26,6 @@ from scheduling.timing.schedules import (
     parse_cron,
     parse_duration,
     parse_zone,
-    plan_claim,
     require_aware,
     retry_delay,
 )

@@ -13,14 +13,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from scheduling.models import OVERLAP_BACKLOG, OVERLAP_HOLDS, Overlap
+from scheduling.timing.claim_plans import ClaimPlan, plan_claim
 from scheduling.timing.schedules import (
     Backlog,
-    ClaimPlan,
     FiringRule,
     Misfire,
     parse_cron,
     parse_duration,
-    plan_claim,
 )
 
 T0 = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)

@@ -38,7 +38,8 @@ from scheduling.rules.validation import (
     storable,
 )
 from scheduling.timing import readable
-from scheduling.timing.calendars import CalendarError, IcsEvent, read_ics
+from scheduling.timing.calendars import CalendarError
+from scheduling.timing.ics import IcsEvent, read_ics
 from scheduling.timing.schedules import Misfire, zone_error
 from scheduling.timing.values import Calendar, Cron, Every, Once, Timing, parse_instant
 
@@ -407,7 +408,7 @@ MAX_CALENDAR_FILE = 1024 * 1024
 
 
 def read_calendar_file(path: str) -> IcsEvent:
-    """The one VEVENT of the iCalendar file at ``path`` (``calendars.read_ics``);
+    """The one VEVENT of the iCalendar file at ``path`` (``timing.ics.read_ics``);
     CalendarError naming the file otherwise."""
     try:
         with open(path, "rb") as handle:

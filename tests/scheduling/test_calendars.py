@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling.timing.calendar_words import describe_calendar
-from scheduling.timing.calendars import MAX_TEXT, CalendarError, CalendarRule, normalise, read_ics
+from scheduling.timing.calendars import MAX_TEXT, CalendarError, CalendarRule, normalise
 from scheduling.timing.claim_plans import plan_claim
 from scheduling.timing.cron import CronExpression
+from scheduling.timing.ics import read_ics
 from scheduling.timing.schedules import (
     FiringRule,
     Misfire,

@@ -7,6 +7,10 @@ each tick calls ``maybe`` on every one. A duty runs at once in a new scheduler, 
 once per ``interval`` seconds of its clock. A database error is logged under the duty's
 ``event`` and tried again at the next interval: a duty never fails a tick, and nothing the
 tick does waits on one.
+
+A new duty: a subclass in a file of its own with ``interval``, ``event``, ``run`` and ``idle``
+(and ``failed`` if a failure should reset something), its interval and usage in its module
+docstring, and one entry in ``loop.DUTIES``.
 """
 
 from __future__ import annotations

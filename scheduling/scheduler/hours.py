@@ -6,6 +6,10 @@ one hour's executions, once an hour, whatever the history holds; the dashboard t
 only the hours that have not settled. Several schedulers may count the same hour at once: the
 first row stays. A failure is logged (``dashboard.hours_failed``) and tried again next time; a
 page that finds an hour missing counts it itself meanwhile.
+
+Usage: one of ``loop.DUTIES``, so every scheduler runs it after its ticks; on its own,
+``HourKeeper().maybe(timezone.now())`` returns how many hours it counted (0 until it is due
+again).
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ partition) leaves it. A failure is logged (``history.partition_failed``) and tri
 time: the rows of a period not yet made go to the default partition meanwhile, and move into
 the period when it is made, so nothing waits on this duty. On a history that is not
 partitioned (SQLite, or before the migration) it does nothing.
+
+Usage: one of ``loop.DUTIES``, so every scheduler runs it after its ticks; on its own,
+``PeriodKeeper().maybe(timezone.now())`` returns the periods it made (none until it is due
+again).
 """
 
 from __future__ import annotations

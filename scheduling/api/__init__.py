@@ -83,21 +83,16 @@ user's owner scoping reaches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from django.contrib.admin.utils import NestedObjects
 from django.core.exceptions import ValidationError
-from django.db import router
-from django.db.models.signals import post_delete
-from django.http import HttpRequest
 from django.utils import timezone
-from django.utils.text import capfirst
 
 from scheduling import ledger
+from scheduling.api.actors import admin_actor, api_actor, command_line_actor
+from scheduling.api.task_tables import TaskTableAdmin, task_table
 from scheduling.celeryapp import celery_app
 from scheduling.commandline.exports import (
     ALL_TIME,
@@ -124,7 +119,7 @@ from scheduling.djangotasks.bulk import enqueue_many
 from scheduling.djangotasks.options import task_options
 from scheduling.ledger.named import load as load_statements
 from scheduling.messages.errors import Fenced
-from scheduling.models import ChangeSource, Job, Schedule
+from scheduling.models import Job, Schedule
 from scheduling.pages.changelists import SafeListAdmin, breakable
 from scheduling.pages.csp import ContentSecurityPolicyAdmin
 from scheduling.pages.csp import with_csp as with_content_security_policy
@@ -242,143 +237,8 @@ BackfillResult = _backfill.BackfillResult
 JobInfo = _jobs.JobInfo
 ExecutionInfo = _jobs.ExecutionInfo
 
-R = TypeVar("R", bound=Callable[..., Any])
-
-
-def _actor(by: Any) -> _audit.Actor:
-    """Who a call of this API is, for the audit trail: the user or name it gives (source
-    ``api``), a command line's identity as it is, or code (``system``)."""
-    return _audit.Actor.given(by, source=ChangeSource.API)
-
-
-def command_line_actor(by: str | None = None) -> _audit.Actor:
-    """Who a management command acts as, to pass as ``by``: the operating-system account of
-    the process (its real uid, never ``LOGNAME`` or ``USER``), and with ``by`` (the value of
-    ``add_by_option``'s ``--by``, an active user) that user first: ``alice (os: root)``;
-    source ``command``."""
-    return _audit.Actor.command_line(by)
-
-
-def admin_actor(request: HttpRequest) -> _audit.Actor:
-    """Who an admin page acts as, to pass as ``by``: the signed-in user, source ``admin``,
-    the rule the engine's own admin records its changes by."""
-    return _audit.Actor.user(request.user, source=ChangeSource.ADMIN)
-
-
-#: Who is deleting task-table rows in this context (``TaskTableAdmin``'s deletes), for the
-#: delete hook that removes their jobs; None: code (``system``).
-_deleting_as: ContextVar[_audit.Actor | None] = ContextVar("duecourse_deleting_as", default=None)
-
-
-@contextmanager
-def _deleting(by: _audit.Actor) -> Iterator[None]:
-    token = _deleting_as.set(by)
-    try:
-        yield
-    finally:
-        _deleting_as.reset(token)
-
 
 JobRef = int | _jobs.JobInfo
-
-
-def task_table(
-    model: Any,
-    *,
-    internal: bool = False,
-    owner: str | None = None,
-    describe: tasktables.RowWords | None = None,
-) -> Callable[[R], R]:
-    """Declare ``model`` a task table whose rows jobs may run, with the decorated runner.
-
-    ``runner(row, run)`` receives the row (read fresh for every attempt) and a ``RunContext``;
-    its return value (JSON) is logged. Deleting a row deletes the jobs that run it and their
-    history, so a task stays scheduled exactly as long as it exists.
-
-    A person may point a job at a row when they have the change permission on ``model``;
-    ``owner="field"`` (or a lookup such as ``"project__owner"``) narrows that to the row's
-    owner, and ``internal=True`` keeps the table for jobs your app's code makes (never one made
-    in the admin or for an ``owner``).
-
-    ``describe(rows)`` says what each row is, in words, wherever the engine names a run of it
-    (the admin's lists, the dashboard, ``manage.py jobs`` and ``executions``): given a queryset
-    of some rows, it returns each row's id with its words, as pairs or a mapping, in one query
-    (``rows.select_related(...)``), e.g. ``{t.pk: f"email {t.name!r} of {t.project}" for t in
-    rows.select_related("project")}``. Without it a row reads as "verbose name: str(row)".
-    A job made with ``schedule_row`` and no ``name`` is named by these words, never by its
-    stored ``app.Model:id:n``.
-    """
-
-    def declare(runner: R) -> R:
-        tasktables.register(model, runner, internal=internal, owner=owner or "", describe=describe)
-        post_delete.connect(
-            _unschedule_deleted_row, sender=model, weak=False, dispatch_uid=f"duecourse:{model}"
-        )
-        return runner
-
-    return declare
-
-
-def _unschedule_deleted_row(sender: Any, instance: Any, **_: Any) -> None:
-    by = _deleting_as.get()
-    _jobs.remove_jobs_for_row(tasktables.label_of(sender), instance.pk, by=by)
-
-
-class TaskTableAdmin:
-    """Mix into the ``ModelAdmin`` of a task table, and of any model whose rows cascade to one.
-
-    Deleting a task-table row deletes the jobs that run it, and their history. Those jobs are
-    not linked by a foreign key, so Django's delete confirmation would neither list them nor
-    ask whether the user may delete them: a user who may delete the row would take another
-    owner's jobs with it. With this mixin first among its bases, the confirmation (the delete
-    page and the ``delete_selected`` action alike, on GET and on POST) lists the jobs the user
-    may see and is refused, naming "job", unless the user may delete every one of them
-    (``scheduling.rules.permissions.may_delete_job``). Jobs of an internal table are the row's app's
-    own and go with the row. Each job a delete made here removes (the delete page or
-    ``delete_selected``) is in its audit trail by the signed-in user, source ``admin``
-    (``admin_actor``), not ``system``.
-
-        @admin.register(Report)
-        class ReportAdmin(TaskTableAdmin, admin.ModelAdmin): ...
-    """
-
-    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
-        to_delete, model_count, perms_needed, protected = super().get_deleted_objects(  # type: ignore[misc]
-            objs, request
-        )
-        objs = list(objs)
-        if not objs:
-            return to_delete, model_count, perms_needed, protected
-        collector = NestedObjects(using=router.db_for_write(type(objs[0])))
-        collector.collect(objs)
-        found = permissions.jobs_deleted_with(collector.data)
-        if found is None:
-            return to_delete, model_count, perms_needed, protected
-        going = list(Job.objects.filter(found).order_by("name", "pk"))
-        shown = set(
-            permissions.visible_jobs(request.user, Job.objects.filter(found)).values_list(
-                "pk", flat=True
-            )
-        )
-        meta = Job._meta
-        if any(not permissions.may_delete_job(request.user, job) for job in going):
-            perms_needed.add(meta.verbose_name)
-        listed = [job for job in going if job.pk in shown]
-        if listed:
-            # Top-level items: a list here would render as the previous item's children.
-            to_delete.extend(
-                f"{capfirst(meta.verbose_name)}: {job.name} (and its history)" for job in listed
-            )
-            model_count[meta.verbose_name_plural] = len(listed)
-        return to_delete, model_count, perms_needed, protected
-
-    def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        with _deleting(admin_actor(request)):
-            super().delete_model(request, obj)  # type: ignore[misc]
-
-    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
-        with _deleting(admin_actor(request)):
-            super().delete_queryset(request, queryset)  # type: ignore[misc]
 
 
 def schedule_row(
@@ -462,7 +322,7 @@ def _schedule(
         policies=policies or _jobs.Policies(),
         now=now or timezone.now(),
         query_constraints=False,
-        by=_actor(by),
+        by=api_actor(by),
     )
     return _jobs.JobInfo.of(created)
 
@@ -524,20 +384,20 @@ def edit(job: JobRef, *, timing: Timing | None = None, by: Any = None, **changes
         fields = {"interval": "", "cron": "", "run_at": None, "starts_at": None, "ends_at": None}
         fields.update(timing.schedule_fields())
     edited = _jobs.edit_job(
-        job=_get(job), now=timezone.now(), timing=fields, by=_actor(by), **changes
+        job=_get(job), now=timezone.now(), timing=fields, by=api_actor(by), **changes
     )
     return _jobs.JobInfo.of(edited)
 
 
 def pause(job: JobRef, *, reason: str = "", by: Any = None) -> bool:
     """Stop claiming the job's occurrences; False when it was not active."""
-    return _jobs.pause_job(job=_get(job), now=timezone.now(), reason=reason, by=_actor(by))
+    return _jobs.pause_job(job=_get(job), now=timezone.now(), reason=reason, by=api_actor(by))
 
 
 def resume(job: JobRef, *, by: Any = None) -> bool:
     """Claim the job again; its misfire policy decides what the pause missed, and its count
     of failed occurrences in a row starts again from zero."""
-    return _jobs.resume_job(job=_get(job), now=timezone.now(), by=_actor(by))
+    return _jobs.resume_job(job=_get(job), now=timezone.now(), by=api_actor(by))
 
 
 def run_now(job: JobRef, *, by: Any = None) -> int:
@@ -547,7 +407,7 @@ def run_now(job: JobRef, *, by: Any = None) -> int:
     the broker cannot be reached, the scheduler publishes it after ``SCHEDULING_PENDING_GRACE``.
     ``by`` is who asked, for the audit trail (``system`` when None).
     """
-    execution_id = int(_jobs.run_job_now(job=_get(job), now=timezone.now(), by=_actor(by)).pk)
+    execution_id = int(_jobs.run_job_now(job=_get(job), now=timezone.now(), by=api_actor(by)).pk)
     publish_now(celery_app(), execution_ids=[execution_id])
     return execution_id
 
@@ -571,26 +431,26 @@ def backfill(
     what would be. ``by`` is who asked, for the audit trail (``system`` when None).
     """
     return _backfill.backfill_job(
-        job=_get(job), start=start, end=end, now=now, dry_run=dry_run, by=_actor(by)
+        job=_get(job), start=start, end=end, now=now, dry_run=dry_run, by=api_actor(by)
     )
 
 
 def cancel(job: JobRef, *, reason: str = "cancelled", by: Any = None) -> int:
     """Cancel the job's queued and running executions; returns how many were cancelled.
     Each is a row of the audit trail by ``by`` (``system`` when None)."""
-    return _jobs.cancel_job(job_id=_id(job), reason=reason, now=timezone.now(), by=_actor(by))
+    return _jobs.cancel_job(job_id=_id(job), reason=reason, now=timezone.now(), by=api_actor(by))
 
 
 def unschedule(job: JobRef, *, by: Any = None) -> None:
     """Delete the job and its history of executions (its audit trail stays)."""
-    _jobs.remove_job(job=_get(job), now=timezone.now(), by=_actor(by))
+    _jobs.remove_job(job=_get(job), now=timezone.now(), by=api_actor(by))
 
 
 def unschedule_row(row: Any, *, by: Any = None) -> int:
     """Delete every job that runs ``row``; returns how many. ``by`` is who asked, for the
     audit trail (``system`` when None; deleting the row removes its jobs as ``system`` too,
     or, deleted in a ``TaskTableAdmin``, as the signed-in user)."""
-    return _jobs.remove_jobs_for_row(tasktables.label_of(type(row)), row.pk, by=_actor(by))
+    return _jobs.remove_jobs_for_row(tasktables.label_of(type(row)), row.pk, by=api_actor(by))
 
 
 def executions(

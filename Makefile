@@ -17,26 +17,16 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
 # real-process tests spend most of their time waiting on workers, schedulers and servers, not on
 # the CPU, so four keep two cores busy (docs/testing.md has the measurements). 0: one process.
 TEST_WORKERS ?= 4
-# The embedded default is a product path too: the claim, attempt and policy specifications, the
-# dashboard's reads, history pruning, backfill and the emailer's runs (its ledger statements are
-# written for both databases) run on SQLite as well (SQLITE=0 skips that pass).
+# One specification, every database: the modules marked `specification` (pytestmark) run on
+# PostgreSQL with the rest of the suite, then on SQLite (the embedded default; SQLITE=0 skips
+# that pass) and, with MARIADB=1 (CI sets it), on MariaDB/MySQL at TEST_MARIADB_URL. Outside
+# PostgreSQL the suite itself picks them (tests/conftest.py, engine_rule).
 SQLITE ?= 1
-SQLITE_TESTS := tests/scheduling/test_claims.py tests/scheduling/test_attempts.py \
-	tests/scheduling/test_overlap_claims.py \
-	tests/scheduling/test_validation.py tests/scheduling/test_api.py \
-	tests/scheduling/test_dashboard.py tests/scheduling/test_retention.py \
-	tests/emailer/test_runs.py tests/subscriptions/test_renewals.py \
-	tests/scheduling/test_checks.py tests/scheduling/test_argument_limits.py \
-	tests/scheduling/test_running_limits.py tests/scheduling/test_ledger.py \
-	tests/scheduling/test_engines.py \
-	tests/scheduling/test_backfill.py tests/scheduling/test_calendars.py \
-	tests/scheduling/test_previews.py tests/scheduling/test_timing_budget.py \
-	tests/scheduling/test_argument_binding.py tests/scheduling/test_declarations.py \
-	tests/scheduling/test_waiting_bound.py tests/scheduling/test_never_completing.py \
-	tests/scheduling/test_exports.py tests/emailer/test_exports.py \
-	tests/subscriptions/test_exports.py
+MARIADB ?= 0
+TEST_MARIADB_URL ?= mysql://root@127.0.0.1:3306/duecourse
+MARIADB_WORKERS ?= 2
 
-.PHONY: run test lint bench install print-sqlite-tests screenshots
+.PHONY: run test test-sqlite test-mariadb lint bench install print-specification screenshots
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,9 +47,27 @@ test: $(VENV)/.installed
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
-	if [ "$(SQLITE)" = 1 ]; then \
-	  DATABASE_URL=sqlite:///$(CURDIR)/var/test-embedded.sqlite3 \
-	  $(PY) -m pytest -q -p no:cacheprovider -m 'not slow' --durations=10 $(SQLITE_TESTS); fi
+	if [ "$(SQLITE)" = 1 ]; then $(MAKE) --no-print-directory test-sqlite; fi
+	if [ "$(MARIADB)" = 1 ]; then $(MAKE) --no-print-directory test-mariadb; fi
+
+# The specification on SQLite (a file under var/, made afresh by the run).
+test-sqlite: $(VENV)/.installed
+	DATABASE_URL=sqlite:///$(CURDIR)/var/test-embedded.sqlite3 \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests
+
+# The specification on MariaDB/MySQL: the `mysql` extra (mysqlclient, built against the
+# client headers that scripts/test-services.sh installs), a test database of the run's own.
+$(VENV)/.mysql: $(VENV)/.installed
+	MARIADB=1 scripts/test-services.sh
+	$(VENV)/bin/pip install --quiet -e '.[mysql]'
+	touch $@
+
+test-mariadb: $(VENV)/.mysql
+	MARIADB=1 scripts/test-services.sh
+	DATABASE_URL=$(TEST_MARIADB_URL) \
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-$(TEST_BROKER_URL)} \
+	$(PY) -m pytest -q -p no:cacheprovider -n $(MARIADB_WORKERS) --dist loadgroup \
+	  --no-loadscope-reorder --durations=10 tests
 
 screenshots: $(VENV)/.installed
 	scripts/test-services.sh
@@ -68,8 +76,9 @@ screenshots: $(VENV)/.installed
 	DUECOURSE_UPDATE_SCREENSHOTS=1 \
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_admin_screenshots_browser.py
 
-print-sqlite-tests:
-	@echo $(SQLITE_TESTS)
+# The specification's modules: the ones every database runs.
+print-specification:
+	@grep -rlE '^pytestmark = .*specification' tests | sort
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

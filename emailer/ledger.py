@@ -14,7 +14,10 @@ never by this app. These functions are the verbs; each database answers them wit
 statements, and a third database is a third file and a third name.
 
 Lists travel as one JSON parameter (``json_array_elements_text`` / ``json_to_recordset`` on
-PostgreSQL, ``json_each`` on SQLite), so each statement has one fixed text whatever the chunk.
+PostgreSQL, ``json_each`` on SQLite, ``JSON_TABLE`` on MySQL and MariaDB), so each statement has
+one fixed text whatever the chunk. MySQL has no ``RETURNING`` (MariaDB none on UPDATE) and no
+``ON CONFLICT … WHERE``: its file has the claim as steps run in one transaction
+(``_claim_in_steps``).
 
 Functions:
 
@@ -30,10 +33,12 @@ Functions:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from django.db import transaction
 
 from emailer.models import DELIVERED_STATES, DeliveryState, Participant
 from emailer.text import one_line
@@ -41,12 +46,14 @@ from scheduling.api import ledger, load_statements
 
 POSTGRESQL = load_statements("emailer", "sql/postgresql.sql", form="postgresql")
 SQLITE = load_statements("emailer", "sql/sqlite.sql", form="sqlite")
+MYSQL = load_statements("emailer", "sql/mysql.sql", form="shared")
 
 #: Each database's statements, by name, chosen once per connection.
 statements = ledger.Engines(
     "emailer",
     postgresql=lambda _: POSTGRESQL,
     sqlite=lambda _: SQLITE,
+    mysql=lambda _: MYSQL,
 )
 
 
@@ -114,12 +121,31 @@ def claim_chunk(
     wins the unique key). With the resend policy an ``uncertain`` row of this occurrence is
     claimed again, its ``tries`` counted up.
     """
-    statement = statements()[
-        "claim_chunk_resending" if selection.resend_uncertain else "claim_chunk"
-    ]
+    found = statements()
     params = {**selection.params(after=after), "limit": limit, "hist": history_id, "now": now}
-    claimed: list[Claimed] = ledger.rows(statement, params, into=Claimed)
+    if "claim_chunk" not in found:
+        claimed = _claim_in_steps(found, params, resend=selection.resend_uncertain)
+    else:
+        statement = found["claim_chunk_resending" if selection.resend_uncertain else "claim_chunk"]
+        claimed = ledger.rows(statement, params, into=Claimed)
     return sorted(claimed, key=lambda c: c.participant_id)
+
+
+def _claim_in_steps(
+    found: Mapping[str, ledger.Statement], params: dict[str, Any], *, resend: bool
+) -> list[Claimed]:
+    """The claim where a database has no one statement for it (MySQL, MariaDB): the same rows
+    claimed, in one transaction of its steps (``sql/mysql.sql``)."""
+    with transaction.atomic():
+        ids = [row["id"] for row in ledger.rows(found["due_ids"], params)]
+        if not ids:
+            return []
+        step = {**params, "ids": json.dumps(ids)}
+        ledger.execute(found["insert_claimed"], step)
+        if resend:
+            ledger.execute(found["reclaim_uncertain"], step)
+        claimed: list[Claimed] = ledger.rows(found["held_by_run"], step, into=Claimed)
+        return claimed
 
 
 def has_due(*, selection: Selection, after: int = 0) -> bool:

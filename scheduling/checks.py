@@ -22,6 +22,9 @@ build step that runs ``check`` without a database stays quiet.
 | scheduling.W012 | warning | the partitioned history has no period made for now (PostgreSQL) |
 | scheduling.W013 | warning | a job's arguments no longer fit its task's parameters |
 | scheduling.E014 | error | a job declared in code cannot be expressed (solar, unknown task) |
+| scheduling.W015 | warning | MySQL/MariaDB: the ledger's text columns compare without case |
+| scheduling.E017 | error | MySQL/MariaDB: the session's clock is not UTC (``time_zone``) |
+| scheduling.W016 | warning | MariaDB: ``SCHEDULING_ARGS_MAX_DEPTH`` deeper than its JSON keeps |
 """
 
 from __future__ import annotations
@@ -455,6 +458,83 @@ def check_history_periods(**_: Any) -> list[CheckMessage]:
             hint="Start a scheduler (manage.py runscheduler): it makes the current period and "
             "the next ones within a minute (docs/operations.md, Partitions).",
             id="scheduling.W012",
+        )
+    ]
+
+
+@register("scheduling")
+def check_mysql_collation(**_: Any) -> list[CheckMessage]:
+    """On MySQL and MariaDB the ledger's names compare with case, as on PostgreSQL and SQLite:
+    a job named "Backup" beside "backup", a task or queue name told apart by case alone. A
+    database made with the server's default collation (``utf8mb4_general_ci``) is not."""
+    if not _ledger_ready():
+        return []
+    try:
+        blind = engine().case_blind_columns()
+    except DatabaseError:
+        return []
+    if not blind:
+        return []
+    first = blind[0]
+    return [
+        Warning(
+            f"{len(blind)} of the ledger's text columns compare without case (such as "
+            f"{first['table_name']}.{first['column_name']}, {first['collation']}): names "
+            "that differ only in case are one name there.",
+            hint="Make the database with CHARACTER SET utf8mb4 COLLATE utf8mb4_bin before "
+            "migrating, or convert its tables to that collation (docs/install.md, MySQL and "
+            "MariaDB).",
+            id="scheduling.W015",
+        )
+    ]
+
+
+@register("scheduling")
+def check_mysql_clock(**_: Any) -> list[CheckMessage]:
+    """The database's own clock stamps heartbeats and claims, and Django stores and compares
+    DATETIME columns in UTC on MySQL: a session in another zone would date every heartbeat
+    hours off, and live runs would be reaped (or dead ones never)."""
+    if not _ledger_ready():
+        return []
+    try:
+        offset = engine().clock_offset()
+    except DatabaseError:
+        return []
+    if offset == 0:
+        return []
+    return [
+        Error(
+            f"The database session's clock is {offset:+d} s from UTC: its time_zone is not "
+            "UTC, and the ledger's times are UTC.",
+            hint="Add time_zone = '+00:00' to the connection's init_command (docs/install.md, "
+            "MySQL and MariaDB).",
+            id="scheduling.E017",
+        )
+    ]
+
+
+@register("scheduling")
+def check_mariadb_argument_depth(**_: Any) -> list[CheckMessage]:
+    """Arguments the engine's rules accept must be arguments MariaDB keeps: deeper than
+    ``Engine.json_depth_limit`` its JSON check refuses the row with an IntegrityError, where
+    the rules would have refused it in one line naming the limit."""
+    if "ARGS_MAX_DEPTH" in conf.refusals() or not _ledger_ready():
+        return []
+    try:
+        kept = engine().json_depth_limit()
+    except DatabaseError:
+        return []
+    depth = int(conf.get("ARGS_MAX_DEPTH"))
+    if kept is None or depth <= kept:
+        return []
+    return [
+        Warning(
+            f"SCHEDULING_ARGS_MAX_DEPTH is {depth}, and MariaDB keeps arguments nested "
+            f"{kept} levels deep at most: deeper ones that the rules accept "
+            "are refused by the database when the job is saved.",
+            hint=f"Set SCHEDULING_ARGS_MAX_DEPTH = {kept} (docs/install.md, "
+            "MySQL and MariaDB).",
+            id="scheduling.W016",
         )
     ]
 

@@ -4,6 +4,8 @@
 #   PostgreSQL 127.0.0.1:5432 and Redis 127.0.0.1:6379: the suite's database and broker
 #   RabbitMQ 127.0.0.1:5672: the portable-broker dispatch test
 #   Debian's chromium: the admin pages' browser tests
+#   with MARIADB=1, MariaDB 127.0.0.1:3306 (root, no password) and the client headers that
+#   mysqlclient builds against: the specification's MariaDB pass (make test-mariadb)
 set -euo pipefail
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -38,6 +40,29 @@ if ! port_open 5672; then
   wait_port 5672 90 || true
 fi
 port_open 5672 || { echo "FATAL: RabbitMQ does not answer on 127.0.0.1:5672"; exit 1; }
+
+if [ "${MARIADB:-0}" = 1 ]; then
+  pkg-config --exists libmariadb 2>/dev/null || apt_install libmariadb-dev pkg-config
+  if ! port_open 3306; then
+    echo "MariaDB is down; starting it"
+    command -v mariadbd >/dev/null || apt_install mariadb-server
+    if [ -x /etc/init.d/mariadb ]; then
+      /etc/init.d/mariadb start >/dev/null || true
+    else
+      mkdir -p /run/mysqld && chown mysql: /run/mysqld 2>/dev/null || true
+      (mysqld_safe --bind-address=127.0.0.1 >/dev/null 2>&1 &)
+    fi
+    wait_port 3306 60 || true
+  fi
+  port_open 3306 || { echo "FATAL: MariaDB does not answer on 127.0.0.1:3306"; exit 1; }
+  if ! mariadb -uroot -h127.0.0.1 -e 'SELECT 1' >/dev/null 2>&1; then
+    # A fresh Debian install lets root in by its socket only: the suite connects over TCP.
+    echo "letting root in from 127.0.0.1 without a password (a test server)"
+    mariadb -uroot -e "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';
+      GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;" ||
+      { echo "FATAL: MariaDB refuses root from 127.0.0.1"; exit 1; }
+  fi
+fi
 
 if ! command -v chromium >/dev/null; then
   echo "installing Debian's chromium for the admin browser tests"

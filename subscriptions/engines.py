@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from scheduling.api import ledger, load_statements
+from scheduling.api import ledger, load_statements, row_locks
 from subscriptions.models import (
     DueBatch,
     GatewayCharge,
@@ -113,7 +113,7 @@ class OrmLedger:
         if seen is not None:
             return GatewayCharged(None, seen.reference, seen.customer, str(seen.amount), None, None)
         script = (
-            GatewayScript.objects.select_for_update(no_key=True)
+            GatewayScript.objects.select_for_update(**row_locks(no_key=True))
             .filter(customer=customer)
             .filter(Q(errors_left__gt=0) | Q(declines_left__gt=0))
             .first()

@@ -41,7 +41,7 @@ __all__ = ["STEP_COLUMNS", "GatewayCharged", "engine"]
 
 #: Each database's engine, chosen once per connection.
 engine: ledger.Engines[OrmLedger] = ledger.Engines(
-    "subscriptions", postgresql=PostgreSQLLedger, sqlite=OrmLedger
+    "subscriptions", postgresql=PostgreSQLLedger, sqlite=OrmLedger, mysql=OrmLedger
 )
 
 

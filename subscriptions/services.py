@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
 
-from scheduling.api import jobs_for_row, pause
+from scheduling.api import jobs_for_row, pause, row_locks
 from subscriptions import batches, conf, placing, pricing
 from subscriptions.models import (
     ENDED,
@@ -195,7 +195,7 @@ def start_billing(*, subscription: Subscription, now: datetime, by: Any = None) 
 
 
 def _lock_subscription(subscription_id: int) -> Subscription:
-    return Subscription.objects.select_for_update(no_key=True).get(pk=subscription_id)
+    return Subscription.objects.select_for_update(**row_locks(no_key=True)).get(pk=subscription_id)
 
 
 def end_subscription(job: SubscriptionJob, *, clock: Callable[[], datetime]) -> str:
@@ -242,7 +242,7 @@ def record_failure(job_id: int, exc: BaseException, *, now: datetime) -> str:
     with transaction.atomic(durable=True):
         # The subscription's lock first, as cancel and every run take them.
         _lock_subscription(subscription_id)
-        job = SubscriptionJob.objects.select_for_update(no_key=True).get(pk=job_id)
+        job = SubscriptionJob.objects.select_for_update(**row_locks(no_key=True)).get(pk=job_id)
         if job.status not in JOB_RUNNABLE:
             return "finished"  # cancelled, or completed by another run, meanwhile
         error = describe_error(exc)

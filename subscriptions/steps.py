@@ -21,6 +21,7 @@ from decimal import Decimal
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 
+from scheduling.api import row_locks
 from subscriptions import ledger, payments, placing, pricing, services
 from subscriptions.models import (
     ENDED,
@@ -79,7 +80,7 @@ def begin(
         # Read again under the subscriptions' locks: a cancel that committed after the chunk
         # was read is seen here.
         fresh = list(
-            SubscriptionJob.objects.select_for_update(no_key=True)
+            SubscriptionJob.objects.select_for_update(**row_locks(no_key=True))
             .filter(pk__in=[j.pk for j in chunk], status__in=JOB_RUNNABLE)
             .order_by("pk")
         )
@@ -137,7 +138,7 @@ def _stop(jobs: Sequence[SubscriptionJob], *, now: datetime, tally: Counter[str]
 
 
 def _lock_subscriptions(ids: Iterable[int]) -> dict[int, Subscription]:
-    rows = Subscription.objects.select_for_update(no_key=True).filter(pk__in=set(ids))
+    rows = Subscription.objects.select_for_update(**row_locks(no_key=True)).filter(pk__in=set(ids))
     return {s.pk: s for s in rows.order_by("pk")}
 
 
@@ -309,7 +310,7 @@ def _not_ended(group: Sequence[Renewal], *, clock: Clock, tally: Counter[str]) -
         return list(group)
     with transaction.atomic(durable=True):
         _lock_subscriptions(r.subscription.pk for r in ended)
-        fresh = SubscriptionJob.objects.select_for_update(no_key=True).filter(
+        fresh = SubscriptionJob.objects.select_for_update(**row_locks(no_key=True)).filter(
             pk__in=[r.job.pk for r in ended]
         )
         _stop(list(fresh.order_by("pk")), now=clock(), tally=tally)
@@ -431,7 +432,7 @@ def _unchanged(renewals: Sequence[Renewal], failed: Failures) -> list[Renewal]:
     """Lock the jobs and keep those whose counter is still the one this run holds; the rest
     were changed by someone else, and go to ``failed`` with the reason."""
     current = dict(
-        SubscriptionJob.objects.select_for_update(no_key=True)
+        SubscriptionJob.objects.select_for_update(**row_locks(no_key=True))
         .filter(pk__in=[r.job.pk for r in renewals])
         .values_list("pk", "opt_counter")
     )

@@ -214,20 +214,64 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> Iterator[None]:
-    """On SQLite, skip what only PostgreSQL can do (raw infinities, prepared statements).
+    """Outside PostgreSQL, run the specification alone (``engine_rule``).
 
     Under pytest-xdist, before the other plugins see the items: each module's tests are one
     unit of work (``distribution.group_by_module``); after them, the long units come first
     (``distribution.longest_first``).
     """
-    if os.environ.get("DATABASE_URL", "").startswith("sqlite"):
-        skip = pytest.mark.skip(reason="needs PostgreSQL")
-        for item in items:
-            if "postgres" in item.keywords:
-                item.add_marker(skip)
+    engine_rule(config, items)
     distribution.group_by_module(items)
     yield
     items[:] = distribution.longest_first(items)
+
+
+def database_engine() -> str:
+    """The database the suite runs on, from DATABASE_URL's scheme: postgresql, sqlite or mysql."""
+    scheme = os.environ.get("DATABASE_URL", "postgres://").split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        return "sqlite"
+    return "mysql" if scheme in ("mysql", "mariadb") else "postgresql"
+
+
+def engine_rule(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One specification, every database: the whole suite runs on PostgreSQL; on SQLite and
+    MySQL/MariaDB, the modules marked ``specification`` run, less their tests that need
+    PostgreSQL itself (marked ``postgres``: skipped, so the run says so) or real worker,
+    scheduler or server processes (marked ``slow``: left out, as the other modules are).
+    Tests marked ``mysql`` run on MySQL/MariaDB alone, real processes and all, and are
+    skipped elsewhere. On MySQL/MariaDB the fault tests (marked ``mariadb_faults``: workers
+    and schedulers killed, the database restarted, schedulers contending) run too, real
+    processes and all, since the promise of exactly once is the database's as much as the
+    engine's.
+
+    A new test in a specification module runs on every database unless it says otherwise.
+    """
+    engine = database_engine()
+    if engine != "mysql":
+        needs_mysql = pytest.mark.skip(reason="needs MySQL or MariaDB")
+        for item in items:
+            if "mysql" in item.keywords:
+                item.add_marker(needs_mysql)
+    if engine == "postgresql":
+        return
+    skip = pytest.mark.skip(reason="needs PostgreSQL")
+    kept: list[pytest.Item] = []
+    left: list[pytest.Item] = []
+    for item in items:
+        if engine == "mysql" and "mysql" in item.keywords:
+            kept.append(item)
+            continue
+        faults = engine == "mysql" and "mariadb_faults" in item.keywords
+        if not faults and ("specification" not in item.keywords or "slow" in item.keywords):
+            left.append(item)
+            continue
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+        kept.append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -316,7 +360,8 @@ def database_url() -> str:
         auth += f":{s['PASSWORD']}"
     host = s["HOST"] or "127.0.0.1"
     port = f":{s['PORT']}" if s["PORT"] else ""
-    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
+    scheme = "mysql" if s["ENGINE"].endswith("mysql") else "postgres"
+    return f"{scheme}://{auth}@{host}{port}/{s['NAME']}"
 
 
 @pytest.fixture

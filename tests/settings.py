@@ -31,3 +31,9 @@ if _default["ENGINE"].endswith("postgresql"):
     # whole, the database's own name shortened.
     _name = f"test_{_default['NAME']}"[: 63 - len(_run) - 6]
     _default["TEST"] = {**_default.get("TEST", {}), "NAME": f"{_name}_{_run}"}
+elif _default["ENGINE"].endswith("mysql"):
+    # MySQL keeps 64 characters of a name. The run's database starts with the configured name
+    # (not "test_"), so an account granted rights on that name's prefix alone can make it.
+    _run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))[:12]
+    _name = f"{_default['NAME']}"[: 64 - len(_run) - 11]
+    _default["TEST"] = {**_default.get("TEST", {}), "NAME": f"{_name}_test_{_run}"}

@@ -83,6 +83,7 @@ def executions_of(load: Load) -> list[tuple[int, Any, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.mariadb_faults
 @pytest.mark.django_db(transaction=True)
 def test_killing_a_scheduler_and_a_worker_loses_and_doubles_no_occurrence(
     owner: Any, processes: Processes, process_env: dict[str, str]

@@ -75,6 +75,8 @@ a worked example.
   each database's statements in a named ``.sql`` file (``load_statements``), named
   parameters, rows decoded by column name, and the database decided once per connection by an
   ``Engines`` family (docs/extending.md, *A ledger module*).
+  ``row_locks`` gives ``select_for_update`` the options the database can say (MySQL and
+  MariaDB have no ``FOR NO KEY UPDATE``, MariaDB no ``OF``).
 
 Jobs made from code without an ``owner`` belong to the system user ``SYSTEM_OWNER``: an
 inactive account that cannot log in, which superusers see in the admin and which no staff
@@ -117,6 +119,7 @@ from scheduling.commandline.options import (
 )
 from scheduling.djangotasks.bulk import enqueue_many
 from scheduling.djangotasks.options import task_options
+from scheduling.ledger.engines import row_locks
 from scheduling.ledger.named import load as load_statements
 from scheduling.messages.errors import Fenced
 from scheduling.models import Job, Schedule
@@ -206,6 +209,7 @@ __all__ = [
     "positive_int",
     "read_window",
     "resume",
+    "row_locks",
     "run_now",
     "schedulable_task",
     "schedule_row",

@@ -54,6 +54,26 @@ class Engine(SharedVerbs, ABC):
         """Prepare a new connection of this database (``connection_created``)."""
         return
 
+    # -- what the database can say ----------------------------------------------------------
+
+    def upsert_target(self, *fields: str) -> list[str] | None:
+        """The ``unique_fields`` of an upsert (``bulk_create(update_conflicts=True)``)."""
+        return list(fields)
+
+    def case_blind_columns(self) -> list[dict[str, str]]:
+        """The ledger's text columns whose collation ignores case (none where collations
+        are not the database's choice): ``scheduling.W015``."""
+        return []
+
+    def clock_offset(self) -> int:
+        """Seconds between the database session's clock and UTC: ``scheduling.E017``."""
+        return 0
+
+    def json_depth_limit(self) -> int | None:
+        """The deepest arguments the database's own JSON check keeps, where it has one:
+        ``scheduling.W016``."""
+        return None
+
     # -- the claim -------------------------------------------------------------------------
 
     @abstractmethod

@@ -58,6 +58,14 @@ class SharedVerbs:
 
     # -- the claim's cancellations -------------------------------------------------------------
 
+    def row_locks(
+        self, *, skip_locked: bool = False, no_key: bool = False, of: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """The ``select_for_update`` options of a lock, as far as this database can say them
+        (SQLite ignores them; PostgreSQL says them all; ``engines.mysql`` leaves out what
+        MySQL and MariaDB cannot say)."""
+        return {"skip_locked": skip_locked, "no_key": no_key, "of": of}
+
     def current_runs(self, *, job_ids: Iterable[int]) -> dict[int, int]:
         """The execution each of these jobs holds as current (jobs holding none are absent)."""
         return dict(
@@ -81,7 +89,9 @@ class SharedVerbs:
             return [], set()
         ids = list(reasons)
         locked = list(
-            Execution.objects.select_for_update(skip_locked=True, no_key=True, of=("self",))
+            Execution.objects.select_for_update(
+                **self.row_locks(skip_locked=True, no_key=True, of=("self",))
+            )
             .filter(pk__in=ids)
             .values_list("pk", "task_id", "status")
         )
@@ -120,7 +130,7 @@ class SharedVerbs:
         of ``statuses`` (and still runs attempt ``attempt``, and its heartbeat is older than
         ``stale_before``, when given); else None."""
         still_stale = Q() if stale_before is None else Q(last_heartbeat_at__lt=stale_before)
-        found = Execution.objects.select_for_update(of=("self",))
+        found = Execution.objects.select_for_update(**self.row_locks(of=("self",)))
         if with_job:
             found = found.select_related("job")
         return found.filter(
@@ -300,7 +310,7 @@ class SharedVerbs:
             due |= Q(status=ExecutionStatus.QUEUED, pk__in=lost)
         return list(
             Execution.objects.filter(due)
-            .select_for_update(skip_locked=True, no_key=True, of=("self",))
+            .select_for_update(**self.row_locks(skip_locked=True, no_key=True, of=("self",)))
             .select_related("job")[:limit]
         )
 
@@ -348,7 +358,7 @@ class SharedVerbs:
         with what its release decides by: its job's limit, owner and overlap."""
         return list(
             Execution.objects.filter(status=ExecutionStatus.WAITING)
-            .select_for_update(skip_locked=True, of=("self",))
+            .select_for_update(**self.row_locks(skip_locked=True, of=("self",)))
             .order_by("scheduled_for", "pk")
             .values(
                 "pk",

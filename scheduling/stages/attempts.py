@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models.expressions import Combinable
+from django.utils import timezone
 
 from scheduling import conf
 from scheduling.ledger.engine import DIED_OUTCOMES as DIED_OUTCOMES
@@ -84,6 +85,9 @@ def _start_within_limits(
     moved to WAITING with the reason."""
     with transaction.atomic(durable=True):
         limits.lock(slot)
+        # The lock may have waited for the run that held the slot to finish and commit: a
+        # start recorded at the time taken before the wait would come before that run's end.
+        now = max(now, timezone.now())
         reason = limits.over_limit(slot)
         if reason is not None:
             limits.hold(slot, reason=reason, now=now)

@@ -133,9 +133,12 @@ def queue_progress(*, window: int = PROGRESS_WINDOW) -> dict[str, Progress]:
     An attempt counts for the publish time of its execution only if it started after that
     publish (``started_at >= queued_at``): it was started by that message or a later one.
     """
-    newest = Attempt.objects.order_by("-id").values("id")[:window]
+    # The window's oldest attempt id, and every attempt from it on: the newest ``window``
+    # (every one when there are fewer), said so that MySQL and MariaDB, which take no LIMIT
+    # inside IN (...), read it as the others do.
+    oldest = Attempt.objects.order_by("-id").values("id")[window - 1 : window]
     rows = (
-        Attempt.objects.filter(id__in=Subquery(newest))
+        Attempt.objects.filter(id__gte=Coalesce(Subquery(oldest), Value(0)))
         .values(
             on_queue=Coalesce("execution__job__queue", Value("celery")),
             on_priority=F("execution__job__priority"),

@@ -21,6 +21,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from scheduling import conf
+from scheduling.ledger.engines import engine
 from scheduling.models import SchedulerState
 
 logger = logging.getLogger("scheduling")
@@ -98,7 +99,7 @@ def _write(local: _Local, stats: Mapping[str, int], now: datetime) -> None:
             )
         ],
         update_conflicts=True,
-        unique_fields=["name"],
+        unique_fields=engine().upsert_target("name"),
         update_fields=[
             "last_tick_at",
             "last_tick_seconds",

@@ -14,7 +14,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduling.api import admin_actor, breakable, instant
+from scheduling.api import admin_actor, breakable, instant, row_locks
 from subscriptions import services
 from subscriptions.admin.common import ModelAdmin, plural, status_text, step_text, when
 from subscriptions.models import StaleJob, SubscriptionJob
@@ -36,7 +36,7 @@ class SubscriptionJobForm(forms.ModelForm):
             return data
         # The admin's change view is one transaction: the row stays locked until the save.
         current = (
-            SubscriptionJob.objects.select_for_update(no_key=True)
+            SubscriptionJob.objects.select_for_update(**row_locks(no_key=True))
             .filter(pk=self.instance.pk)
             .values("opt_counter", "last_update")
             .first()

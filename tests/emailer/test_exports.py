@@ -19,7 +19,7 @@ from emailer.models import Delivery, DeliveryState, Participant, SendEmailHistor
 from scheduling.commandline import exports
 from tests.emailer.conftest import address
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)

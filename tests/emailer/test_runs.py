@@ -24,7 +24,7 @@ from scheduling.api import RunContext
 from tests.conftest import FIXED_NOW
 from tests.emailer.conftest import address
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 executions = itertools.count(1000)
 

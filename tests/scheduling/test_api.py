@@ -23,7 +23,7 @@ from tests.conftest import with_key_prefix
 from tests.tasktable_app.models import Chore
 from tests.tasktable_app.scheduled import run_chore
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 SECOND = timedelta(seconds=1)
 
@@ -182,3 +182,13 @@ def test_an_occurrence_within_its_expiry_starts(now: datetime) -> None:
         execution_id=bell.execution_id, worker="w", pid=1, now=now + 59 * SECOND
     )
     assert started is not None and started.scheduled_for == now
+
+
+def test_names_that_differ_only_in_case_are_two_jobs_and_a_lookup_finds_its_own(
+    make_job: Any,
+) -> None:
+    upper = make_job(name="Backup", task="scheduling.diagnostics.noop")
+    lower = make_job(name="backup", task="scheduling.diagnostics.noop")
+    assert upper.pk != lower.pk
+    assert Job.objects.get(name="backup").pk == lower.pk
+    assert list(Job.objects.filter(name="BACKUP")) == []

@@ -27,6 +27,8 @@ from tests.scheduling.test_admin_jobs import JOBS, form_data, form_of
 from tests.scheduling.test_worker_lifecycle import SLOW, due_job, execution_of, start_worker
 from tests.tasktable_app import tasks
 
+pytestmark = pytest.mark.specification
+
 try:  # Django 6
     from django.tasks.exceptions import InvalidTask
 except ImportError:  # Django 5.2 with the backport

@@ -39,6 +39,8 @@ from tests.scheduling.test_admin_jobs import form_data
 from tests.scheduling.test_worker_lifecycle import SLOW, send_message, start_worker
 from tests.tasktable_app import tasks as django_tasks
 
+pytestmark = pytest.mark.specification
+
 try:  # Django 6
     from django.tasks.exceptions import InvalidTask
 except ImportError:  # Django 5.2 with the backport
@@ -174,9 +176,12 @@ BEHIND = {
 
 def storable() -> dict[str, tuple[str, str]]:
     """The rows of ``BEHIND`` this database takes: SQLite's JSON check refuses nesting past
-    1,000 levels, so text nested past what Python reads never gets in there."""
+    1,000 levels, so text nested past what Python reads never gets in there; MariaDB's refuses
+    32 levels and more, so no row nested past the limit does."""
     if connection.vendor == "postgresql":
         return BEHIND
+    if connection.vendor == "mysql":
+        return {name: row for name, row in BEHIND.items() if name == "huge"}
     return {name: row for name, row in BEHIND.items() if name != "unreadable"}
 
 

@@ -10,7 +10,7 @@ import pytest
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus
 from scheduling.stages import attempts, claims, liveness, publishing
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 SECOND = timedelta(seconds=1)
 

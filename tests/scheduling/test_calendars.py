@@ -30,6 +30,8 @@ from scheduling.timing.schedules import (
     timing_from,
 )
 
+pytestmark = pytest.mark.specification
+
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
 LORD_HOWE = ZoneInfo("Australia/Lord_Howe")

@@ -15,13 +15,18 @@ from django.core.checks import CheckMessage
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db import connection
 from django.utils import timezone
 
 from scheduling import checks, conf
 from scheduling.api import schedulable_task
 from scheduling.celeryapp import celery_app
+from scheduling.ledger.engines import engine
+from scheduling.ledger.engines.mysql import MARIADB_ARGS_DEPTH, MySQLEngine
 from scheduling.models import Job, SchedulerState
-from tests.conftest import celery_settings
+from tests.conftest import celery_settings, database_engine
+
+pytestmark = pytest.mark.specification
 
 
 def ids(messages: list[CheckMessage]) -> list[str]:
@@ -156,6 +161,10 @@ def test_use_tz_off_is_an_error_with_a_hint(settings: Any) -> None:
     assert ids(messages) == ["scheduling.E007"] and "USE_TZ = True" in (messages[0].hint or "")
 
 
+@pytest.mark.skipif(
+    database_engine() == "mysql",
+    reason="Django's own field checks on MySQL ask the server its version: not without a database",
+)
 def test_manage_py_check_runs_them_and_stays_quiet_without_a_database() -> None:
     out = StringIO()
     call_command("check", stdout=out)  # the test database is not open to this test
@@ -240,3 +249,61 @@ def test_jobs_saved_before_the_queue_rules_with_a_queue_they_refuse_are_named(
     [message] = checks.check_job_queues()
     assert message.id == "scheduling.W010" and message.obj == "celery\r\nX: y"
     assert "1 job(s) use the queue 'celery\\r\\nX: y'" in message.msg
+
+
+# --- MySQL/MariaDB collation (scheduling.W015) ------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_ledger_that_compares_names_with_case_is_quiet() -> None:
+    assert checks.check_mysql_collation() == []
+
+
+@pytest.mark.django_db
+def test_a_ledger_whose_names_compare_without_case_is_named_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    blind = [{"table_name": "scheduling_job", "column_name": "name", "collation": "x_ci"}]
+    monkeypatch.setattr(MySQLEngine, "case_blind_columns", lambda self: blind)
+    messages = checks.check_mysql_collation()
+    if database_engine() != "mysql":
+        assert messages == []
+        return
+    assert ids(messages) == ["scheduling.W015"]
+    assert "scheduling_job.name, x_ci" in messages[0].msg
+    assert "COLLATE utf8mb4_bin" in (messages[0].hint or "")
+
+
+# --- MariaDB's JSON depth (scheduling.W016) ---------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_argument_depth_mariadb_cannot_keep_is_named_there_alone(settings: Any) -> None:
+    settings.SCHEDULING_ARGS_MAX_DEPTH = MARIADB_ARGS_DEPTH + 1
+    messages = checks.check_mariadb_argument_depth()
+    if engine().json_depth_limit() is None:
+        assert messages == []
+        return
+    assert ids(messages) == ["scheduling.W016"]
+    assert f"SCHEDULING_ARGS_MAX_DEPTH = {MARIADB_ARGS_DEPTH}" in (messages[0].hint or "")
+    settings.SCHEDULING_ARGS_MAX_DEPTH = MARIADB_ARGS_DEPTH
+    assert checks.check_mariadb_argument_depth() == []
+
+
+# --- MySQL/MariaDB session clock (scheduling.E017) ----------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_session_clock_in_utc_is_quiet_and_one_in_another_zone_is_an_error() -> None:
+    assert checks.check_mysql_clock() == []
+    if database_engine() != "mysql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET time_zone = '+05:30'")
+    try:
+        messages = checks.check_mysql_clock()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET time_zone = '+00:00'")
+    assert ids(messages) == ["scheduling.E017"]
+    assert "+19800 s from UTC" in messages[0].msg

@@ -31,7 +31,7 @@ from scheduling.stages import attempts, claims, jobs, liveness, publishing, sele
 from scheduling.timing import schedules
 from tests.tasktable_app.models import Chore
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 NOOP = "scheduling.diagnostics.noop"
 SECOND = timedelta(seconds=1)

@@ -15,6 +15,8 @@ from scheduling.scheduler.hours import HourKeeper
 from scheduling.stages import hours as settled_hours
 from scheduling.web import overview
 
+pytestmark = pytest.mark.specification
+
 db = pytest.mark.django_db
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)

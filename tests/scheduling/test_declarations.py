@@ -30,7 +30,7 @@ from tests.conftest import celery_settings
 from tests.factories import create_job
 from tests.scheduling.code_tasks import PLAIN_TASK
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 NOOP = "scheduling.diagnostics.noop"
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from scheduling.ledger import engines, named
 from scheduling.ledger.engines import engine, orm, postgresql, postgresql_history
 from scheduling.models import EXECUTION_UNFINISHED
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 
 def test_the_engine_is_chosen_once_per_connection_for_its_database() -> None:

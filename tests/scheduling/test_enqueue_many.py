@@ -25,6 +25,7 @@ from tests.scheduling.test_worker_lifecycle import SLOW, launch_worker, wait_rea
 from tests.tasktable_app import tasks
 
 db = pytest.mark.django_db
+pytestmark = pytest.mark.specification
 EXECUTION = Execution._meta.db_table
 
 

@@ -27,7 +27,9 @@ from scheduling.commandline import exports
 from scheduling.models import Execution, ExecutionStatus, Job
 from scheduling.stages import selectors
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
+#: The execution table as this database quotes it in the statements a test reads.
+EXECUTION_TABLE = connection.ops.quote_name("scheduling_execution")
 
 MakeJob = Callable[..., Job]
 SECOND = timedelta(seconds=1)
@@ -96,7 +98,7 @@ def test_an_export_reads_a_page_at_a_time_in_a_total_order(
         Execution.objects.order_by("scheduled_for", "id").values_list("id", flat=True)
     )
     assert [r["id"] for r in rows] == expected
-    pages = [q for q in queries.captured_queries if 'FROM "scheduling_execution"' in q["sql"]]
+    pages = [q for q in queries.captured_queries if f"FROM {EXECUTION_TABLE}" in q["sql"]]
     assert len(pages) == 5  # 7 + 7 + 7 + 7 + 2: the short page is the last
 
 

@@ -41,6 +41,7 @@ def ticked(seconds_ago: float = 0.0) -> None:
 
 
 @db
+@pytest.mark.specification  # one upsert, written for every database
 def test_a_tick_is_written_at_most_once_per_interval(settings: Any) -> None:
     settings.SCHEDULING_SCHEDULER_NAME = "test-scheduler"
     settings.SCHEDULING_LIVENESS_INTERVAL = 60

@@ -10,7 +10,7 @@ from django.db import connection
 from scheduling import ledger
 from scheduling.ledger import ColumnsDiffer, NoForm, Statement
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 BOTH = Statement.portable("SELECT 7 AS seven, 'x' AS letter")
 

@@ -22,7 +22,7 @@ from scheduling import checks
 from scheduling.models import Execution, Job, JobStatus
 from scheduling.stages import selectors
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 JOBS = "/admin/scheduling/job/"
 WARNING = "none of its last 5 runs completed (cancelled, superseded or failed)"

@@ -1,7 +1,7 @@
 """The overlap policies at the claim: buffer_one, buffer_all and cancel_other as a specification.
 
 Every test drives ``claims.claim_due_jobs`` with an explicit ``now``; workers are played by the
-service verbs they call. Runs on PostgreSQL and on SQLite (Makefile ``SQLITE_TESTS``).
+service verbs they call. Runs on every database (the `specification` marker).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from scheduling.timing import readable
 from tests.scheduling.test_admin_jobs import form_data
 from tests.scheduling.test_backfill import HOUR, hourly
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 NOOP = "scheduling.diagnostics.noop"
 SECOND = timedelta(seconds=1)

@@ -29,7 +29,7 @@ from tests.factories import create_job
 from tests.scheduling.test_worker_lifecycle import SLOW, start_worker
 from tests.tasktable_app.tasks import sleep_ignoring_stop, sleep_noting
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.mariadb_faults, pytest.mark.django_db(transaction=True)]
 
 
 def history(job: Job) -> list[Execution]:

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from scheduling.timing.previews import DEFAULT_COUNT, MAX_COUNT, check_count, preview
 from scheduling.timing.schedules import ScheduleError, timing_from
 
+pytestmark = pytest.mark.specification
+
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham", "UTC"]
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
 CRONS = ["30 2 * * *", "0 9 * * 1-5", "*/20 * * * *", "15 * * * *", "45 1-3 * * *", "0 0 L * *"]

@@ -19,6 +19,10 @@ from django.utils import timezone
 from scheduling.models import Attempt, Execution, Job
 from scheduling.rules.registry import get_schedulable
 
+pytestmark = pytest.mark.specification
+#: The execution table as this database quotes it in the statements a test reads.
+EXECUTION_TABLE = connection.ops.quote_name("scheduling_execution")
+
 db = pytest.mark.django_db
 DAY = timedelta(days=1)
 
@@ -89,7 +93,7 @@ def test_deletes_in_bounded_batches(make_job: Callable[..., Job]) -> None:
         report = prune("--older-than", "30d", "--keep-last", "0", "--batch-size", "10")
     assert report["batches"] == 3 and report["executions"] == 25
     deletes = [
-        q["sql"] for q in queries if q["sql"].startswith('DELETE FROM "scheduling_execution"')
+        q["sql"] for q in queries if q["sql"].startswith(f"DELETE FROM {EXECUTION_TABLE}")
     ]
     assert len(deletes) == 3  # one per batch, never one statement for everything
     assert not Execution.objects.exists()

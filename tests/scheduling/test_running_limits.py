@@ -14,22 +14,28 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection, transaction
+from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 
 from scheduling import api
 from scheduling.models import Execution, ExecutionStatus, Job
 from scheduling.stages import attempts, claims, limits
-from tests.conftest import Processes, scheduler_command, wait_for
+from tests.conftest import Processes, database_engine, scheduler_command, wait_for
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
 from tests.scheduling.test_worker_lifecycle import SLOW, start_worker
+
+pytestmark = pytest.mark.specification
 
 NOOP = "scheduling.diagnostics.noop"
 db = pytest.mark.django_db
@@ -143,6 +149,50 @@ def test_a_waiting_run_of_a_forbid_job_keeps_the_next_occurrence_back(
     assert Execution.objects.filter(job=waiting_job).count() == 1, "no occurrence beside it"
 
 
+@pytest.mark.skipif(
+    database_engine() == "sqlite",
+    reason="threads share SQLite's in-memory test database without its file locks",
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_start_that_waited_for_the_slot_starts_after_the_run_that_freed_it(
+    make_job: Any,
+) -> None:
+    """A start's time is when it got its slot, not when its message came.
+
+    The worker takes the start's ``now`` when the message comes; a completion of the job's
+    running run is meanwhile in its transaction, holding what the start must lock (on MySQL
+    and MariaDB the job's row, which the completion writes). The start waits for it, finds
+    the slot free, and must not record a start earlier than the finish that freed the slot:
+    "never two at once" is read from those two times.
+    """
+    job = make_job(overlap="allow", max_running=1)
+    running, waiting = occurrences(job, 2)
+    assert start(running) is not None
+    came = timezone.now()  # the second message comes while the first run ends
+    completing = threading.Event()
+
+    def complete_slowly() -> None:
+        try:
+            with transaction.atomic():
+                Job.objects.filter(pk=job.pk).update(execute_count=F("execute_count") + 1)
+                Execution.objects.filter(pk=running.pk).update(
+                    status=ExecutionStatus.COMPLETED, finished_at=timezone.now()
+                )
+                completing.set()
+                time.sleep(1)  # the scenario: a completion still in its transaction
+        finally:
+            connection.close()
+
+    ending = threading.Thread(target=complete_slowly)
+    ending.start()
+    assert completing.wait(timeout=SLOW)
+    started = attempts.start_execution(execution_id=waiting.pk, worker="w2@host", pid=2, now=came)
+    ending.join(timeout=SLOW)
+    if started is not None:
+        finished = Execution.objects.get(pk=running.pk).finished_at
+        assert started.started_at >= finished, "two runs of a max_running=1 job at once"
+
+
 @db
 def test_a_waiting_run_can_be_cancelled(make_job: Any) -> None:
     job = make_job(overlap="allow", max_running=1)
@@ -195,6 +245,7 @@ def test_the_dashboard_and_metrics_show_what_waits(admin_client: Client, make_jo
 
 
 @pytest.mark.slow
+@pytest.mark.mariadb_faults
 @pytest.mark.django_db(transaction=True)
 def test_a_long_job_due_every_second_leaves_room_for_another_owner_and_loses_nothing(
     owner: Any,

@@ -38,6 +38,8 @@ from scheduling.timing.schedules import (
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
 
+pytestmark = pytest.mark.specification
+
 NOW = datetime(2026, 5, 3, 12, 0, tzinfo=UTC)  # a Sunday, which the schedbomb rule leaves out
 SECONDS = ",".join(str(s) for s in range(60))
 NOOP = "scheduling.diagnostics.noop"

@@ -18,7 +18,7 @@ from tests.conftest import FIXED_NOW
 from tests.factories import create_job
 from tests.tasktable_app.models import Chore
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 NAIVE = datetime(2030, 1, 7, 9, 0)
 HOUR = timedelta(hours=1)

@@ -20,7 +20,7 @@ from scheduling import checks
 from scheduling.models import Execution, ExecutionStatus, Job
 from scheduling.stages import attempts, claims, limits, waiting
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 MINUTE = timedelta(minutes=1)
 REASON = (

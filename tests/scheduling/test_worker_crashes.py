@@ -28,8 +28,9 @@ import pytest
 
 from scheduling.models import Execution, ExecutionStatus
 from scheduling.rules.registry import EXECUTION_HEADER
-from tests.conftest import free_port, scheduler_command, wait_for
+from tests.conftest import database_engine, free_port, scheduler_command, wait_for
 from tests.polling import logged
+from tests.private_mariadb import PrivateMariaDB, private_mariadb  # noqa: F401 (a fixture)
 from tests.scheduling.test_worker_lifecycle import (
     SLOW,
     broker_messages,
@@ -44,7 +45,12 @@ from tests.scheduling.test_worker_lifecycle import (
     wait_ready,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.spread, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.spread,
+    pytest.mark.mariadb_faults,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def completed_runs(processes: Any, execution: Execution) -> list[str]:
@@ -375,6 +381,10 @@ class PrivatePostgres:
         with self.connect(name) as conn:
             return conn.execute(sql, params).fetchall()
 
+    def create_database(self, name: str) -> None:
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+
 
 @pytest.fixture
 def private_postgres(processes: Any, process_env: dict[str, str]) -> Iterator[PrivatePostgres]:
@@ -393,11 +403,20 @@ def private_postgres(processes: Any, process_env: dict[str, str]) -> Iterator[Pr
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture
+def private_database(request: pytest.FixtureRequest) -> PrivatePostgres | PrivateMariaDB:
+    """A private server of the database the suite runs on: the promise that a restart loses
+    and doubles nothing is the database's, so it is tried on each."""
+    engine = database_engine()
+    return request.getfixturevalue("private_mariadb" if engine == "mysql" else "private_postgres")
+
+
 def test_the_database_restarting_under_a_running_worker(
-    processes: Any, process_env: dict[str, str], private_postgres: PrivatePostgres
+    processes: Any, process_env: dict[str, str], private_database: PrivatePostgres | PrivateMariaDB
 ) -> None:
-    """PostgreSQL stops (fast shutdown) for 4 s while a worker runs a 14-s task and a job
-    that is due every second, then comes back on the same port.
+    """The database stops (PostgreSQL's fast shutdown, MariaDB's normal one: every session
+    cut) for 4 s while a worker runs a 14-s task and a job that is due every second, then
+    comes back on the same port.
 
     The worker and the scheduler survive; the heartbeat thread reports the outage and beats
     again; the 14-s task's completion is written although the connection it started on died
@@ -415,9 +434,8 @@ def test_the_database_restarting_under_a_running_worker(
     however slow the server is to come back on a loaded machine.
     """
     db = "duecourse_restart"
-    pg = private_postgres
-    with psycopg.connect(pg.url("postgres"), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
+    pg = private_database
+    pg.create_database(db)
     env = {
         **process_env,
         "DATABASE_URL": pg.url(db),
@@ -477,7 +495,7 @@ def test_the_database_restarting_under_a_running_worker(
         assert worker.poll() is None and scheduler.poll() is None
         time.sleep(0.5)
     pg.start()
-    (restarted_at,) = pg.query(db, "SELECT now()")[0]
+    (restarted_at,) = pg.query(db, "SELECT CURRENT_TIMESTAMP(6)")[0]
     assert count("sleeper", "running") == 1, "the sleep should span the outage; raise its seconds"
 
     def caught_up() -> bool:
@@ -494,7 +512,7 @@ def test_the_database_restarting_under_a_running_worker(
         db,
         """
         SELECT e.scheduled_for, e.status,
-               count(a.id) FILTER (WHERE a.outcome = 'completed'), e.last_heartbeat_at
+               count(CASE WHEN a.outcome = 'completed' THEN 1 END), e.last_heartbeat_at
           FROM scheduling_execution e LEFT JOIN scheduling_attempt a ON a.execution_id = e.id
          WHERE e.job_id = %s GROUP BY e.id, e.scheduled_for ORDER BY e.scheduled_for
         """,

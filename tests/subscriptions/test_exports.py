@@ -21,7 +21,7 @@ from django.core.management import CommandError, call_command
 from scheduling.commandline import exports
 from subscriptions.models import Order, OrderLine, OrderStatus, Subscription
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -30,7 +30,7 @@ from subscriptions.models import (
 from subscriptions.scheduled import run_subscription_job
 from tests.subscriptions.conftest import pending_job, run_inline
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
 
 def test_a_new_subscription_has_a_parent_order_and_its_first_renewal_scheduled(

@@ -63,7 +63,7 @@ class OrmEngine(Engine):
         in Python)."""
         found = (
             Job.objects.filter(job_due_index(), next_due_at__lte=now)
-            .select_for_update(skip_locked=True, no_key=True, of=("self",))
+            .select_for_update(**self.row_locks(skip_locked=True, no_key=True, of=("self",)))
             .order_by("next_due_at")
             .annotate(
                 args_text=Cast("args", output_field=TextField()),

@@ -41,7 +41,24 @@ def test_database_url_is_parsed(url: str, engine: str, name: str) -> None:
 
 def test_unsupported_database_url_names_the_variable() -> None:
     with pytest.raises(ImproperlyConfigured, match="DATABASE_URL"):
-        env.parse_database_url("mysql://root@localhost/x")
+        env.parse_database_url("oracle://root@localhost/x")
+
+
+@pytest.mark.parametrize("scheme", ["mysql", "mariadb"])
+def test_a_mysql_url_is_django_s_mysql_backend_with_what_the_ledger_needs(scheme: str) -> None:
+    url = f"{scheme}://app:s%40cret@db.example:3307/ledger?ssl_mode=REQUIRED"
+    found = env.parse_database_url(url)
+    assert found["ENGINE"] == "django.db.backends.mysql"
+    assert (found["NAME"], found["USER"], found["PASSWORD"]) == ("ledger", "app", "s@cret")
+    assert (found["HOST"], found["PORT"]) == ("db.example", "3307")
+    options = found["OPTIONS"]
+    assert isinstance(options, dict)
+    assert options["charset"] == "utf8mb4" and options["isolation_level"] == "read committed"
+    assert "STRICT_TRANS_TABLES" in options["init_command"]
+    assert "time_zone = '+00:00'" in options["init_command"]
+    assert options["ssl_mode"] == "REQUIRED"
+    with pytest.raises(ImproperlyConfigured, match="no database name"):
+        env.parse_database_url(f"{scheme}://app@db.example/")
 
 
 @pytest.mark.parametrize(("name", "value"), [("DEBUG", "maybe"), ("EMAIL_PORT", "twenty-five")])

@@ -1,0 +1,50 @@
+"""The words around ``bench/paced_queue.py``'s tables in docs/benchmarks.md (kept apart so the
+driver stays short): how the cells were run, and how to read them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def intro(data: dict[str, Any]) -> list[str]:
+    o = data["options"]
+    bulk = "one `batch_defer` per batch" if o["bulk"] else "one `defer` per job"
+    return [
+        "A paced producer offers jobs at a fixed rate (a batch every"
+        f" {o['tick'] * 1000:.0f} ms, {data['seconds']:.0f} s per cell) to each system's own"
+        " worker of four, each job a 1-ms body; the same producer loop for every system"
+        " (`bench/paced_producer.py`). **Duecourse**: `paced_body.enqueue(seq)` on its Django"
+        " Tasks backend, every enqueue of a batch in one `transaction.atomic()`, a stock"
+        " `celery worker -P prefork -c 4` on Redis (no scheduler running: nothing is deferred or"
+        f" lost). **procrastinate**: {bulk}, its own worker at `--concurrency 4` (one process,"
+        " LISTEN/NOTIFY, jobs kept). **floor**: the same body as a plain `acks_late` Celery task"
+        " published with `apply_async`, on the same worker and broker, with no ledger: what"
+        " the Celery worker itself costs. Claim latency runs from the enqueue's commit to the"
+        " body's start, both `time.time()` on this machine (the producer notes each job's"
+        " commit, the body its start). Depth is jobs committed less jobs started, over the"
+        " window. Every number is the median of"
+        f" {data['rounds']} rounds, the systems taking turns to go first.",
+        "",
+    ]
+
+
+def reading(data: dict[str, Any]) -> list[str]:
+    return [
+        "How to read it: *completed/s* counts the runs the system recorded finished inside"
+        " the window (the floor: bodies started); *depth end* above zero means the system fell"
+        " behind the offered rate. *bytes/run* is the size of the run tables (Duecourse: every"
+        " partition of `scheduling_execution` and `scheduling_attempt`, the result being a"
+        " column of the execution; procrastinate: `procrastinate_jobs` and"
+        " `procrastinate_events`), `pg_total_relation_size` with indexes and TOAST and"
+        " `pg_relation_size` of the heap alone, divided by the finished runs, shown only where"
+        " the backlog drained within the cell's drain time. *dead / live rows* is"
+        " `n_dead_tup / n_live_tup` of the hot table (Duecourse: its largest execution"
+        " partition; procrastinate: its jobs table) once every backend has ended; autovacuum"
+        " is off on this server, so it counts every dead version the run made. CPU is"
+        " `utime + stime` from `/proc/<pid>/stat`, sampled every half second over the window:"
+        " the producer and its PostgreSQL backend per job enqueued; the worker's processes,"
+        " their backends and the Redis server per job completed (Redis is shared with other"
+        " users of this machine, so its column is an upper bound; procrastinate uses none)."
+        " *all CPU* is everything measured over the jobs completed. The machine is shared:"
+        " compare rows of one run only.",
+    ]

@@ -237,6 +237,9 @@ def table_facts(conn: Any, system: str) -> dict[str, Any]:
         f"SELECT coalesce(sum(pg_relation_size(relid)), 0),"
         f" coalesce(sum(pg_total_relation_size(relid)), 0) FROM ({leaves}) AS leaves"
     ).fetchone()
+    hot_bytes = conn.execute(
+        f"SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM ({_leaves(hot)}) AS t"
+    ).fetchone()[0]
     conn.execute("SELECT pg_stat_clear_snapshot()")
     row = conn.execute(
         "SELECT s.relname, s.n_live_tup, s.n_dead_tup FROM pg_stat_user_tables s"
@@ -247,6 +250,7 @@ def table_facts(conn: Any, system: str) -> dict[str, Any]:
     return {
         "heap_bytes": int(heap),
         "total_bytes": int(total),
+        "hot_bytes": int(hot_bytes),
         "hot_table": row[0] if row else None,
         "live": int(row[1]) if row else 0,
         "dead": int(row[2]) if row else 0,

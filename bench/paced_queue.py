@@ -31,6 +31,7 @@ import common
 import paced_cells
 
 NAME = "paced_queue"
+RATES = "100,150,300,1000"
 DOCS = common.ROOT / "docs" / "benchmarks.md"
 SECTION = "## 15. Paced producers: claim latency, saturation and cost per job against procrastinate"
 NAMES = {
@@ -112,10 +113,11 @@ def derived(cell: dict[str, Any]) -> dict[str, Any]:
         "cpu_broker": cpu["broker"] * per_done,
         "cpu_total": sum(cpu.values()) * per_done,
     }
-    tables = cell.get("tables")
+    tables, empty = cell.get("tables"), cell.get("empty_tables") or {}
     if tables and cell.get("drained") and tables["finished"]:
-        out["bytes_total"] = tables["total_bytes"] / tables["finished"]
-        out["bytes_heap"] = tables["heap_bytes"] / tables["finished"]
+        for key in ("total", "heap", "hot"):
+            grown = tables[f"{key}_bytes"] - empty.get(f"{key}_bytes", 0)
+            out[f"bytes_{key}"] = grown / tables["finished"]
     if tables and tables["live"]:
         out["dead_share"] = tables["dead"] / tables["live"]
     return out
@@ -132,7 +134,8 @@ LATENCY_HEADERS = [
     "depth max", "depth end", "rounds",
 ]  # fmt: skip
 COST_HEADERS = [
-    "system", "offered/s", "bytes/run (with indexes)", "bytes/run (heap)", "dead / live rows",
+    "system", "offered/s", "bytes/run (with indexes)", "bytes/run (heap)",
+    "hot table bytes/run", "dead / live rows",
     "producer ms/enq", "its PostgreSQL ms/enq", "worker ms/job", "its PostgreSQL ms/job",
     "Redis ms/job", "all CPU ms/job",
 ]  # fmt: skip
@@ -162,7 +165,7 @@ def tables(data: dict[str, Any]) -> tuple[list[list[Any]], list[list[Any]]]:
             ])  # fmt: skip
             dead = m("dead_share")
             cost.append([
-                NAMES[system], rate, m("bytes_total"), m("bytes_heap"),
+                NAMES[system], rate, m("bytes_total"), m("bytes_heap"), m("bytes_hot"),
                 f"{dead:.1%}" if dead == dead else "—",
                 m("cpu_producer"), m("cpu_pg_producer"), m("cpu_worker"),
                 m("cpu_pg_worker"), m("cpu_broker"), m("cpu_total"),
@@ -195,7 +198,7 @@ def write_docs(data: dict[str, Any], result: dict[str, Any]) -> None:
 def main() -> None:
     parser = common.make_parser(__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--rates", default="100,150,300,1000", help="offered jobs/s, a,b,...")
+    parser.add_argument("--rates", default=RATES, help="offered jobs/s, a,b,...")
     parser.add_argument("--seconds", type=float, default=25.0, help="each cell's window")
     parser.add_argument("--systems", default=",".join(paced_cells.SYSTEMS))
     parser.add_argument("--drain", type=float, default=20.0, help="seconds to wait for a backlog")
@@ -208,7 +211,9 @@ def main() -> None:
     parser.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.rates, args.seconds, args.drain = 1, "100,300", 4.0, 10.0
+        args.rounds, args.seconds, args.drain = 1, 4.0, 10.0
+        if args.rates == RATES:
+            args.rates = "100,300"
     if args.render:
         result = common.load_result(NAME)
         if result is None:

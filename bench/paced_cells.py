@@ -197,6 +197,7 @@ def run_cell(system: str, rate: int, seconds: float, opts: dict[str, Any]) -> di
     meter = measure.CpuMeter({"producer": producer.pid, "worker": worker.pid}, backends)
     out: dict[str, Any] = {"system": system, "rate": rate, "tag": opts["tag"]}
     window = (0.0, 0.0)
+    ending = None
     try:
         with connect(db_of(system)) as conn:
             for line in producer.stdout or []:
@@ -204,7 +205,12 @@ def run_cell(system: str, rate: int, seconds: float, opts: dict[str, Any]) -> di
                     window = (float(line.split()[2]), 0.0)
                     done0 = _done(system, conn, starts)[0]
                     meter.start()
+                    hook = opts.get("window_hook")
+                    if hook is not None:
+                        ending = hook({"worker": worker.pid, "producer": producer.pid})
                 elif line.startswith("WINDOW end"):
+                    if ending is not None:
+                        ending()
                     meter.stop()
                     done1 = _done(system, conn, starts)[0]
                     window = (window[0], float(line.split()[2]))

@@ -13,6 +13,7 @@ run; Redis keys carry the run's prefix in db ``BENCH_REDIS_DB``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -233,6 +234,7 @@ def run_cell(system: str, rate: int, seconds: float, opts: dict[str, Any]) -> di
         common.kill_group(producer)
         common.kill_group(worker)
         backends.close()
+    out["loadavg"] = os.getloadavg()
     out["cpu"] = meter.by_kind()
     out["window"] = meter.seconds
     out["machine_busy"] = meter.machine_busy()

@@ -3,6 +3,8 @@ driver stays short): how the cells were run, and how to read them."""
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
 from typing import Any
 
 
@@ -47,6 +49,62 @@ def reading(data: dict[str, Any]) -> list[str]:
         " the producer and its PostgreSQL backend per job enqueued; the worker's processes,"
         " their backends and the Redis server per job completed (Redis is shared with other"
         " users of this machine, so its column is an upper bound; procrastinate uses none)."
-        " *all CPU* is everything measured over the jobs completed. The machine is shared:"
+        " *all CPU* is everything measured over the jobs completed. The floor's producer"
+        " publishes one message at a time (`apply_async`), so its enqueue rate is Celery's"
+        " publishing, not a ceiling of the floor's worker. The machine is shared:"
         " compare rows of one run only.",
+    ]
+
+
+def _median(values: list[float]) -> float:
+    values = [v for v in values if v is not None and v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def findings(
+    data: dict[str, Any], derived: Callable[[dict[str, Any]], dict[str, Any]]
+) -> list[str]:
+    """What this run's numbers say, computed from them (so a run that says otherwise writes
+    otherwise): who kept up at each rate, CPU per job against each other, the producers'
+    ceiling, bytes per run."""
+    cells = [c for c in data["cells"] if "error" not in c]
+
+    def of(system: str, key: str, rates: list[int] | None = None) -> float:
+        return _median([
+            derived(c).get(key) for c in cells
+            if c["system"] == system and (rates is None or c["rate"] in rates)
+        ])  # fmt: skip
+
+    lines = []
+    for rate in data["rates"]:
+        kept = [
+            s for s in data["systems"]
+            if _median([c["depth_end"] for c in cells if c["system"] == s and c["rate"] == rate])
+            <= rate  # at most a second of backlog at the window's end
+        ]  # fmt: skip
+        lines.append(f"{rate}/s: {', '.join(kept) or 'none'}")
+    due, proc, floor = (of(s, "cpu_total") for s in ("duecourse", "procrastinate", "floor"))
+    worker = {s: of(s, "cpu_worker") + of(s, "cpu_pg_worker") for s in data["systems"]}
+    top = max(data["rates"])
+    ceiling = {s: of(s, "enqueue_rate", [top]) for s in data["systems"]}
+    low = min(data["rates"])
+    size = {s: of(s, "bytes_total", [low]) for s in ("duecourse", "procrastinate")}
+    hot = {s: of(s, "bytes_hot", [low]) for s in ("duecourse", "procrastinate")}
+    return [
+        "What this run showed: the systems that kept up (at most a second of backlog at the"
+        " window's end, median of the rounds) at each offered rate: " + "; ".join(lines) + "."
+        f" All CPU per job completed, median over every rate: Duecourse {due:.1f} ms,"
+        f" procrastinate {proc:.1f} ms, the floor {floor:.1f} ms ({due / proc:.1f}x"
+        f" procrastinate's, {due / floor:.1f}x the floor's); the worker and its PostgreSQL"
+        f" backends alone: {worker.get('duecourse', float('nan')):.1f},"
+        f" {worker.get('procrastinate', float('nan')):.1f} and"
+        f" {worker.get('floor', float('nan')):.1f} ms. At {top:,}/s offered the producers"
+        f" reached {ceiling.get('duecourse', float('nan')):.0f} (Duecourse),"
+        f" {ceiling.get('procrastinate', float('nan')):.0f} (procrastinate) and"
+        f" {ceiling.get('floor', float('nan')):.0f} (floor) enqueues/s. At {low}/s a finished"
+        f" run took {size['duecourse']:,.0f} bytes in Duecourse's tables against"
+        f" {size['procrastinate']:,.0f} in procrastinate's"
+        f" ({size['duecourse'] / size['procrastinate']:.1f}x), and its hot table"
+        f" {hot['duecourse']:,.0f} against {hot['procrastinate']:,.0f}"
+        f" ({hot['duecourse'] / hot['procrastinate']:.1f}x).",
     ]

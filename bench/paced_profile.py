@@ -55,31 +55,59 @@ def read_stacks(path: Path, main_pid: int) -> dict[str, collections.Counter[tupl
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         frames = stack.split(";")
-        role = "pool"
-        if frames and frames[0].startswith("process "):
-            pid = int(frames[0].split()[1].rstrip(":").split(":")[0])
-            role = "main" if pid == main_pid else "pool"
+        # A pool process's stack starts with its parent's "process" frame, then its own.
+        pid = main_pid
+        while frames and frames[0].startswith("process "):
+            pid = int(frames[0].split()[1].split(":")[0])
             frames = frames[1:]
+        role = "main" if pid == main_pid else "pool"
         if frames and frames[0].startswith("thread "):
             frames = frames[1:]
         out[role][tuple(short(f) for f in frames)] += int(count)
     return out
 
 
+#: Leaves where a thread waits (on PostgreSQL, its parent process, a lock, the broker) or
+#: sleeps in the body: left out of the busy view, and each charged to the frame that waits.
+WAITS = (
+    "Connection.wait",
+    "Connection._recv",
+    "Condition.wait",
+    "_epoll.poll",
+    "_read_from_socket",
+    "run_sync",
+)
+#: Frames worth naming when a wait is charged: the engine's, the benchmark's, Celery's tracer.
+OWNERS = ("scheduling/", "paced_", "celery/app/trace")
+
+
 def top(stacks: collections.Counter[tuple[str, ...]], n: int) -> list[str]:
-    """The ``n`` functions with the most own samples and the most inclusive samples."""
+    """Own samples, inclusive samples of the busy stacks (the frames under which most of the
+    work happens, leaving out those every stack shares) and the waits by who waits."""
     total = sum(stacks.values()) or 1
+    busy = {f: c for f, c in stacks.items() if f and not f[-1].endswith(WAITS)}
+    busy_total = sum(busy.values()) or 1
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
+    waits: collections.Counter[str] = collections.Counter()
     for frames, count in stacks.items():
-        if frames:
-            own[frames[-1]] += count
+        if not frames:
+            continue
+        own[frames[-1]] += count
+        if frames[-1].endswith(WAITS):
+            owner = next((f for f in reversed(frames) if f.startswith(OWNERS)), frames[-1])
+            waits[f"{frames[-1].rsplit(':', 1)[-1]} in {owner}"] += count
+    for frames, count in busy.items():
         for frame in set(frames):
             inclusive[frame] += count
-    lines = [f"  {total} samples; own:"]
+    shared = {f for f, c in inclusive.items() if c >= 0.98 * busy_total}
+    lines = [f"  {total} samples, {busy_total} not waiting; own (of all):"]
     lines += [f"    {c / total:6.1%}  {f}" for f, c in own.most_common(n)]
-    lines += ["  inclusive:"]
-    lines += [f"    {c / total:6.1%}  {f}" for f, c in inclusive.most_common(n)]
+    lines += ["  inclusive (of the samples not waiting):"]
+    kept = [(f, c) for f, c in inclusive.most_common() if f not in shared][:n]
+    lines += [f"    {c / busy_total:6.1%}  {f}" for f, c in kept]
+    lines += ["  waits (of all), by the frame that waits:"]
+    lines += [f"    {c / total:6.1%}  {w}" for w, c in waits.most_common(10)]
     return lines
 
 
@@ -95,16 +123,24 @@ def normalize(sql: str) -> str:
 def statements(log: Path, offset: int, db: str, roles: dict[int, str]) -> list[str]:
     """Server time by statement and by side, from the log lines written since ``offset``."""
     totals: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    entries: list[list[str]] = []
     with open(log, errors="replace") as handle:
         handle.seek(offset)
         for line in handle:
-            m = _LOGGED.search(line)
-            if not m or m.group(2) != db:
-                continue
-            pid, _, ms, phase, sql = m.groups()
-            key = (roles.get(int(pid), "other"), f"{phase}: {normalize(sql)}")
-            totals[key][0] += 1
-            totals[key][1] += float(ms)
+            # A statement of several lines goes on in lines that start with a tab.
+            if line.startswith("\t") and entries:
+                entries[-1].append(line)
+            else:
+                entries.append([line])
+    for entry in entries:
+        m = _LOGGED.search(entry[0])
+        if not m or m.group(2) != db:
+            continue
+        pid, _, ms, phase, sql = m.groups()
+        text = normalize(" ".join([sql, *entry[1:]]))
+        key = (roles.get(int(pid), "other"), f"{phase}: {text}")
+        totals[key][0] += 1
+        totals[key][1] += float(ms)
     rows = sorted(totals.items(), key=lambda kv: -kv[1][1])
     return [
         f"  {role:8} {int(n):7d} x {ms / max(n, 1):7.3f} ms = {ms:9.1f} ms  {sql}"
@@ -168,7 +204,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--pg-log", default="/var/log/postgresql/postgresql-15-main.log")
+    parser.add_argument("--from-raw", help="only read a saved py-spy raw file again")
     args = parser.parse_args()
+    if args.from_raw:
+        raw = Path(args.from_raw)
+        first = raw.read_text().split(";", 1)[0]  # the worker's main process, outermost
+        stacks = read_stacks(raw, int(first.split()[1].split(":")[0]))
+        for role in ("pool", "main"):
+            print("\n".join([f"-- {role} process(es)", *top(stacks[role], args.top)]))
+        return
     paced_cells.create_databases()
     try:
         with paced_cells.connect(paced_cells.DUE_DB) as conn:

@@ -176,14 +176,20 @@ def tables(data: dict[str, Any]) -> tuple[list[list[Any]], list[list[Any]]]:
 def render(data: dict[str, Any], *, markdown: bool) -> list[str]:
     latency, cost = tables(data)
     busy = [c["machine_busy"] for c in data["cells"] if c.get("machine_busy") is not None]
+    loads = [c["loadavg"][0] for c in data["cells"] if c.get("loadavg")]
+    load = f"1-minute load average at the start {data['machine']['loadavg'][0]:.1f}"
+    if loads:
+        load += f", after each cell from {min(loads):.1f} to {max(loads):.1f}"
+    if data.get("load_after"):
+        load += f", at the end {data['load_after'][0]:.1f}"
     return [
         common.render_table(LATENCY_HEADERS, latency, markdown=markdown),
         "",
         common.render_table(COST_HEADERS, cost, markdown=markdown),
         "",
-        f"Machine busy over the windows (every user's work): median {common.median(busy):.0%},"
-        f" from {min(busy, default=0):.0%} to {max(busy, default=0):.0%};"
-        f" load average at the start {', '.join(f'{x:.2f}' for x in data['machine']['loadavg'])}.",
+        f"Machine busy over the windows (every user's work, {data['machine']['nproc']} cores):"
+        f" median {common.median(busy):.0%}, from {min(busy, default=0):.0%} to"
+        f" {max(busy, default=0):.0%}; {load}.",
     ]
 
 
@@ -191,6 +197,7 @@ def write_docs(data: dict[str, Any], result: dict[str, Any]) -> None:
     import paced_docs
 
     body = paced_docs.intro(data) + render(data, markdown=True) + [""]
+    body += [*paced_docs.findings(data, derived), ""]
     body += [*paced_docs.reading(data), "", *common.command_block(result)]
     common.write_docs_section(DOCS, SECTION, body)
 

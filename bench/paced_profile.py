@@ -17,7 +17,6 @@ Needs py-spy (in the ``bench`` extra) and permission to trace the worker (root, 
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import re
@@ -148,7 +147,7 @@ def statements(log: Path, offset: int, db: str, roles: dict[int, str]) -> list[s
     ]
 
 
-def profile_cell(args: argparse.Namespace, *, idle: bool) -> list[str]:
+def profile_cell(args: Any, *, idle: bool) -> list[str]:
     kind = "wall" if idle else "cpu"
     OUT.mkdir(parents=True, exist_ok=True)
     raw = OUT / f"worker-{kind}.txt"
@@ -199,13 +198,15 @@ def profile_cell(args: argparse.Namespace, *, idle: bool) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common.make_parser(__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=150)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--pg-log", default="/var/log/postgresql/postgresql-15-main.log")
     parser.add_argument("--from-raw", help="only read a saved py-spy raw file again")
     args = parser.parse_args()
+    if args.quick:
+        args.rate, args.seconds = 100, 4.0
     if args.from_raw:
         raw = Path(args.from_raw)
         first = raw.read_text().split(";", 1)[0]  # the worker's main process, outermost
@@ -221,7 +222,8 @@ def main() -> None:
             )
         report = [*profile_cell(args, idle=False), "", *profile_cell(args, idle=True)]
     finally:
-        paced_cells.drop_databases()
+        if not args.keep:
+            paced_cells.drop_databases()
         common.redis_cleanup()
     text = "\n".join(report)
     (OUT / "report.txt").write_text(text + "\n")

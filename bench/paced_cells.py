@@ -25,7 +25,7 @@ import paced_measure as measure
 
 DUE_DB = f"qb_due_{common.RUN_ID}"
 PROC_DB = f"qb_proc_{common.RUN_ID}"
-SYSTEMS = ["duecourse", "procrastinate", "floor"]
+SYSTEMS = ["duecourse", "duecourse_bulk", "procrastinate", "floor"]
 CONCURRENCY = 4
 WARMUP = 8
 FILES = common.RESULTS / "paced"

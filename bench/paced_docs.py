@@ -16,7 +16,8 @@ def intro(data: dict[str, Any]) -> list[str]:
         f" {o['tick'] * 1000:.0f} ms, {data['seconds']:.0f} s per cell) to each system's own"
         " worker of four, each job a 1-ms body; the same producer loop for every system"
         " (`bench/paced_producer.py`). **Duecourse**: `paced_body.enqueue(seq)` on its Django"
-        " Tasks backend, every enqueue of a batch in one `transaction.atomic()`, a stock"
+        " Tasks backend, every enqueue of a batch in one `transaction.atomic()` (*enqueue_many*:"
+        " one `scheduling.api.enqueue_many` call for the batch instead), a stock"
         " `celery worker -P prefork -c 4` on Redis (no scheduler running: nothing is deferred or"
         f" lost). **procrastinate**: {bulk}, its own worker at `--concurrency 4` (one process,"
         " LISTEN/NOTIFY, jobs kept). **floor**: the same body as a plain `acks_late` Celery task"
@@ -87,6 +88,7 @@ def findings(
     worker = {s: of(s, "cpu_worker") + of(s, "cpu_pg_worker") for s in data["systems"]}
     top = max(data["rates"])
     ceiling = {s: of(s, "enqueue_rate", [top]) for s in data["systems"]}
+    nan = float("nan")
     low = min(data["rates"])
     size = {s: of(s, "bytes_total", [low]) for s in ("duecourse", "procrastinate")}
     hot = {s: of(s, "bytes_hot", [low]) for s in ("duecourse", "procrastinate")}
@@ -99,7 +101,8 @@ def findings(
         f" backends alone: {worker.get('duecourse', float('nan')):.1f},"
         f" {worker.get('procrastinate', float('nan')):.1f} and"
         f" {worker.get('floor', float('nan')):.1f} ms. At {top:,}/s offered the producers"
-        f" reached {ceiling.get('duecourse', float('nan')):.0f} (Duecourse),"
+        f" reached {ceiling.get('duecourse', nan):.0f} (Duecourse, `enqueue()` each),"
+        f" {ceiling.get('duecourse_bulk', nan):.0f} (Duecourse, `enqueue_many`),"
         f" {ceiling.get('procrastinate', float('nan')):.0f} (procrastinate) and"
         f" {ceiling.get('floor', float('nan')):.0f} (floor) enqueues/s. At {low}/s a finished"
         f" run took {size['duecourse']:,.0f} bytes in Duecourse's tables against"

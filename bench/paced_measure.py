@@ -203,12 +203,14 @@ TABLES = {
     "duecourse": (["scheduling_execution", "scheduling_attempt"], "scheduling_execution"),
     "procrastinate": (["procrastinate_jobs", "procrastinate_events"], "procrastinate_jobs"),
 }
+TABLES["duecourse_bulk"] = TABLES["duecourse"]
 FINISHED_SQL = {
     "duecourse": "SELECT count(*) FILTER (WHERE status = 'completed'), count(*)"
     " FROM scheduling_execution",
     "procrastinate": "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*)"
     " FROM procrastinate_jobs",
 }
+FINISHED_SQL["duecourse_bulk"] = FINISHED_SQL["duecourse"]
 
 
 def finished(conn: Any, system: str) -> tuple[int, int]:

@@ -5,6 +5,8 @@ Every ``tick`` seconds it takes the jobs the offered rate has made due since the
 
 - **duecourse**: ``paced_body.enqueue(seq)`` for each, inside one ``transaction.atomic()``
   (the backend writes a ledger row per job and publishes them once the block commits);
+- **duecourse_bulk**: one ``scheduling.api.enqueue_many(paced_body, calls)`` for the batch
+  in the same block (one multi-row INSERT, the messages published together on commit);
 - **procrastinate**: one ``batch_defer`` (a multi-row INSERT) when ``bulk`` is on, else one
   ``defer`` per job, each its own transaction;
 - **floor**: one ``apply_async`` per job of the plain Celery task (no database at all).
@@ -33,13 +35,16 @@ from typing import Any
 Batch = Callable[[list[int]], list[tuple[int, float]]]
 
 
-def duecourse_batch(queue: str) -> Batch:
-    """Enqueue through Django's Tasks framework on Duecourse's backend, one block per tick."""
+def duecourse_batch(queue: str, *, bulk: bool) -> Batch:
+    """Enqueue through Django's Tasks framework on Duecourse's backend, one block per tick:
+    ``enqueue()`` per job, or one ``scheduling.api.enqueue_many`` for the batch."""
     import django
 
     django.setup()
     from django.db import transaction
     from paced_tasks import paced_body
+
+    from scheduling.api import enqueue_many
 
     task = paced_body.using(queue_name=queue)
 
@@ -48,8 +53,11 @@ def duecourse_batch(queue: str) -> Batch:
         with transaction.atomic():
             # Registered first, so it runs first once the block commits: the commit's time.
             transaction.on_commit(lambda: committed.append(time.time()))
-            for seq in seqs:
-                task.enqueue(seq)
+            if bulk:
+                enqueue_many(task, [((seq,), {}) for seq in seqs])
+            else:
+                for seq in seqs:
+                    task.enqueue(seq)
         return [(seq, committed[0]) for seq in seqs]
 
     return enqueue
@@ -149,8 +157,8 @@ def paced(enqueue: Batch, p: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     p = json.loads(sys.argv[1])
     system = p["system"]
-    if system == "duecourse":
-        enqueue = duecourse_batch(p["queue"])
+    if system in ("duecourse", "duecourse_bulk"):
+        enqueue = duecourse_batch(p["queue"], bulk=system == "duecourse_bulk")
     elif system == "procrastinate":
         enqueue = procrastinate_batch(p["bulk"])
     else:

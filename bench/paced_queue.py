@@ -10,7 +10,7 @@ latency, high ones saturation. Rounds alternate which system goes first; each nu
 tables is the median of the rounds.
 
     python bench/paced_queue.py --quick              # tiny: 2 rates, 4 s, 1 round
-    python bench/paced_queue.py --rounds 3           # the table in docs/benchmarks.md
+    python bench/paced_queue.py --rounds 2 --seconds 15 --drain 10   # docs/benchmarks.md
     python bench/paced_queue.py --render             # the section again from saved results
 
 (Not named ``queue.py``: with ``bench/`` first on the path, as every benchmark child has it,
@@ -33,9 +33,10 @@ import paced_cells
 NAME = "paced_queue"
 RATES = "100,150,300,1000"
 DOCS = common.ROOT / "docs" / "benchmarks.md"
-SECTION = "## 15. Paced producers: claim latency, saturation and cost per job against procrastinate"
+SECTION = "## Paced producers: claim latency, saturation and cost per job against procrastinate"
 NAMES = {
-    "duecourse": "Duecourse (Django Tasks backend)",
+    "duecourse": "Duecourse, enqueue() each",
+    "duecourse_bulk": "Duecourse, enqueue_many",
     "procrastinate": "procrastinate",
     "floor": "floor: bare Celery task",
 }

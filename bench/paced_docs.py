@@ -52,7 +52,10 @@ def reading(data: dict[str, Any]) -> list[str]:
         " users of this machine, so its column is an upper bound; procrastinate uses none)."
         " *all CPU* is everything measured over the jobs completed. The floor's producer"
         " publishes one message at a time (`apply_async`), so its enqueue rate is Celery's"
-        " publishing, not a ceiling of the floor's worker. The machine is shared:"
+        " publishing, not a ceiling of the floor's worker; and its time is noted after each"
+        " publish returns, so a body can start before it (latencies about zero, a few"
+        " negative). Each side's time is taken when its enqueue returns, the latencies are a"
+        " lower bound by that much. The machine is shared:"
         " compare rows of one run only.",
     ]
 
@@ -89,9 +92,8 @@ def findings(
     top = max(data["rates"])
     ceiling = {s: of(s, "enqueue_rate", [top]) for s in data["systems"]}
     nan = float("nan")
-    low = min(data["rates"])
-    size = {s: of(s, "bytes_total", [low]) for s in ("duecourse", "procrastinate")}
-    hot = {s: of(s, "bytes_hot", [low]) for s in ("duecourse", "procrastinate")}
+    size = {s: of(s, "bytes_total") for s in ("duecourse", "procrastinate")}
+    hot = {s: of(s, "bytes_hot") for s in ("duecourse", "procrastinate")}
     return [
         "What this run showed: the systems that kept up (at most a second of backlog at the"
         " window's end, median of the rounds) at each offered rate: " + "; ".join(lines) + "."
@@ -104,8 +106,9 @@ def findings(
         f" reached {ceiling.get('duecourse', nan):.0f} (Duecourse, `enqueue()` each),"
         f" {ceiling.get('duecourse_bulk', nan):.0f} (Duecourse, `enqueue_many`),"
         f" {ceiling.get('procrastinate', float('nan')):.0f} (procrastinate) and"
-        f" {ceiling.get('floor', float('nan')):.0f} (floor) enqueues/s. At {low}/s a finished"
-        f" run took {size['duecourse']:,.0f} bytes in Duecourse's tables against"
+        f" {ceiling.get('floor', float('nan')):.0f} (floor) enqueues/s. A finished run took"
+        " (median of the cells that drained, `enqueue()` each)"
+        f" {size['duecourse']:,.0f} bytes in Duecourse's tables against"
         f" {size['procrastinate']:,.0f} in procrastinate's"
         f" ({size['duecourse'] / size['procrastinate']:.1f}x), and its hot table"
         f" {hot['duecourse']:,.0f} against {hot['procrastinate']:,.0f}"

@@ -35,7 +35,7 @@ import common
 
 NAME = "enqueue_many"
 DOC = common.ROOT / "docs" / "benchmarks.md"
-HEADING = "## 15. Bulk enqueue: enqueue_many beside procrastinate's batch_defer"
+HEADING = "## 16. Bulk enqueue: enqueue_many beside procrastinate's batch_defer"
 SIDES = ("enqueue_many", "enqueue", "batch_defer")
 SETTINGS = "settings_djtasks"
 TARGET = 10_000.0

@@ -1,0 +1,391 @@
+"""The fault campaign's cluster: its own servers and processes, on the hosts of ``faultnet``.
+
+PostgreSQL (a data directory of its own, made by ``initdb``) runs on the ``db`` host behind
+``faultproxy``'s relay, Redis (``--save ''``: a restart loses what it held) on ``mq``, one
+scheduler on each of ``s1``-``s3`` (``manage.py runscheduler`` on two, ``celery beat -S
+scheduling.beat:DatabaseScheduler`` on the third: both ways docs/operations.md gives), one
+prefork ``celery worker`` on each of ``w1``-``w3`` and the producer on ``p1``. The campaign
+itself reads PostgreSQL and Redis through their Unix sockets in the run directory, never
+through the hosts' network, so no cut blinds it.
+
+Every process starts in a session of its own, so its whole tree can be signalled at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from faultnet import SCHEDULERS, WORKERS, Network, run
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PG_BIN = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+DATABASE = "duecourse"
+PG_INNER_PORT = 5433
+#: SCHEDULING_STALE_AFTER and SCHEDULING_HEARTBEAT_INTERVAL for the run: a lease of 6 s, so
+#: a freeze or a cut of a few seconds outlasts it.
+LEASE = 6
+HEARTBEAT = 0.5
+WORKER_CONCURRENCY = 4
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float, message: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s: {message}")
+        time.sleep(0.2)
+
+
+class Processes:
+    """The cluster's children, each in a session of its own, with its log in ``logs``."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.paths: dict[int, Path] = {}
+        self.count = 0
+
+    def start(
+        self, command: list[str], *, env: dict[str, str], name: str
+    ) -> subprocess.Popen[bytes]:
+        self.count += 1
+        path = self.logs / f"{name}-{self.count}.log"
+        log = path.open("wb")
+        child = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        self.children.append(child)
+        self.paths[child.pid] = path
+        return child
+
+    def log_of(self, child: subprocess.Popen[bytes]) -> str:
+        path = self.paths.get(child.pid)
+        return path.read_text(errors="replace") if path else ""
+
+    @staticmethod
+    def signal(child: subprocess.Popen[Any], sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, sig)
+
+    def kill(self, child: subprocess.Popen[Any]) -> None:
+        """SIGKILL the whole group (a worker's pool processes too) and reap the leader."""
+        self.signal(child, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=30)
+
+    def kill_all(self) -> None:
+        for child in self.children:
+            self.signal(child, signal.SIGCONT)
+            self.signal(child, signal.SIGKILL)
+        for child in self.children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=30)
+
+
+class Cluster:
+    def __init__(self, net: Network, root: Path) -> None:
+        self.net = net
+        self.root = root
+        self.logs = root / "logs"
+        self.bodies = root / "bodies"
+        for folder in (self.logs, self.bodies):
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chmod(folder, 0o777)
+        self.processes = Processes(self.logs)
+        self.postgres: subprocess.Popen[bytes] | None = None
+        self.relay: subprocess.Popen[bytes] | None = None
+        self.redis: subprocess.Popen[bytes] | None = None
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.schedulers: dict[str, subprocess.Popen[bytes]] = {}
+        self.skews: dict[str, float] = dict.fromkeys(WORKERS, 0.0)
+        self.producer: subprocess.Popen[bytes] | None = None
+
+    # --- PostgreSQL --------------------------------------------------------------------------
+
+    def init_postgres(self) -> None:
+        account = pwd.getpwnam("postgres")
+        os.chown(self.root, account.pw_uid, account.pw_gid)
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(PG_BIN / "initdb"), "-D",
+             str(self.root / "pg"), "-A", "trust", "-U", "postgres", "-E", "UTF8"],
+            check=True, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=120,
+        )  # fmt: skip
+        self.start_relay()
+
+    def start_postgres(self) -> None:
+        # Server keepalives and a user timeout end the session of a client cut off
+        # mid-transaction within seconds, so its row locks do not outlive the cut.
+        server = [
+            "ip", "netns", "exec", self.net.ns("db"), "runuser", "-u", "postgres", "--",
+            str(PG_BIN / "postgres"), "-D", str(self.root / "pg"), "-p", str(PG_INNER_PORT),
+            "-k", str(self.root), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+            "-c", "max_connections=300", "-c", "tcp_keepalives_idle=1",
+            "-c", "tcp_keepalives_interval=1", "-c", "tcp_keepalives_count=2",
+            "-c", "tcp_user_timeout=2000", "-c", "shared_buffers=64MB",
+        ]  # fmt: skip
+        self.postgres = self.processes.start(
+            server, env={**os.environ, "LC_ALL": "C"}, name="postgres"
+        )
+        wait_for(self.accepts, timeout=60, message="PostgreSQL accepts connections")
+
+    def stop_postgres(self) -> None:
+        """Fast shutdown (SIGINT): every session is cut, nothing is left half-written."""
+        if self.postgres is not None and self.postgres.poll() is None:
+            os.killpg(self.postgres.pid, signal.SIGINT)
+            try:
+                self.postgres.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.processes.kill(self.postgres)
+        self.postgres = None
+
+    def start_relay(self) -> None:
+        control = self.root / "relay.delay"
+        control.write_text("0")
+        command = [
+            "ip", "netns", "exec", self.net.ns("db"), sys.executable,
+            str(BENCH / "faultproxy.py"), self.net.address("db"), "5432", "127.0.0.1",
+            str(PG_INNER_PORT), str(control),
+        ]  # fmt: skip
+        self.relay = self.processes.start(command, env=dict(os.environ), name="relay")
+
+    def slow_database(self, milliseconds: int) -> None:
+        (self.root / "relay.delay").write_text(str(milliseconds))
+        if self.relay is not None:
+            Processes.signal(self.relay, signal.SIGUSR1)
+
+    def fast_database(self) -> None:
+        if self.relay is not None:
+            Processes.signal(self.relay, signal.SIGUSR2)
+
+    def accepts(self) -> bool:
+        try:
+            with self.connect("postgres"):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def connect(self, name: str = DATABASE) -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            host=str(self.root), port=PG_INNER_PORT, user="postgres", dbname=name,
+            autocommit=True, connect_timeout=5,
+        )  # fmt: skip
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with self.connect() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def create_database(self) -> None:
+        with self.connect("postgres") as conn:
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+
+    # --- Redis -------------------------------------------------------------------------------
+
+    def start_redis(self) -> None:
+        sock = self.root / "redis.sock"
+        with contextlib.suppress(FileNotFoundError):
+            sock.unlink()
+        command = [
+            "ip", "netns", "exec", self.net.ns("mq"), "redis-server", "--bind",
+            self.net.address("mq"), "--port", "6379", "--save", "", "--appendonly", "no",
+            "--protected-mode", "no", "--unixsocket", str(sock), "--unixsocketperm", "777",
+        ]  # fmt: skip
+        self.redis = self.processes.start(command, env=dict(os.environ), name="redis")
+        wait_for(sock.exists, timeout=60, message="Redis is up")
+
+    def kill_redis(self) -> None:
+        if self.redis is not None:
+            self.processes.kill(self.redis)
+        self.redis = None
+
+    # --- the engine's processes --------------------------------------------------------------
+
+    def env(self, host: str, skew: float = 0.0) -> dict[str, str]:
+        timeouts = (
+            "connect_timeout=2&keepalives=1&keepalives_idle=1&keepalives_interval=1"
+            "&keepalives_count=1&tcp_user_timeout=2000"
+        )
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{BENCH}:{ROOT}",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "SECRET_KEY": "fault-campaign",
+            "DATABASE_URL": (
+                f"postgres://postgres@{self.net.address('db')}:5432/{DATABASE}?{timeouts}"
+            ),
+            "CELERY_BROKER_URL": f"redis://{self.net.address('mq')}:6379/0",
+            "CELERY_VISIBILITY_TIMEOUT": "300",
+            "CELERY_UNACKED_RESTORE_INTERVAL": "1",
+            "SCHEDULING_DEFAULT_TIMEOUT": "120",
+            "SCHEDULING_HEARTBEAT_INTERVAL": str(HEARTBEAT),
+            "SCHEDULING_STALE_AFTER": str(LEASE),
+            "SCHEDULING_MAX_SLEEP": "0.5",
+            "SCHEDULING_PENDING_GRACE": "3",
+            # A queued run whose message the broker lost (a restart) is published again after
+            # 10 s rather than the default 10 minutes, so the drain sees it through.
+            "SCHEDULING_REQUEUE_AFTER": "10",
+            "SCHEDULING_RETRY_BACKOFF_BASE": "0.5",
+            "SCHEDULING_RETRY_BACKOFF_CAP": "2",
+            "PYTHONUNBUFFERED": "1",
+            "FAULT_BODY_LOG": str(self.bodies),
+            "FAULT_HOST": host,
+            "FAULT_SKEW": f"{skew:g}",
+        }
+        if skew:
+            env["LD_PRELOAD"] = FAKETIME_LIB
+            env["FAKETIME"] = f"{skew:+g}s"
+        return env
+
+    def on(self, host: str, command: list[str], name: str, skew: float = 0.0) -> Any:
+        return self.processes.start(
+            ["ip", "netns", "exec", self.net.ns(host), *command],
+            env=self.env(host, skew),
+            name=name,
+        )
+
+    def manage(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """A management command on the producer host (the campaign's own has no route to the
+        hosts), with the bodies' module imported: a job's target must be a known task."""
+        child = self.launch_manage(*args)
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.processes.kill(child)
+            out, err = child.communicate()
+        return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+    def launch_manage(self, *args: str) -> subprocess.Popen[str]:
+        """``manage`` started, not awaited: the caller polls it (``communicate`` when done)."""
+        code = (
+            "import sys, django; django.setup(); import faultbodies;"
+            f"from django.core.management import call_command; call_command(*{list(args)!r})"
+        )
+        command = ["ip", "netns", "exec", self.net.ns("p1"), sys.executable, "-c", code]
+        return subprocess.Popen(
+            command, cwd=ROOT, env=self.env("p1"), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+
+    def script(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        command = [
+            "ip", "netns", "exec", self.net.ns("p1"), sys.executable,
+            str(BENCH / "faultload.py"), *args,
+        ]  # fmt: skip
+        return subprocess.run(
+            command, cwd=ROOT, env=self.env("p1"), capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+
+    def start_worker(self, host: str, skew: float = 0.0) -> None:
+        command = [
+            sys.executable, "-m", "celery", "-A", "config", "worker", "-P", "prefork",
+            "-c", str(WORKER_CONCURRENCY), "-n", f"{host}@faults", "-I", "faultbodies",
+            "--without-mingle", "--without-gossip", "--loglevel", "INFO",
+        ]  # fmt: skip
+        self.skews[host] = skew
+        self.workers[host] = self.on(host, command, name=f"worker-{host}", skew=skew)
+
+    def worker_ready(self, host: str) -> bool:
+        return "worker.ready" in self.processes.log_of(self.workers[host])
+
+    def kill_worker(self, host: str) -> None:
+        self.processes.kill(self.workers[host])
+
+    def pool_children(self, host: str) -> list[int]:
+        """The pids of ``host``'s worker pool processes (the children of its main process)."""
+        main = self.worker_main_pid(host)
+        if main is None:
+            return []
+        listed = run("pgrep", "-P", str(main), check=False).stdout.split()
+        return [int(pid) for pid in listed]
+
+    def worker_main_pid(self, host: str) -> int | None:
+        """The celery main process (the child of ``ip netns exec``'s exec: the same pid)."""
+        child = self.workers[host]
+        return child.pid if child.poll() is None else None
+
+    def start_scheduler(self, host: str) -> None:
+        # Both import the bodies' module first: a scheduler publishes only tasks it knows.
+        if host == SCHEDULERS[-1]:
+            argv = [
+                "celery", "-A", "config", "beat", "-S", "scheduling.beat:DatabaseScheduler",
+                "--loglevel", "INFO", "--schedule", str(self.root / f"beat-{host}.db"),
+            ]  # fmt: skip
+            code = (
+                "import sys, django; django.setup(); import faultbodies;"
+                f"sys.argv = {argv!r}; from celery.__main__ import main; main()"
+            )
+        else:
+            code = (
+                "import django; django.setup(); import faultbodies;"
+                "from django.core.management import call_command; call_command('runscheduler')"
+            )
+        command = [sys.executable, "-c", code]
+        self.schedulers[host] = self.on(host, command, name=f"scheduler-{host}")
+
+    def kill_scheduler(self, host: str) -> None:
+        self.processes.kill(self.schedulers[host])
+
+    def start_producer(self, rate: float, seed: int) -> None:
+        stop = self.root / "producer.stop"
+        with contextlib.suppress(FileNotFoundError):
+            stop.unlink()
+        command = [
+            sys.executable, str(BENCH / "faultload.py"), "produce", str(rate), str(stop),
+            str(self.root / "produced.log"), str(seed),
+        ]  # fmt: skip
+        self.producer = self.on("p1", command, name="producer")
+
+    def stop_producer(self) -> None:
+        (self.root / "producer.stop").touch()
+        if self.producer is not None:
+            try:
+                self.producer.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.processes.kill(self.producer)
+
+    # --- the whole -----------------------------------------------------------------------------
+
+    def start(self, specs_file: Path) -> None:
+        """Servers, schema, jobs, then workers (all ready) before any scheduler claims."""
+        self.init_postgres()
+        self.start_postgres()
+        self.start_redis()
+        self.create_database()
+        wait_for(lambda: self.net.reaches("p1", "db", 5432), timeout=60, message="p1 reaches db")
+        migrated = self.manage("migrate", "--noinput", "-v0", timeout=600)
+        if migrated.returncode:
+            raise RuntimeError(f"migrate failed: {migrated.stderr[-3000:]}")
+        made = self.script("jobs", str(specs_file))
+        if made.returncode:
+            raise RuntimeError(f"the jobs were not made: {made.stderr[-3000:]}")
+        for host in WORKERS:
+            self.start_worker(host)
+        for host in WORKERS:
+            wait_for(lambda h=host: self.worker_ready(h), timeout=120, message=f"{host} ready")
+        for host in SCHEDULERS:
+            self.start_scheduler(host)
+
+    def stop(self) -> None:
+        self.net.heal()
+        self.fast_database()
+        self.processes.kill_all()
+        for pid in self.net.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

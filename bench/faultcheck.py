@@ -126,6 +126,13 @@ def _ends(folder: Path) -> Counter[str]:
     return counted
 
 
+def _seen(body: Body) -> str:
+    """A body as the report shows it: attempt@host, first and last line, whether it ended."""
+    last = max(body.points) if body.points else 0.0
+    state = "ended" if body.ended is not None else ("failed" if body.failed else "no end")
+    return f"{body.attempt}@{body.host} {body.started or 0:.3f}..{last:.3f} {state}"
+
+
 def _intersect(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float | None:
     for (a0, a1), (b0, b1) in itertools.product(a, b):
         if a0 <= b1 and b0 <= a1:
@@ -197,7 +204,9 @@ class Checker:
         where = {"run": row.run, "job": row.name, "status": row.status, "due": row.due}
         outcomes = self.attempts.get(row.id, Counter())
         if (row.status in OPEN or row.status == "failed") and row.due <= self.cutoff:
-            self.flag("lost", row.due, why=f"left {row.status}", error=row.error[:160], **where)
+            self.flag("lost", row.due, why=f"left {row.status}", error=row.error[:160],
+                      ledger=self._attempts_of(row.id), bodies=[_seen(b) for b in runs],
+                      **where)  # fmt: skip
         if row.status == "completed":
             if outcomes["completed"] != 1:
                 kind = "doubled" if outcomes["completed"] > 1 else "lost"
@@ -223,6 +232,19 @@ class Checker:
             self.flag("retries", row.due, why=why, **where)
         if (row.kwargs or {}).get("fail_first") and self.numbered[row.id].get(1) == "completed":
             self.flag("retries", row.due, why="completed by the try that must fail", **where)
+
+    def _attempts_of(self, execution_id: int) -> list[str]:
+        """An execution's heartbeat and attempts, for the report of an anomaly."""
+        rows = self.q(
+            "SELECT 'beat ' || coalesce(e.last_heartbeat_at::text, '-') || ' worker '"
+            " || e.worker FROM scheduling_execution e WHERE e.id = %s"
+            " UNION ALL SELECT a.number || ' ' || a.worker || ' pid ' || coalesce(a.pid, 0)"
+            " || ' ' || a.started_at || ' .. ' || coalesce(a.finished_at::text, '-') || ' '"
+            " || a.outcome FROM scheduling_attempt a WHERE a.execution_id = %s",
+            execution_id,
+            execution_id,
+        )
+        return [row[0] for row in rows]
 
     def _twice(self, runs: list[Body], outcomes: dict[int, str], ends: int, due: float,
                where: dict[str, Any]) -> None:  # fmt: skip

@@ -160,16 +160,20 @@ class Campaign:
         return stopped
 
     def drain(self, stopped: float) -> float:
-        """Wait until every run due before the faults stopped has settled (or the deadline)."""
+        """Wait until every occurrence due before the faults stopped is claimed (no active
+        job still due then: one running its missed occurrences one at a time may be behind)
+        and every run due before then has settled, or the deadline."""
         query = (
-            f"SELECT count(*) FROM scheduling_execution WHERE status IN {OPEN}"
-            " AND scheduled_for <= to_timestamp(%s)"
+            "SELECT (SELECT count(*) FROM scheduling_execution"
+            f" WHERE status IN {OPEN} AND scheduled_for <= to_timestamp(%s))"
+            " + (SELECT count(*) FROM scheduling_job"
+            " WHERE status = 'active' AND next_due_at <= to_timestamp(%s))"
         )
         began = time.time()
 
         def settled() -> bool:
             try:
-                return self.cluster.query(query, stopped)[0][0] == 0
+                return self.cluster.query(query, stopped, stopped)[0][0] == 0
             except Exception:
                 return False
 

@@ -23,7 +23,14 @@ Anomalies, by kind:
 ``early``         a body started before its occurrence's due time (the body host's clock
                   minus its injected skew)
 ``retries``       more failed attempts than the job's ``max_retries`` allows, or a
-                  ``fail_first`` occurrence whose purposeful failure was not retried
+                  ``fail_first`` occurrence completed by the first try, which must fail
+
+Counted apart, not an anomaly: a body that ran to its end twice because the first end was
+never recorded (its worker was killed, or cut off from the database until the lease ran out,
+after the body returned and before the completion was written). The lease promises never two
+bodies at once, not never twice (docs/scheduling.md, *When the body is stopped*); the
+checker still requires the two to be apart in time and the earlier attempt to be one the
+ledger never saw complete.
 
     python bench/faultcheck.py RUN_DIR   (the cluster's database must still be up)
 """
@@ -41,9 +48,10 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-#: A body seen ticking at most this far apart is taken to have run in between (ticks come
-#: every quarter second).
-GAP = 0.6
+#: A body seen ticking at most this far apart is taken to have run in between (it ticks every
+#: quarter second); a longer silence is a freeze (or a process the machine did not schedule),
+#: in which the body did nothing.
+GAP = 1.0
 ROWS = """
 SELECT e.id, e.job_id, e.status, extract(epoch FROM e.scheduled_for)::float8, e.task_id::text,
        e.last_error, j.max_retries, j.overlap, j.misfire, s.interval, j.name, j.kwargs
@@ -133,7 +141,7 @@ def _seen(body: Body) -> str:
     return f"{body.attempt}@{body.host} {body.started or 0:.3f}..{last:.3f} {state}"
 
 
-def _intersect(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float | None:
+def overlap_at(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float | None:
     for (a0, a1), (b0, b1) in itertools.product(a, b):
         if a0 <= b1 and b0 <= a1:
             return max(a0, b0)
@@ -217,7 +225,7 @@ class Checker:
         if ends > 1:
             self._twice(runs, self.numbered[row.id], ends, row.due, where)
         for a, b in itertools.combinations(runs, 2):
-            met = _intersect(a.stretches(), b.stretches())
+            met = overlap_at(a.stretches(), b.stretches())
             if met is not None:
                 pair = [f"{a.attempt}@{a.host}", f"{b.attempt}@{b.host}"]
                 self.flag("overlap", met, bodies=pair, **where)
@@ -300,7 +308,7 @@ class Checker:
             for (ra, a), (rb, b) in itertools.combinations(bodies, 2):
                 if ra == rb:
                     continue
-                met = _intersect(a.stretches(), b.stretches())
+                met = overlap_at(a.stretches(), b.stretches())
                 if met is not None:
                     pair = [f"{ra}/{a.attempt}@{a.host}", f"{rb}/{b.attempt}@{b.host}"]
                     self.flag("job_overlap", met, job_id=job_id, bodies=pair)

@@ -92,7 +92,7 @@ class Campaign:
     def backfill(self) -> None:
         """Start a backfill of a job not yet backfilled: ten of its periods before the run
         began (``jobs backfill``, in a process of its own; ``backfill_done`` collects it)."""
-        done = {entry["job"] for entry in self.backfilled}
+        done = {entry["job"] for entry in self.backfilled if entry["ok"]}
         candidates = [s for s in self.specs if "every" in s and s["name"] not in done]
         if not candidates or self.backfilling is not None:
             return

@@ -30,7 +30,10 @@ never recorded (its worker was killed, or cut off from the database until the le
 after the body returned and before the completion was written). The lease promises never two
 bodies at once, not never twice (docs/scheduling.md, *When the body is stopped*); the
 checker still requires the two to be apart in time and the earlier attempt to be one the
-ledger never saw complete.
+ledger never saw complete. Nor is a run failed because its worker process died under it
+``SCHEDULING_MAX_INTERRUPTIONS`` times (the guard against a body that kills its process; the
+reaper counts a worker frozen or cut off past the lease as one that died): counted as given
+up, and an anomaly (``retries``) only if it was given up after fewer deaths.
 
     python bench/faultcheck.py RUN_DIR   (the cluster's database must still be up)
 """
@@ -59,6 +62,12 @@ SELECT e.id, e.job_id, e.status, extract(epoch FROM e.scheduled_for)::float8, e.
   LEFT JOIN scheduling_job j ON j.id = e.job_id
   LEFT JOIN scheduling_schedule s ON s.id = j.schedule_id
 """
+#: A run whose worker process died under it (or went silent past the lease: the reaper
+#: cannot tell a frozen or cut-off process from a dead one) this many times fails, by policy
+#: (``SCHEDULING_MAX_INTERRUPTIONS``, left at its default for the campaign).
+MAX_INTERRUPTIONS = 3
+GIVEN_UP = "the worker process died under it"
+DIED = ("abandoned",)
 ANOMALY_KINDS = ("lost", "doubled", "overlap", "job_overlap", "early", "retries")
 OPEN = ("pending", "queued", "running", "retry", "waiting")
 
@@ -156,6 +165,7 @@ class Checker:
         self.conn = conn
         self.anomalies: dict[str, list[dict[str, Any]]] = {kind: [] for kind in ANOMALY_KINDS}
         #: Runs whose body ended twice because the first end was never recorded: documented.
+        self.given_up: list[dict[str, Any]] = []
         self.reruns: list[dict[str, Any]] = []
         self.faults = self._faults()
         self.meta = json.loads((root / "run.json").read_text())
@@ -211,7 +221,14 @@ class Checker:
         """Every check of one execution against its bodies."""
         where = {"run": row.run, "job": row.name, "status": row.status, "due": row.due}
         outcomes = self.attempts.get(row.id, Counter())
-        if (row.status in OPEN or row.status == "failed") and row.due <= self.cutoff:
+        gave_up = row.status == "failed" and row.error.startswith(GIVEN_UP)
+        if gave_up:
+            died = sum(outcomes[outcome] for outcome in DIED)
+            self.given_up.append({"run": row.run, "job": row.name, "died": died})
+            if died < MAX_INTERRUPTIONS:
+                why = f"given up after {died} deaths, fewer than {MAX_INTERRUPTIONS}"
+                self.flag("retries", row.due, why=why, **where)
+        elif (row.status in OPEN or row.status == "failed") and row.due <= self.cutoff:
             self.flag("lost", row.due, why=f"left {row.status}", error=row.error[:160],
                       ledger=self._attempts_of(row.id), bodies=[_seen(b) for b in runs],
                       **where)  # fmt: skip
@@ -361,6 +378,7 @@ class Checker:
             "bodies": len(bodies),
             "anomalies": {kind: len(found) for kind, found in self.anomalies.items()},
             "reruns_after_an_unrecorded_end": len(self.reruns),
+            "given_up_after_max_interruptions": len(self.given_up),
             "rerun_causes": dict(Counter("/".join(r["earlier"]) for r in self.reruns)),
             "recovery_seconds": recoveries,
         }

@@ -27,10 +27,10 @@ OVERLAPS = ("forbid", "allow", "buffer_one", "buffer_all", "cancel_other")
 MISFIRES = ("catch_up", "coalesce", "skip")
 #: Interval (seconds) and how many jobs in a hundred take it.
 INTERVALS = ((1, 1), (2, 2), (5, 8), (10, 17), (15, 15), (20, 15), (30, 20), (60, 22))
-#: A job that runs every missed occurrence one at a time (catch_up under forbid or buffer_all)
-#: falls behind for good if one run's round trip (claim, publish, start, end, release) takes
-#: longer than its interval, which a frozen worker or a busy machine makes seconds long:
-#: those jobs are given at least this interval.
+#: A job that runs every missed occurrence one at a time (buffer_all under any misfire
+#: policy, and catch_up under forbid) falls behind for good if one run's round trip (claim,
+#: publish, start, end, release) takes longer than its interval, which a frozen worker or a
+#: busy machine makes seconds long: those jobs are given at least this interval.
 SERIAL_MIN = 10
 CALENDARS = (
     "FREQ=MINUTELY;BYSECOND=0,15,30,45",
@@ -59,7 +59,7 @@ def job_specs(seed: int, count: int) -> list[dict[str, Any]]:
             period = 60.0
         else:
             period = float(rng.choice(intervals))
-            if misfire == "catch_up" and overlap in ("forbid", "buffer_all"):
+            if overlap == "buffer_all" or (misfire == "catch_up" and overlap == "forbid"):
                 period = max(period, SERIAL_MIN)
             spec["every"] = f"PT{int(period)}S"
         if period >= 15 and rng.random() < 0.15:

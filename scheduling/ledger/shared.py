@@ -125,16 +125,17 @@ class SharedVerbs:
         attempt: int | None = None,
         stale_before: datetime | Combinable | None = None,
         with_job: bool = False,
+        worker: str | None = None,
     ) -> Execution | None:
         """The execution, its row locked until the caller's transaction ends, if it is in one
-        of ``statuses`` (and still runs attempt ``attempt``, and its heartbeat is older than
-        ``stale_before``, when given); else None."""
+        of ``statuses`` (and still runs attempt ``attempt``, or an attempt on ``worker``, and
+        its heartbeat is older than ``stale_before``, when given); else None."""
         still_stale = Q() if stale_before is None else Q(last_heartbeat_at__lt=stale_before)
         found = Execution.objects.select_for_update(**self.row_locks(of=("self",)))
         if with_job:
             found = found.select_related("job")
         return found.filter(
-            self.attempt_running(execution_id, attempt),
+            self.attempt_running(execution_id, attempt, worker=worker),
             still_stale,
             pk=execution_id,
             status__in=list(statuses),
@@ -277,21 +278,24 @@ class SharedVerbs:
         return Attempt.objects.filter(execution_id=execution_id, outcome__in=DIED_OUTCOMES).count()
 
     @staticmethod
-    def attempt_running(execution_id: int, attempt: int | None) -> Q:
-        """Rows whose attempt ``attempt`` is still running (any attempt when None).
+    def attempt_running(execution_id: int, attempt: int | None, *, worker: str | None = None) -> Q:
+        """Rows whose attempt ``attempt`` is still running (any attempt when None), on
+        ``worker`` when given.
 
         An attempt that the reaper already gave up on may still finish on a worker that was
-        only cut off; its late end must not be written over the next attempt's row.
+        only cut off; its late end must not be written over the next attempt's row. A worker's
+        main process, which cannot know the attempt number its lost pool process had, names
+        itself instead: a worker frozen past its lease and thawed must not end the attempt
+        another worker runs now.
         """
-        if attempt is None:
+        if attempt is None and worker is None:
             return Q()
-        return Q(
-            Exists(
-                Attempt.objects.filter(
-                    execution_id=execution_id, number=attempt, outcome=AttemptOutcome.RUNNING
-                )
-            )
-        )
+        running = Attempt.objects.filter(execution_id=execution_id, outcome=AttemptOutcome.RUNNING)
+        if attempt is not None:
+            running = running.filter(number=attempt)
+        if worker is not None:
+            running = running.filter(worker=worker)
+        return Q(Exists(running))
 
     # -- publishing bookkeeping ----------------------------------------------------------------
 

@@ -269,8 +269,12 @@ def fail_attempt(
     attempt: int | None = None,
     stale_before: datetime | Combinable | None = None,
     task_error: dict[str, str] | None = None,
+    worker: str | None = None,
 ) -> str | None:
     """End the running attempt with ``outcome``; retry the execution or fail it.
+
+    ``attempt`` (its number) or ``worker`` (the worker it runs on) name the attempt the caller
+    ends; where neither is given, the running one, whichever it is.
 
     The execution goes to RETRY with ``retry_count + 1`` and a ``retry_at`` from capped
     exponential backoff (or ``retry_in`` seconds when the task asked for a delay), until the
@@ -294,6 +298,7 @@ def fail_attempt(
             attempt=attempt,
             stale_before=stale_before,
             with_job=True,
+            worker=worker,
         )
         if execution is None:
             return None

@@ -152,6 +152,9 @@ def on_task_failure(
             from_statuses=statuses,
             attempt=getattr(request, "duecourse_attempt", None),
             task_error=task_error,
+            # The main process knows no attempt number: the attempt its pool process ran is
+            # the running one on this worker (a thawed worker must not end another's).
+            worker=None if started_here else _this_worker,
         )
 
     if started_here:
@@ -345,10 +348,17 @@ def on_worker_process_shutdown(**_: Any) -> None:
             logger.exception("execution.interrupt_failed execution=%s", execution_id)
 
 
+#: This worker's name (``name@host``), as its attempts record it: set in the worker's main
+#: process, which ends the attempt of a pool process it lost, and names the worker it ran on.
+_this_worker: str | None = None
+
+
 @signals.worker_init.connect
 def on_worker_init(sender: Any = None, **_: Any) -> None:
     """Guard every task's messages in this worker, not only the ledger tasks' (``GuardStep``),
     and let it survive closing a connection to a broker that went away (``ReconnectStep``)."""
+    global _this_worker
+    _this_worker = getattr(sender, "hostname", None) or None
     app = getattr(sender, "app", None)
     if app is not None:
         app.steps["consumer"].add(guardstep.GuardStep)

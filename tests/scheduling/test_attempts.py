@@ -173,3 +173,36 @@ def test_without_prepared_statements_the_same_history_is_written(
     before = _prepared_statements()
     _run_jobs(make_job, now, 6)
     assert _prepared_statements() == before  # nothing prepared, no prepared plan used
+
+
+@pytest.mark.django_db(transaction=True)  # the receiver manages its connection as a worker does
+def test_a_thawed_worker_s_lost_pool_process_never_ends_another_worker_s_attempt(
+    make_job: Any, now: datetime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker ``a`` was frozen past its lease and its attempt reaped; worker ``b`` runs the
+    next one. When ``a`` thaws, its main process learns that its pool process died
+    (WorkerLostError) and knows no attempt number: it ends only a running attempt of its own,
+    so ``b``'s runs on and no death is counted against the run."""
+    from billiard.exceptions import WorkerLostError
+
+    from scheduling.worker import receivers
+
+    execution, _, _ = _second_attempt(make_job, now)
+    lost = WorkerLostError("Worker exited prematurely: signal 14 (SIGALRM).")
+    monkeypatch.setattr(receivers, "_this_worker", "a")
+    receivers.on_task_failure(sender=_Task(), task_id=str(execution.task_id), exception=lost)
+    execution.refresh_from_db()
+    assert (execution.status, execution.retry_count) == (ExecutionStatus.RUNNING, 1)
+    assert [a.outcome for a in execution.attempts.order_by("number")] == [
+        AttemptOutcome.ABANDONED,
+        AttemptOutcome.RUNNING,
+    ]
+
+    monkeypatch.setattr(receivers, "_this_worker", "b")
+    receivers.on_task_failure(sender=_Task(), task_id=str(execution.task_id), exception=lost)
+    execution.refresh_from_db()
+    assert execution.status == ExecutionStatus.RETRY
+    assert [a.outcome for a in execution.attempts.order_by("number")] == [
+        AttemptOutcome.ABANDONED,
+        AttemptOutcome.ABANDONED,
+    ]

@@ -40,9 +40,8 @@ from django.db import connections, transaction
 from django.db.models import F
 
 from scheduling import ledger
-from scheduling.ids import uuid7
 from scheduling.ledger.engines.orm import OrmEngine
-from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.models import Execution, Job
 
 #: MariaDB's JSON check (``JSON_VALID``) refuses JSON nested 32 levels deep or more, and the
 #: audit trail keeps a job's arguments two levels down (``{"kwargs": {"to": …}}``): arguments
@@ -137,20 +136,9 @@ class MySQLEngine(OrmEngine):
             return []
         executions = Execution.objects.using(self.using)
         with transaction.atomic(using=self.using):
-            held = self.held_instants(job_id=job_id, instants=instants)
-            rows = [
-                Execution(
-                    job_id=job_id,
-                    task=task,
-                    scheduled_for=at,
-                    status=ExecutionStatus.WAITING,
-                    task_id=uuid7(),
-                    last_error=reason,
-                    created_at=now,
-                    updated_at=now,
-                )
-                for at in sorted(set(instants) - held)
-            ]
+            rows = self.waiting_rows(
+                job_id=job_id, task=task, instants=instants, reason=reason, now=now
+            )
             executions.bulk_create(rows, ignore_conflicts=True)
             written = executions.filter(task_id__in=[row.task_id for row in rows])
             return sorted(written.values_list("scheduled_for", flat=True))

@@ -320,25 +320,32 @@ class OrmEngine(Engine):
         writing it."""
         if not instants:
             return []
-        with transaction.atomic():
-            held = self.held_instants(job_id=job_id, instants=instants)
-            fresh = sorted(at for at in set(instants) if at not in held)
-            Execution.objects.bulk_create(
-                [
-                    Execution(
-                        job_id=job_id,
-                        task=task,
-                        scheduled_for=at,
-                        status=ExecutionStatus.WAITING,
-                        task_id=uuid7(),
-                        last_error=reason,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                    for at in fresh
-                ]
+        with transaction.atomic(using=self.using):
+            rows = self.waiting_rows(
+                job_id=job_id, task=task, instants=instants, reason=reason, now=now
             )
-        return fresh
+            Execution.objects.using(self.using).bulk_create(rows)
+        return [row.scheduled_for for row in rows]
+
+    def waiting_rows(
+        self, *, job_id: int, task: str, instants: Sequence[datetime], reason: str, now: datetime
+    ) -> list[Execution]:
+        """The WAITING executions of the occurrences among ``instants`` that the job has no
+        execution of yet, in time order (unsaved)."""
+        held = self.held_instants(job_id=job_id, instants=instants)
+        return [
+            Execution(
+                job_id=job_id,
+                task=task,
+                scheduled_for=at,
+                status=ExecutionStatus.WAITING,
+                task_id=uuid7(),
+                last_error=reason,
+                created_at=now,
+                updated_at=now,
+            )
+            for at in sorted(set(instants) - held)
+        ]
 
     # -- the scheduler's and the operators' reads -------------------------------------------
 

@@ -121,7 +121,7 @@ from scheduling.djangotasks.bulk import enqueue_many
 from scheduling.djangotasks.options import task_options
 from scheduling.ledger.engines import row_locks
 from scheduling.ledger.named import load as load_statements
-from scheduling.messages.errors import Fenced
+from scheduling.messages.errors import Fenced, RunCancelled
 from scheduling.models import Job, Schedule
 from scheduling.pages.changelists import SafeListAdmin, breakable
 from scheduling.pages.csp import ContentSecurityPolicyAdmin
@@ -171,6 +171,7 @@ __all__ = [
     "PermanentError",
     "Policies",
     "ReadableTimesAdmin",
+    "RunCancelled",
     "RunContext",
     "SafeListAdmin",
     "ScheduledTask",

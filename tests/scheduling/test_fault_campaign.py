@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.netns]
+pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.campaign]
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 11

@@ -21,7 +21,10 @@ import os
 import time
 from typing import Any
 
-from django.tasks import task
+try:
+    from django.tasks import task
+except ImportError:  # Django 5.2 with the backport
+    from django_tasks import task
 
 from scheduling.api import task_options
 from scheduling.worker.taskbase import schedulable_task

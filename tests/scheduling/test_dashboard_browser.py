@@ -75,6 +75,9 @@ def test_the_dashboard_renders_with_a_day_of_history(page: Any, admin_user: Any)
     page.goto(f"{page.base}/admin/")
     page.click("#duecourse-dashboard-link a")
     page.wait_for_selector("#panel-chart svg")
+    # The panels can be in the page before its stylesheets have loaded: the styles are read
+    # once the page has loaded.
+    page.wait_for_load_state("load")
     assert page.locator("#panel-due .dc-big").inner_text() == "3"
     assert page.locator("#panel-running .dc-big").inner_text() == "1"
     assert int(page.locator("#panel-failures .dc-big").inner_text()) >= 10

@@ -214,7 +214,8 @@ def section(data: dict[str, Any]) -> list[str]:
     return [
         *lines,
         "",
-        f"Machine: {data.get('facts', {}).get('summary', 'this machine')}.",
+        "The machine is a shared two-core one (the load average after the run is below):"
+        " only comparisons within one run count.",
         "",
         *common.command_block(data),
     ]

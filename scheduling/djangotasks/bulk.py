@@ -31,6 +31,7 @@ from django.db import transaction
 from scheduling import conf
 from scheduling.celeryapp import celery_app
 from scheduling.djangotasks import enqueued as runs
+from scheduling.djangotasks.backend import DuecourseTaskBackend
 from scheduling.djangotasks.framework import InvalidTask, Task, TaskResult, task_enqueued
 from scheduling.djangotasks.outbox import outbox
 from scheduling.djangotasks.runner import register_runner
@@ -63,8 +64,6 @@ def enqueue_many(task: Any, calls: Iterable[Call], **options: Any) -> list[Any]:
 
 def enqueue_django_tasks(task: Task, calls: Iterable[Call]) -> list[TaskResult]:
     """Every call of the Django task ``task`` as a run; their results, in order."""
-    from scheduling.djangotasks.backend import DuecourseTaskBackend
-
     backend = task.get_backend()
     if not isinstance(backend, DuecourseTaskBackend):
         raise InvalidTask(

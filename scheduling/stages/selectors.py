@@ -49,8 +49,7 @@ def scheduler_probe(**bounds: datetime) -> Probe:
 
 
 def _iso(value: datetime | None) -> str | None:
-    """ISO 8601 with the offset; the ends of the calendar as ``pgtimes`` says them. The year
-    is asked first: an export asks this of five instants a row."""
+    """ISO 8601 with the offset; the calendar's ends as ``pgtimes`` says them (year first)."""
     if value is None:
         return None
     if value.year in _EDGE_YEARS:

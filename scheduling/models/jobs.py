@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.timezone import now as current_time
 
+from scheduling.models.checks import OneQueryChecks
 from scheduling.models.schedules import Schedule
 from scheduling.rules import validation
 from scheduling.rules.arguments import ArgumentsField
@@ -105,7 +106,7 @@ class DeclarationSet(models.Model):
         return f"declarations #{self.sequence} ({self.fingerprint[:12]})"
 
 
-class Job(models.Model):
+class Job(OneQueryChecks, models.Model):
     """*What + when*: a schedule joined to a target, with its next due time and policies.
 
     The target is either a registered schedulable Celery task (``task`` with JSON ``args`` and

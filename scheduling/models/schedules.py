@@ -17,6 +17,7 @@ from django.db.models import Max, Q
 from django.utils.timezone import now as current_time
 
 from scheduling import conf
+from scheduling.models.checks import OneQueryChecks
 from scheduling.rules import validation
 from scheduling.timing import calendars, readable, schedules
 from scheduling.timing.calendars import MAX_TEXT as CALENDAR_MAX_TEXT
@@ -27,7 +28,7 @@ def _timing_error(exc: ScheduleError) -> ValidationError:
     return ValidationError({exc.field: exc.reason})
 
 
-class Schedule(models.Model):
+class Schedule(OneQueryChecks, models.Model):
     """*When*: an interval, a cron expression or a calendar in a zone, or one instant; shared by
     many jobs.
 

@@ -208,7 +208,24 @@ def assert_exactly_once(load: Load, worker_logs: Iterable[str]) -> dict[str, Any
     )
     ran_twice = {e: n for e, n in attempts.items() if n != 1}
     never_ran = [e for e, *_ in rows if e not in attempts]
-    assert not ran_twice, f"executions that ran more than once: {_sample(ran_twice.items())}"
+    assert not ran_twice, (
+        f"executions that ran more than once: {_sample(ran_twice.items())}; their attempts: "
+        + repr(
+            list(
+                Attempt.objects.filter(execution_id__in=_sample(ran_twice))
+                .order_by("execution_id", "number")
+                .values_list(
+                    "execution_id",
+                    "number",
+                    "outcome",
+                    "worker",
+                    "started_at",
+                    "finished_at",
+                    "error",
+                )
+            )
+        )
+    )
     assert not never_ran, f"completed executions without an attempt: {_sample(never_ran)}"
     bad_outcomes = Counter(
         Attempt.objects.filter(execution__job_id__in=load.job_ids)
@@ -321,8 +338,10 @@ def wait_ready(
     wait_workers_ready(processes, *workers)
     names = {f"{socket.gethostname()}:{child.pid}" for child in schedulers}
     wait_for(
-        lambda: any(child.poll() is not None for child in schedulers)
-        or SchedulerState.objects.filter(name__in=names).count() == len(names),
+        lambda: (
+            any(child.poll() is not None for child in schedulers)
+            or SchedulerState.objects.filter(name__in=names).count() == len(names)
+        ),
         timeout=90,
         message=f"{len(schedulers)} schedulers ticked",
     )

@@ -26,6 +26,11 @@ MARIADB ?= 0
 TEST_MARIADB_URL ?= mysql://root@127.0.0.1:3306/duecourse
 MARIADB_WORKERS ?= 2
 
+# Python may cache bytecode: a machine that sets PYTHONDONTWRITEBYTECODE (as some CI images do)
+# would otherwise compile Django, Celery and the suite afresh in every process the tests start
+# (about a second of CPU each; pytest's assertion rewriting of the suite, eight per process).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: run test test-sqlite test-mariadb lint bench install print-specification screenshots
 
 $(VENV)/.installed: pyproject.toml

@@ -52,6 +52,13 @@ nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_existing_virtualenvs = False
 nox.options.error_on_missing_interpreters = True
 
+#: Bytecode is cached: with PYTHONDONTWRITEBYTECODE set (some CI images set it), every process a
+#: session starts (pytest's workers, the Celery workers and schedulers the tests start, every
+#: ``manage.py`` they run) would compile Django, Celery and the suite afresh: about a second of
+#: CPU each in an environment uv made without bytecode, and eight seconds of pytest's assertion
+#: rewriting for each pytest worker. Written once, each file is read back by the others.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 #: Celery's lowest release that ``pyproject.toml``'s range admits (with the lowest kombu that
 #: release admits), and "the newest" as the index has it.
 CELERY_LOWEST = ("celery==5.5.0", "kombu==5.5.2")

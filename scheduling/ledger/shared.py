@@ -19,7 +19,7 @@ from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 
-from scheduling.ledger.values import Cancelled, Started
+from scheduling.ledger.values import Cancelled, Declared, Started
 from scheduling.messages.errors import MAX_ERROR
 from scheduling.models import (
     EXECUTION_STARTABLE,
@@ -46,6 +46,18 @@ _END_FIELDS = (
     "finished_at",
     "last_error",
     "task_unknown_since",
+    "updated_at",
+)
+#: What a job's plan is (``plan_job``): the claim and every re-plan move these together.
+_PLAN_FIELDS = ("status", "next_due_at", "next_occurrence_at", "updated_at")
+#: What a resume writes of a paused job (``resume_job``), its plan included.
+_RESUME_FIELDS = (
+    "status",
+    "pause_reason",
+    "pause_kind",
+    "consecutive_failures",
+    "next_due_at",
+    "next_occurrence_at",
     "updated_at",
 )
 
@@ -227,6 +239,21 @@ class SharedVerbs:
                 started_at=started.started_at,
             )
         return True
+
+    def record_adhoc_call(self, *, task: str, task_id: str, now: datetime) -> int:
+        """The execution of a schedulable task called outside any job, known by its message's
+        id: written QUEUED the first time a worker meets that message, found after; its id."""
+        execution, _ = Execution.objects.get_or_create(
+            task_id=task_id,
+            defaults={
+                "task": task,
+                "scheduled_for": now,
+                "status": ExecutionStatus.QUEUED,
+                "queued_at": now,
+                "created_at": now,
+            },
+        )
+        return execution.pk
 
     def save_checkpoint(self, execution_id: int, checkpoint: Any) -> None:
         """A running execution's checkpoint, for its next attempt."""
@@ -417,6 +444,63 @@ class SharedVerbs:
         if status is not None:
             found = found.filter(status=status)
         return found.filter(pk=job_id).first()
+
+    # -- a job's plan, definition and declaration ----------------------------------------------
+
+    def plan_job(self, job: Job) -> None:
+        """Write the plan the stage made for a job it holds (locked, or made in this
+        transaction): its status, next due time and next occurrence, as set on the object."""
+        job.save(update_fields=list(_PLAN_FIELDS))
+
+    def resume_job(self, job: Job) -> None:
+        """Write a locked paused job's resume as the stage set it on the object: its status,
+        its pause's reason and kind, its failures in a row, and its plan."""
+        job.save(update_fields=list(_RESUME_FIELDS))
+
+    def change_job(self, job: Job, *, fields: Sequence[str]) -> None:
+        """Write ``fields`` of a validated job as set on the object, and only those: the
+        scheduler and workers own its other columns (next due time, current execution,
+        counters) and may have moved them meanwhile."""
+        job.save(update_fields=list(fields))
+
+    def remove_job(self, job: Job) -> None:
+        """Delete a job and, by cascade, its executions and attempts; its audit trail stays,
+        the rows' link to it emptied."""
+        job.delete()
+
+    def mark_declared(self, job_id: int, declared: Declared) -> None:
+        """Write on the job where the code declares it (``Declared``)."""
+        Job.objects.filter(pk=job_id).update(
+            declared_in=declared.origin,
+            declared_key=declared.key,
+            declared_fingerprint=declared.fingerprint,
+            declared_release=declared.release,
+            declared_task=declared.task,
+        )
+
+    def forget_declaration(self, job_id: int) -> None:
+        """A job whose declaration is gone from the code: its fingerprint emptied, so it is a
+        person's job again (its origin and key stay, for its history)."""
+        Job.objects.filter(pk=job_id).update(declared_fingerprint="")
+
+    def lock_schedule(self, schedule_id: int) -> Schedule:
+        """The schedule, its row locked until the caller's transaction ends
+        (``Schedule.DoesNotExist`` when it is gone)."""
+        return Schedule.objects.select_for_update().get(pk=schedule_id)
+
+    def save_schedule(self, schedule: Schedule) -> None:
+        """Write a validated schedule: a new one, or new timing of one (the caller plans its
+        jobs again in the same transaction)."""
+        schedule.save()
+
+    def drop_unused_schedule(self, schedule_id: int) -> bool:
+        """Delete the schedule if no job uses it; whether it was deleted."""
+        unused = Schedule.objects.filter(pk=schedule_id).exclude(
+            Exists(Job.objects.filter(schedule=OuterRef("pk")))
+        )
+        return bool(unused.delete()[0])
+
+    # -- a job's extra runs ----------------------------------------------------------------------
 
     def add_occurrence(self, job: Job, *, scheduled_for: datetime, now: datetime) -> Execution:
         """One extra occurrence of ``job`` at ``scheduled_for``, PENDING as if claimed."""

@@ -48,6 +48,23 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Declared:
+    """Where the code declares a job: what ``mark_declared`` writes on its row.
+
+    ``origin`` and ``key`` name the entry (``SCHEDULING_JOBS['nightly']``), ``fingerprint``
+    its values as the code gives them (the job is in step while they match), ``release`` the
+    declaration set that wrote it (``DeclarationSet.sequence``) and ``task`` the Celery task a
+    declared non-schedulable task runs through the runner ("" otherwise).
+    """
+
+    origin: str
+    key: str
+    fingerprint: str
+    release: int | None
+    task: str
+
+
+@dataclass(frozen=True)
 class Cancelled:
     """A run the claim cancelled: its message's id, and whether a worker was running it."""
 

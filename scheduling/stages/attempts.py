@@ -177,17 +177,8 @@ def record_adhoc_start(
     *, task: str, task_id: str, worker: str, pid: int, now: datetime
 ) -> Started | None:
     """Record a call of a schedulable task outside any job, then start it."""
-    execution, _ = Execution.objects.get_or_create(
-        task_id=task_id,
-        defaults={
-            "task": task,
-            "scheduled_for": now,
-            "status": ExecutionStatus.QUEUED,
-            "queued_at": now,
-            "created_at": now,
-        },
-    )
-    return start_execution(execution_id=execution.pk, worker=worker, pid=pid, now=now)
+    execution_id = engine().record_adhoc_call(task=task, task_id=task_id, now=now)
+    return start_execution(execution_id=execution_id, worker=worker, pid=pid, now=now)
 
 
 def save_checkpoint(*, execution_id: int, checkpoint: Any) -> None:

@@ -84,7 +84,7 @@ class Engine(SharedVerbs, ABC):
         other schedulers; one row per job by name.
 
         ``planning`` holds the parameters under which an engine may plan a row itself
-        (``claims.sql_planning``) and the bound on waiting executions (``waiting.sql_bound``).
+        (``plain_claims.sql_planning``) and the bound on waiting executions (``waiting.sql_bound``).
         Unplanned rows carry every ``claims`` due field, times read, the arguments as stored
         text, ``planned`` false; planned ones carry ``execution_id``, ``task_id``,
         ``occurrence``, the message's fields and ``at_bound`` (written SKIPPED: the job has

@@ -32,7 +32,7 @@ from scheduling import api
 from scheduling.models import Execution, ExecutionStatus, Job
 from scheduling.rules import arguments
 from scheduling.rules.registry import EXECUTION_HEADER
-from scheduling.stages import claims
+from scheduling.stages import claims, plain_claims
 from tests.conftest import Processes, wait_for
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
@@ -203,8 +203,8 @@ def test_the_claim_fails_an_occurrence_whose_row_breaks_the_limits_and_serves_th
 ) -> None:
     # On PostgreSQL the locking statement plans a row itself once the process has read its
     # interval text; SQLite plans every row in Python.
-    monkeypatch.setattr(claims, "_STEPS", claims._Steps())
-    claims._STEPS.learn("PT1H", timedelta(hours=1))
+    monkeypatch.setattr(plain_claims, "STEPS", plain_claims.Steps())
+    plain_claims.STEPS.learn("PT1H", timedelta(hours=1))
     healthy = create_job(owner=owner, name="healthy", task=NOOP, every="PT1H",
                               kwargs={"small": [1, 2]}, now=timezone.now())  # fmt: skip
     poisoned = {name: written_behind(owner, name, text) for name, (text, _) in storable().items()}

@@ -27,7 +27,7 @@ from scheduling.models import (
     Overlap,
     Schedule,
 )
-from scheduling.stages import attempts, claims, jobs, liveness, publishing, selectors
+from scheduling.stages import attempts, claims, jobs, liveness, plain_claims, publishing, selectors
 from scheduling.timing import schedules
 from tests.tasktable_app.models import Chore
 
@@ -729,7 +729,7 @@ def test_a_job_planned_in_sql_gets_what_the_python_plan_gives_it(
     job = make_job(**options)
     if prepare is not None:
         prepare(job, now)
-    monkeypatch.setattr(claims, "_STEPS", claims._Steps())  # nothing read yet
+    monkeypatch.setattr(plain_claims, "STEPS", plain_claims.Steps())  # nothing read yet
     planned_in_python = jobs_planned_in_python(monkeypatch)
     before = Job.objects.filter(pk=job.pk).values().get()
     existing = list(Execution.objects.filter(job=job).values_list("pk", flat=True))
@@ -748,8 +748,8 @@ def test_a_job_planned_in_sql_gets_what_the_python_plan_gives_it(
 def test_a_batch_plans_its_common_jobs_in_sql_and_every_other_row_alone(
     make_job: MakeJob, now: datetime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(claims, "_STEPS", claims._Steps())
-    claims._STEPS.learn("PT1M", MINUTE)
+    monkeypatch.setattr(plain_claims, "STEPS", plain_claims.Steps())
+    plain_claims.STEPS.learn("PT1M", MINUTE)
     planned_in_python = jobs_planned_in_python(monkeypatch)
     common = [make_job(every="PT1M") for _ in range(3)]
     cron = make_job(cron="* * * * *")
@@ -776,7 +776,7 @@ def test_a_batch_plans_its_common_jobs_in_sql_and_every_other_row_alone(
     assert fresh(bad_args).current_execution_id is None
     assert history(unregistered) == []  # left for a process that knows its task
     assert "kwargs: must be a JSON object" in Execution.objects.get(job=bad_args).last_error
-    assert claims._STEPS.known == {"PT1M": 60_000_000, "PT60S": 60_000_000}
+    assert plain_claims.STEPS.known == {"PT1M": 60_000_000, "PT60S": 60_000_000}
 
 
 # --- task ids -------------------------------------------------------------------------------
@@ -795,8 +795,8 @@ def test_a_claims_task_ids_are_uuidv7_rising_in_insertion_order(
     """Time-ordered ids put every new row on the unique index's right edge. On PostgreSQL the
     common jobs are planned and written by the locking statement, the cron ones in Python;
     on SQLite all of them in Python. Each path draws its ids in the order it inserts."""
-    monkeypatch.setattr(claims, "_STEPS", claims._Steps())
-    claims._STEPS.learn("PT1M", MINUTE)
+    monkeypatch.setattr(plain_claims, "STEPS", plain_claims.Steps())
+    plain_claims.STEPS.learn("PT1M", MINUTE)
     planned_in_python = jobs_planned_in_python(monkeypatch)
     common = [make_job(every="PT1M") for _ in range(40)]
     cron = [make_job(cron="* * * * *") for _ in range(40)]

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from scheduling import api, conf
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
-from scheduling.stages import attempts
+from scheduling.stages import attempts, plain_claims
 from scheduling.timing import schedules
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
@@ -416,8 +416,8 @@ def test_a_queue_written_behind_the_rules_fails_its_occurrence_and_writes_no_bro
 
     from scheduling.stages import claims
 
-    monkeypatch.setattr(claims, "_STEPS", claims._Steps())
-    claims._STEPS.learn("PT1H", timedelta(hours=1))
+    monkeypatch.setattr(plain_claims, "STEPS", plain_claims.Steps())
+    plain_claims.STEPS.learn("PT1H", timedelta(hours=1))
     healthy = create_job(owner=owner, name="healthy", task=NOOP, every="PT1H",
                               now=timezone.now())  # fmt: skip
     bad = create_job(owner=owner, name="bad", task=NOOP, every="PT1H", now=timezone.now())

@@ -29,7 +29,7 @@ from scheduling.models import (
     Job,
     job_due_index,
 )
-from scheduling.stages import attempts, claims, limits, overlaps, selectors
+from scheduling.stages import attempts, claims, limits, overlaps, plain_claims, selectors
 from scheduling.timing import readable
 from tests.scheduling.test_admin_jobs import form_data
 from tests.scheduling.test_backfill import HOUR, hourly
@@ -304,7 +304,7 @@ def test_the_claim_and_the_idle_probe_read_the_due_index_never_the_whole_table(
     in_index = Job.objects.filter(job_due_index()).values_list("overlap", flat=True)
     assert sorted(in_index) == ["allow", "cancel_other"]
     planning = {
-        **claims.sql_planning(now, timedelta(seconds=60)),
+        **plain_claims.sql_planning(now, timedelta(seconds=60)),
         "now": now,
         "limit": 10,
         "active": "active",

@@ -15,7 +15,7 @@ from celery.beat import Scheduler
 from django.utils import timezone
 
 from scheduling.scheduler.loop import Dispatcher, freeze_startup_heap
-from scheduling.stages import declarations
+from scheduling.stages import reconciliation
 
 
 class DatabaseScheduler(Scheduler):
@@ -29,7 +29,7 @@ class DatabaseScheduler(Scheduler):
         """Reconcile the jobs declared in code (``beat_schedule``, ``SCHEDULING_JOBS``) with the
         ledger, as django-celery-beat loads ``beat_schedule`` at start
         (``SCHEDULING_SYNC_ON_START``); due work is read from the database on every tick."""
-        declarations.sync_on_start(now=timezone.now(), app=self.app)
+        reconciliation.sync_on_start(now=timezone.now(), app=self.app)
 
     @property
     def schedule(self) -> dict[str, Any]:

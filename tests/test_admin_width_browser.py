@@ -29,7 +29,7 @@ from emailer.models import Participant, Project, SendEmailTask
 from emailer.sending import run_send_email_task
 from scheduling.api import Cron, RunContext
 from scheduling.models import ChangeSource, Execution, Job, Schedule
-from scheduling.stages import jobs, overlaps
+from scheduling.stages import controls, overlaps
 from scheduling.stages.audit import Actor
 from subscriptions import payments, pricing, renewals, services
 from subscriptions.models import SubscriptionJob
@@ -84,7 +84,7 @@ def every_kind_of_row(owner: Any, settings: Any) -> None:
         every="P1DT12H",
         now=now,
     )
-    jobs.pause_job(
+    controls.pause_job(
         job=paused,
         now=now,
         reason="the ERP is being migrated to its new data centre this week",

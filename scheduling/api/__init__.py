@@ -135,8 +135,11 @@ from scheduling.rules.validation import first_error as error_line
 from scheduling.scheduler.publisher import publish_now
 from scheduling.stages import audit as _audit
 from scheduling.stages import backfill as _backfill
+from scheduling.stages import controls as _controls
+from scheduling.stages import edits as _edits
 from scheduling.stages import jobs as _jobs
 from scheduling.stages import previews as _previews
+from scheduling.stages import removals as _removals
 from scheduling.timing.previews import DEFAULT_COUNT
 from scheduling.timing.readable import (
     ago,
@@ -388,7 +391,7 @@ def edit(job: JobRef, *, timing: Timing | None = None, by: Any = None, **changes
     if timing is not None:
         fields = {"interval": "", "cron": "", "run_at": None, "starts_at": None, "ends_at": None}
         fields.update(timing.schedule_fields())
-    edited = _jobs.edit_job(
+    edited = _edits.edit_job(
         job=_get(job), now=timezone.now(), timing=fields, by=api_actor(by), **changes
     )
     return _jobs.JobInfo.of(edited)
@@ -396,13 +399,13 @@ def edit(job: JobRef, *, timing: Timing | None = None, by: Any = None, **changes
 
 def pause(job: JobRef, *, reason: str = "", by: Any = None) -> bool:
     """Stop claiming the job's occurrences; False when it was not active."""
-    return _jobs.pause_job(job=_get(job), now=timezone.now(), reason=reason, by=api_actor(by))
+    return _controls.pause_job(job=_get(job), now=timezone.now(), reason=reason, by=api_actor(by))
 
 
 def resume(job: JobRef, *, by: Any = None) -> bool:
     """Claim the job again; its misfire policy decides what the pause missed, and its count
     of failed occurrences in a row starts again from zero."""
-    return _jobs.resume_job(job=_get(job), now=timezone.now(), by=api_actor(by))
+    return _controls.resume_job(job=_get(job), now=timezone.now(), by=api_actor(by))
 
 
 def run_now(job: JobRef, *, by: Any = None) -> int:
@@ -412,7 +415,8 @@ def run_now(job: JobRef, *, by: Any = None) -> int:
     the broker cannot be reached, the scheduler publishes it after ``SCHEDULING_PENDING_GRACE``.
     ``by`` is who asked, for the audit trail (``system`` when None).
     """
-    execution_id = int(_jobs.run_job_now(job=_get(job), now=timezone.now(), by=api_actor(by)).pk)
+    ran = _controls.run_job_now(job=_get(job), now=timezone.now(), by=api_actor(by))
+    execution_id = int(ran.pk)
     publish_now(celery_app(), execution_ids=[execution_id])
     return execution_id
 
@@ -443,19 +447,21 @@ def backfill(
 def cancel(job: JobRef, *, reason: str = "cancelled", by: Any = None) -> int:
     """Cancel the job's queued and running executions; returns how many were cancelled.
     Each is a row of the audit trail by ``by`` (``system`` when None)."""
-    return _jobs.cancel_job(job_id=_id(job), reason=reason, now=timezone.now(), by=api_actor(by))
+    return _controls.cancel_job(
+        job_id=_id(job), reason=reason, now=timezone.now(), by=api_actor(by)
+    )
 
 
 def unschedule(job: JobRef, *, by: Any = None) -> None:
     """Delete the job and its history of executions (its audit trail stays)."""
-    _jobs.remove_job(job=_get(job), now=timezone.now(), by=api_actor(by))
+    _removals.remove_job(job=_get(job), now=timezone.now(), by=api_actor(by))
 
 
 def unschedule_row(row: Any, *, by: Any = None) -> int:
     """Delete every job that runs ``row``; returns how many. ``by`` is who asked, for the
     audit trail (``system`` when None; deleting the row removes its jobs as ``system`` too,
     or, deleted in a ``TaskTableAdmin``, as the signed-in user)."""
-    return _jobs.remove_jobs_for_row(tasktables.label_of(type(row)), row.pk, by=api_actor(by))
+    return _removals.remove_jobs_for_row(tasktables.label_of(type(row)), row.pk, by=api_actor(by))
 
 
 def executions(

@@ -20,7 +20,7 @@ from scheduling.api.actors import admin_actor
 from scheduling.models import Job
 from scheduling.rules import permissions, tasktables
 from scheduling.stages import audit as _audit
-from scheduling.stages import jobs as _jobs
+from scheduling.stages import removals as _removals
 
 R = TypeVar("R", bound=Callable[..., Any])
 
@@ -78,7 +78,7 @@ def task_table(
 
 def _unschedule_deleted_row(sender: Any, instance: Any, **_: Any) -> None:
     by = _deleting_as.get()
-    _jobs.remove_jobs_for_row(tasktables.label_of(sender), instance.pk, by=by)
+    _removals.remove_jobs_for_row(tasktables.label_of(sender), instance.pk, by=by)
 
 
 class TaskTableAdmin:

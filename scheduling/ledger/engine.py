@@ -16,8 +16,11 @@ A MySQL/MariaDB engine is one more subclass of ``OrmEngine`` (the claim's lock t
 in ``engines.ENGINES``.
 
 The verbs every database takes in the same ORM words (``finish_attempt``, ``release_job``,
-``cancel_runs``, ``lock_execution``, ...) are written once, in ``ledger.shared``, and
-inherited; the abstract ones here each engine answers.
+``cancel_runs``, ``lock_execution``, and a job's own: ``lock_job``, ``plan_job``,
+``change_job``, ``remove_job``, ``mark_declared``, ...) are written once, in
+``ledger.shared``, and inherited; the abstract ones here each engine answers. No stage
+writes or locks a job, a schedule, an execution or an attempt but through them (a new
+job's insert aside, ``stages.jobs`` says why).
 """
 
 from __future__ import annotations

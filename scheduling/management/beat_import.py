@@ -1,7 +1,7 @@
 """Moving over from django-celery-beat: its PeriodicTask rows become equivalent jobs.
 
 Each row maps to one job of the same name (owned by the importing user), made and changed
-through ``scheduling.stages.jobs`` so the usual rules apply. The mapping:
+through ``scheduling.stages`` (``jobs``, ``edits``) so the usual rules apply. The mapping:
 
 - IntervalSchedule ``every`` + ``period`` → an ISO-8601 interval. The row's last run is the
   interval's anchor, so the cadence goes on where beat left it instead of firing at import.
@@ -33,7 +33,7 @@ from django.db import connection, transaction
 
 from scheduling.models import Job, JobChangeAction, JobStatus, Schedule
 from scheduling.rules.validation import first_error
-from scheduling.stages import audit, jobs
+from scheduling.stages import audit, controls, edits, jobs
 from scheduling.stages.audit import Actor
 from scheduling.timing.beat_schedules import Unmappable, cron_fields, interval_of
 from scheduling.timing.schedules import Misfire, ScheduleError, timing_from
@@ -244,9 +244,9 @@ def _create(
     job.refresh_from_db()
     if "created_at" in fields:
         # Carry beat's cadence: the first occurrence after now on the grid of its last run.
-        jobs.replan_job(job=job, now=now + timedelta(microseconds=1))
+        edits.replan_job(job=job, now=now + timedelta(microseconds=1))
     if not spec.active:
-        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON, by=by)
+        controls.pause_job(job=job, now=now, reason=PAUSE_REASON, by=by)
     return job
 
 
@@ -268,7 +268,7 @@ def _update(job: Job, spec: Spec, changed: list[str], *, now: datetime, by: Acto
     job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
     job.save()
     if timing_changed:
-        jobs.replan_job(job=job, now=now)
+        edits.replan_job(job=job, now=now)
     audit.record(
         job=job,
         action=JobChangeAction.CHANGED,
@@ -298,9 +298,9 @@ def _sync_status(job: Job, spec: Spec, *, now: datetime, by: Actor, dry_run: boo
     if dry_run:
         return "enabled"
     if change == "resume":
-        jobs.resume_job(job=job, now=now, by=by)
+        controls.resume_job(job=job, now=now, by=by)
     else:
-        jobs.pause_job(job=job, now=now, reason=PAUSE_REASON, by=by)
+        controls.pause_job(job=job, now=now, reason=PAUSE_REASON, by=by)
     return "enabled"
 
 

@@ -36,10 +36,11 @@ class JobChange(models.Model):
     """One change of a job's definition or state, by whom, from where, field by field.
 
     The audit trail (``scheduling.stages.audit``): written by the job verbs of
-    ``scheduling.stages.jobs`` and ``scheduling.stages.backfill`` in the same transaction as
-    the change (its definition, its state, and what a person or code did to its executions:
-    run now, cancel, retry, backfill), so the admin, the command line and ``scheduling.api``
-    are covered by one writer, and by the engine when a job pauses itself after failures.
+    ``scheduling.stages`` (``jobs``, ``edits``, ``controls``, ``removals``, ``backfill``) in
+    the same transaction as the change (its definition, its state, and what a person or code
+    did to its executions: run now, cancel, retry, backfill), so the admin, the command line
+    and ``scheduling.api`` are covered by one writer, and by the engine when a job pauses
+    itself after failures.
     ``changes`` maps each field to ``{"from": …, "to": …}``
     in JSON (each value bounded in size). A removed job's rows stay, with ``job`` emptied and
     its name kept in ``job_name``; the trail is pruned by its own retention

@@ -272,7 +272,7 @@ class Job(OneQueryChecks, models.Model):
                 name="job_task_unknown_idx",
                 condition=Q(task_unknown_since__isnull=False),
             ),
-            # declarations.reconcile: "the jobs the code declares"; partial, so it holds
+            # reconciliation.reconcile: "the jobs the code declares"; partial, so it holds
             # only those rows.
             models.Index(
                 fields=["declared_in", "declared_key"],

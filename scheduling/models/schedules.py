@@ -35,7 +35,7 @@ class Schedule(OneQueryChecks, models.Model):
     A schedule has an owner, as a job has: the user whose job made it (the system owner for
     jobs made from code). Staff users who are not superusers see, share, retime and delete
     only their own (``scheduling.web.admin``); a job whose timing is edited while its schedule is
-    shared, or owned by someone else, gets a copy of its own (``jobs.edit_job``).
+    shared, or owned by someone else, gets a copy of its own (``edits.edit_job``).
     """
 
     owner = models.ForeignKey(

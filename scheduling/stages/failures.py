@@ -10,7 +10,7 @@ FAILED because it refuses its target or arguments (``claims._write``, in the cla
 transaction). An attempt that is retried is not a failure yet; an occurrence SKIPPED
 (misfire, ``expires``) or CANCELLED by a person counts neither way; a COMPLETED one sets the
 count back to zero (``Engine.complete_attempt``, in the statement that completes it), and so
-does resuming the job (``jobs.resume_job``).
+does resuming the job (``controls.resume_job``).
 
 The count is kept in the ledger, in the transaction that fails the execution: one
 ``UPDATE … SET consecutive_failures = consecutive_failures + 1`` takes the job's row lock, so

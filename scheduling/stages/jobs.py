@@ -1,17 +1,24 @@
-"""Job lifecycle: make, edit, plan, pause, resume, run now, retry, cancel and remove jobs.
+"""Jobs made and read: the one constructor, the values that describe a job, its plan.
 
-The command line, the admin and ``scheduling.api`` all come here: one constructor
-(``create_job``) and one function per verb (``edit_job``, ``edit_schedule``, ``pause_job``,
-``resume_job``, ``run_job_now``, ``cancel_job``, ``cancel_execution``, ``retry_failed``,
-``retry_execution``, ``remove_job``, ...), each taking the job itself; callers that hold an
-id look the job up first. A job made by any of them passes the same rules (``Job.clean``) and
-gets its first occurrence planned the same way. A job is described by three values: its
-target (a schedulable task with arguments, or a task-table row), its timing (a ``Schedule``)
-and its policies.
+The command line, the admin and ``scheduling.api`` all make a job here: one constructor
+(``create_job``) from three values, its target (``Target``: a schedulable task with
+arguments, or a task-table row), its timing (a ``Schedule``) and its policies (``Policies``),
+so a job made by any of them passes the same rules (``Job.clean``) and gets its first
+occurrence planned the same way (``plan_from``). Domain code reads jobs and their history as
+plain values (``JobInfo``, ``ExecutionInfo``). What is done to a job afterwards has its own
+module: ``edits`` (change, re-plan, a schedule's new timing), ``controls`` (pause, resume,
+run now, cancel, retry) and ``removals``.
 
-Every verb takes ``by`` (an ``audit.Actor``: who, and through which door) and writes its
-row of the audit trail in the transaction of its change; ``by`` None is code
-(``audit.CODE``).
+A new job, and a new schedule made for it, are written by the models' own ``full_clean()``
+and ``save()``: an insert is the model's rule (every field it validated, a row no other
+process can hold yet, so no lock and no compare-and-set to make), and these inserts are the
+only writes of a job left outside the ledger's engine. Its plan, once the row has the id its
+jitter is drawn from, is the engine's (``Engine.plan_job``), as every later change of its
+state is.
+
+``create_job``, like every verb on a job in those modules, takes ``by`` (an ``audit.Actor``:
+who, and through which door) and writes its row of the audit trail in the transaction of its
+change; ``by`` None is code (``audit.CODE``).
 """
 
 from __future__ import annotations
@@ -26,27 +33,22 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
 from scheduling import conf
 from scheduling.ledger.engines import engine
 from scheduling.models import (
-    EXECUTION_UNFINISHED,
     Attempt,
     DeclaredIn,
     Execution,
-    ExecutionStatus,
     Job,
-    JobChangeAction,
     JobStatus,
     Overlap,
-    PauseKind,
     Schedule,
 )
 from scheduling.rules import permissions
 from scheduling.rules.tasktables import TASK_ROW_TASK
-from scheduling.rules.validation import check_reason, check_target, storable
-from scheduling.stages import attempts, audit, pauses, selectors
+from scheduling.rules.validation import storable
+from scheduling.stages import audit, pauses, selectors
 from scheduling.stages.audit import Actor
 from scheduling.timing import schedules
 from scheduling.timing.schedules import FiringRule, Misfire
@@ -295,7 +297,7 @@ def create_job(
         job.schedule = schedule
         job.save()
         plan_from(job, schedule.timing(), now=now, first=True)
-        job.save()
+        engine().plan_job(job)
         audit.created(job=job, by=by or audit.CODE, now=now)
     logger.info("job.created job=%s name=%s next_due_at=%s", job.pk, job.name, job.next_due_at)
     return job
@@ -337,157 +339,6 @@ def new_job(
     )
 
 
-#: Job fields ``edit_job`` may change (timing goes through ``timing`` or ``schedule``).
-EDITABLE = frozenset(
-    {
-        "owner",
-        "name",
-        "task",
-        "args",
-        "kwargs",
-        "task_table",
-        "task_row_id",
-        "max_retries",
-        "timeout",
-        "retry_backoff",
-        "retry_backoff_max",
-        "jitter",
-        "misfire",
-        "overlap",
-        "queue",
-        "priority",
-        "expires",
-        "note",
-        "max_running",
-        "pause_after_failures",
-    }
-)
-#: Schedule fields ``edit_job`` takes in ``timing``; giving one kind clears the others.
-TIMING_FIELDS = ("interval", "cron", "rrule", "timezone", "run_at", "starts_at", "ends_at")
-_KINDS = ("interval", "cron", "rrule", "run_at")
-_TEXT_TIMING = ("interval", "cron", "rrule", "timezone")
-#: Changes after which the next occurrence is planned again.
-_REPLAN = frozenset({"jitter"})
-
-
-def edit_job(
-    *,
-    job: Job,
-    now: datetime,
-    timing: dict[str, Any] | None = None,
-    schedule: Schedule | None = None,
-    by: Actor | None = None,
-    allow_past: bool = False,
-    past_hint: str | None = None,
-    as_declared: bool = False,
-    **changes: Any,
-) -> Job:
-    """Change a job in place, only the given values, keeping its id and history.
-
-    ``timing`` changes the job's schedule; a schedule other jobs share, or one that belongs
-    to another owner, is never changed from one job: this job gets its own copy (the job
-    owner's), so the others keep their timing. ``schedule`` moves
-    the job to an existing schedule instead. Giving a task clears a task-table target and the
-    other way round. Every reason is collected before anything is saved, with the rules of
-    ``create_job``; when the timing or jitter changed, the next occurrence is planned again from
-    ``now`` (an unfinished execution still finishes first). A ``run_at`` changed to an
-    instant already past is refused unless ``allow_past`` (``validation.past_run_at_error``;
-    ``past_hint`` is the refusal's last sentence, where the caller's door says it better).
-    Each field that changed, its timing included, is written to the audit trail with ``by``
-    (code when None), in the same transaction.
-
-    A job the code declares (``Job.declared``) is the code's to change: any change is refused
-    naming the setting to change (``declared_refusal``), except from the declarations'
-    reconciliation itself (``as_declared``).
-    """
-    unknown = set(changes) - EDITABLE
-    if unknown or set(timing or {}) - set(TIMING_FIELDS):
-        raise TypeError(f"edit_job cannot change {sorted(unknown | set(timing or {}))}")
-    if timing and schedule is not None:
-        raise TypeError("edit_job takes timing or an existing schedule, not both")
-    job = Job.objects.select_related("schedule", "owner").get(pk=job.pk)
-    if job.declared and not as_declared:
-        asked = sorted({*changes, *(timing or {}), *(["schedule"] if schedule else [])})
-        if asked:
-            raise ValidationError({asked[0]: declared_refusal(job)})
-    old_schedule = job.schedule
-    before = audit.snapshot(job)
-    if changes.get("task_table"):
-        changes.setdefault("task", TASK_ROW_TASK)
-    elif changes.get("task") and changes["task"] != TASK_ROW_TASK:
-        changes.setdefault("task_table", "")
-        changes.setdefault("task_row_id", None)
-    for name, value in changes.items():
-        setattr(job, name, value)
-
-    errors: dict[str, list[str]] = {}
-    replan = bool(_REPLAN & changes.keys())
-    retimed = False  # the job's schedule row (its own, or a new copy) has new values
-    if schedule is not None and schedule.pk != old_schedule.pk:
-        job.schedule = schedule
-        replan = True
-    elif timing:
-        values = {name: getattr(old_schedule, name) for name in TIMING_FIELDS}
-        if any(timing.get(kind) for kind in _KINDS):
-            values.update(interval="", cron="", rrule="", run_at=None)
-            if not (timing.get("cron") or timing.get("rrule")) and "timezone" not in timing:
-                values["timezone"] = "UTC"  # the zone belongs to cron and calendars alone
-        values.update({k: "" if v is None and k in _TEXT_TIMING else v for k, v in timing.items()})
-        values["timezone"] = values["timezone"] or "UTC"
-        if any(values[name] != getattr(old_schedule, name) for name in TIMING_FIELDS):
-            shared = old_schedule.jobs.exclude(pk=job.pk).exists()
-            own = old_schedule.owner_id == job.owner_id
-            target = old_schedule if own and not shared else Schedule(owner=job.owner)
-            previous_run_at = old_schedule.run_at  # a copy is judged by what the job had
-            for name, value in values.items():
-                setattr(target, name, value)
-            target.saved_run_at = previous_run_at
-            target.allow_past = allow_past
-            if past_hint is not None:
-                target.past_hint = past_hint
-            try:
-                target.full_clean()
-            except ValidationError as exc:
-                errors.update(exc.message_dict)
-            job.schedule = target
-            retimed = replan = True
-    try:
-        job.full_clean(exclude=["schedule", "owner"], validate_unique=False)
-    except ValidationError as exc:
-        for name_, messages in exc.message_dict.items():
-            known = errors.setdefault(name_, [])
-            known.extend(m for m in messages if m not in known)
-    if {"owner", "name"} & changes.keys() and (
-        Job.objects.filter(owner=job.owner, name=job.name).exclude(pk=job.pk).exists()
-    ):
-        errors.setdefault("name", []).append(f"{job.owner} already has a job named {job.name!r}")
-    if errors:
-        raise ValidationError(errors)
-    # Only the edited columns are written: the scheduler and workers own the others
-    # (next due time, current execution, counters) and may have moved them meanwhile.
-    columns = [*changes, "updated_at"]
-    with transaction.atomic():
-        if retimed:
-            job.schedule.save()
-        if job.schedule.pk != old_schedule.pk:
-            columns.append("schedule")
-        job.save(update_fields=columns)
-        if job.schedule.pk != old_schedule.pk:
-            _drop_if_unused(old_schedule, owner_id=job.owner_id)
-        if replan:
-            replan_job(job=job, now=now)
-        audit.record(
-            job=job,
-            action=JobChangeAction.CHANGED,
-            by=by or audit.CODE,
-            now=now,
-            changes=audit.differences(before, audit.snapshot(job)),
-        )
-    logger.info("job.edited job=%s changed=%s", job.pk, ",".join(sorted(changes)) or "-")
-    job.refresh_from_db()
-    return job
-
-
 def plan_from(job: Job, timing: FiringRule, *, now: datetime, first: bool = False) -> None:
     """Set the job's next occurrence to the first one at or after ``now``.
 
@@ -513,20 +364,13 @@ def _set_next(job: Job, occurrence: datetime | None) -> None:
 def declared_refusal(job: Job) -> str:
     """Why a field of a job the code declares cannot be changed here, naming the setting."""
     return (
-        f"is declared in code; change {_setting(job)}[{job.declared_key!r}] and deploy (pause, "
-        "resume, run now and backfill work here as for any job)"
+        f"is declared in code; change {declaring_setting(job)}[{job.declared_key!r}] and "
+        "deploy (pause, resume, run now and backfill work here as for any job)"
     )
 
 
-def removal_refusal(job: Job) -> str:
-    """Why a job the code declares cannot be removed here, naming the setting and the key."""
-    return (
-        f"is declared in code; remove the entry from {_setting(job)}[{job.declared_key!r}] and "
-        "run jobs sync: its job is then paused, its history kept"
-    )
-
-
-def _setting(job: Job) -> str:
+def declaring_setting(job: Job) -> str:
+    """The setting that declares ``job``, as its refusals name it."""
     return (
         "SCHEDULING_JOBS"
         if job.declared_in == DeclaredIn.SCHEDULING_JOBS
@@ -534,292 +378,13 @@ def _setting(job: Job) -> str:
     )
 
 
-def replan_job(
-    *,
-    job: Job,
-    now: datetime,
-    by: Actor | None = None,
-    changes: dict[str, dict[str, Any]] | None = None,
-) -> None:
-    """Recompute an edited job's next occurrence from ``now`` (admin saves, schedule edits).
-
-    A job whose current execution is unfinished keeps waiting for it; the new position only
-    decides what comes after. With ``by``, the re-plan is a row of the trail of its own
-    (``replanned``: ``changes``, such as the schedule's timing from and to, and the next due
-    time from and to); without, the caller's own row tells the change (``edit_job``).
-    """
-    with transaction.atomic():
-        locked = engine().lock_job(job.pk, with_schedule=True)
-        if locked is None:
-            raise Job.DoesNotExist(f"job {job.pk} does not exist")
-        before = (locked.status, locked.next_due_at)
-        if locked.status == JobStatus.COMPLETED:
-            locked.status = JobStatus.ACTIVE
-        plan_from(locked, locked.schedule.timing(), now=now, first=locked.execute_count == 0)
-        locked.save(update_fields=["status", "next_due_at", "next_occurrence_at", "updated_at"])
-        moved = audit.differences(
-            {"status": before[0], "next_due_at": audit.as_json(before[1])},
-            {"status": locked.status, "next_due_at": audit.as_json(locked.next_due_at)},
-        )
-        if by is not None and (changes or moved):
-            audit.record(
-                job=locked,
-                action=JobChangeAction.REPLANNED,
-                by=by,
-                now=now,
-                changes={**(changes or {}), **moved},
-            )
-    logger.info("job.replanned job=%s next_due_at=%s", job.pk, locked.next_due_at)
-
-
-def edit_schedule(*, schedule: Schedule, now: datetime, by: Actor | None = None) -> int:
-    """Save an edited, validated schedule (the Schedules page) and re-plan every job on it;
-    returns how many.
-
-    Each job's trail gets a ``replanned`` row with ``by`` (code when None): the schedule's
-    timing fields that changed, from and to, and the job's next due time, from and to, in the
-    transaction that saves the schedule. A save that changed no timing and moved no job
-    writes none.
-    """
-    declared = schedule.jobs.exclude(declared_fingerprint="").exclude(declared_in="").first()
-    if declared is not None:
-        raise ValidationError({"schedule": declared_refusal(declared)})
-    with transaction.atomic():
-        saved = Schedule.objects.select_for_update().get(pk=schedule.pk)
-        before = audit.timing(saved)
-        schedule.save()
-        changes = audit.differences(before, audit.timing(schedule))
-        replanned = 0
-        for job in schedule.jobs.order_by("pk"):
-            replan_job(job=job, now=now, by=by or audit.CODE, changes=changes)
-            replanned += 1
-    logger.info("schedule.edited schedule=%s jobs=%s", schedule.pk, replanned)
-    return replanned
-
-
-def pause_job(*, job: Job, now: datetime, reason: str = "", by: Actor | None = None) -> bool:
-    """Stop an active job from firing, with a reason shown until it is resumed.
-
-    The reason is refused (ValidationError on ``reason``) when it cannot be stored as one line:
-    it goes into the log as ``job.paused … reason=…``. The pause is a person's or code's
-    (``PauseKind.MANUAL``), recorded in the audit trail with ``by`` (code when None).
-    """
-    check_reason(reason)
-    with transaction.atomic():
-        changed = engine().pause_job(job.pk, reason=reason, kind=PauseKind.MANUAL, now=now)
-        if changed:
-            audit.paused(
-                job=job,
-                by=by or audit.CODE,
-                now=now,
-                reason=reason,
-                before=job.pause_reason,
-                kind=PauseKind.MANUAL.value,
-            )
-    if changed:
-        logger.info("job.paused job=%s reason=%s", job.pk, reason or "-")
-    return bool(changed)
-
-
-def resume_job(*, job: Job, now: datetime, by: Actor | None = None) -> bool:
-    """Make a paused job active again; its misfire policy decides what the pause missed.
-
-    Its count of failed occurrences in a row starts again from zero (``stages.failures``),
-    whoever paused it; the resume is recorded in the audit trail with ``by`` (code when None).
-    """
-    with transaction.atomic():
-        locked = engine().lock_job(job.pk, status=JobStatus.PAUSED)
-        if locked is None:
-            return False
-        reason, kind, failed = locked.pause_reason, locked.pause_kind, locked.consecutive_failures
-        locked.status = JobStatus.ACTIVE
-        locked.pause_reason = ""
-        locked.pause_kind = PauseKind.NONE
-        locked.consecutive_failures = 0
-        if locked.next_occurrence_at is None:
-            plan_from(locked, locked.schedule.timing(), now=now)
-        locked.save(
-            update_fields=[
-                "status",
-                "pause_reason",
-                "pause_kind",
-                "consecutive_failures",
-                "next_due_at",
-                "next_occurrence_at",
-                "updated_at",
-            ]
-        )
-        changes = {
-            "status": {"from": JobStatus.PAUSED.value, "to": JobStatus.ACTIVE.value},
-            "pause_reason": {"from": reason, "to": ""},
-            "pause_kind": {"from": kind, "to": PauseKind.NONE.value},
-        }
-        if failed:
-            changes["consecutive_failures"] = {"from": failed, "to": 0}
-        audit.record(
-            job=locked,
-            action=JobChangeAction.RESUMED,
-            by=by or audit.CODE,
-            now=now,
-            changes=changes,
-        )
-    logger.info("job.resumed job=%s next_due_at=%s", job.pk, locked.next_due_at)
-    job.refresh_from_db()
-    return True
-
-
-def remove_job(
-    *, job: Job, now: datetime | None = None, by: Actor | None = None, row_gone: bool = False
-) -> None:
-    """Delete the job, its history (by cascade) and its schedule when nothing else uses it.
-
-    Its audit trail stays: a ``removed`` row (with ``by``, code when None) is written first,
-    and the deletion empties the rows' link to the job, which keep its name. A job the code
-    declares is refused (``removal_refusal``): the next reconciliation would make it again,
-    its history lost; only the deletion of the task-table row it runs (``row_gone``) takes it.
-    """
-    if job.declared and not row_gone:
-        raise ValidationError({"name": removal_refusal(job)})
-    job_id = job.pk
-    with transaction.atomic():
-        schedule = job.schedule
-        audit.record(
-            job=job,
-            action=JobChangeAction.REMOVED,
-            by=by or audit.CODE,
-            now=now or timezone.now(),
-            changes={"status": {"from": job.status, "to": None}},
-        )
-        job.delete()
-        _drop_if_unused(schedule, owner_id=job.owner_id)
-    logger.info("job.removed job=%s", job_id)
-
-
-def _drop_if_unused(schedule: Schedule, *, owner_id: Any) -> None:
+def drop_if_unused(schedule: Schedule, *, owner_id: Any) -> None:
     """Delete a schedule a job left, when no job uses it and it was that job owner's own.
 
     Another owner's schedule stays, used or not: only its owner (or a superuser) deletes it.
     """
-    if schedule.owner_id == owner_id and not schedule.jobs.exists():
-        schedule.delete()
-
-
-def run_job_now(*, job: Job, now: datetime, by: Actor | None = None) -> Execution:
-    """Create one extra occurrence at ``now``, PENDING like a claimed one, with its row of
-    the trail (``run_now``, by ``by``; code when None).
-
-    The caller publishes it after the commit (``scheduling.api.run_now``); if that fails, the
-    scheduler publishes it once the pending grace has passed, as after any claim.
-    """
-    check_target(job)
-    with transaction.atomic():
-        execution = engine().add_occurrence(job, scheduled_for=now, now=now)
-        audit.execution_changed(
-            job_id=job.pk,
-            job_name=job.name,
-            execution_id=execution.pk,
-            action=JobChangeAction.RAN_NOW,
-            before=None,
-            after=ExecutionStatus.PENDING.value,
-            by=by or audit.CODE,
-            now=now,
-        )
-    logger.info("job.run_now job=%s execution=%s", job.pk, execution.pk)
-    return execution
-
-
-def cancel_job(*, job_id: int, now: datetime, reason: str, by: Actor | None = None) -> int:
-    """Cancel every unfinished execution of the job (``cancel_execution``, each with its row
-    of the trail by ``by``, code when None).
-
-    Taken by id: only the executions are touched, and a job that is gone has none left to
-    cancel (0). The reason becomes each execution's ``last_error`` and a log line: it must be
-    one line of printable text (ValidationError on ``reason`` otherwise).
-    """
-    check_reason(reason)
-    ids = Execution.objects.filter(job_id=job_id, status__in=EXECUTION_UNFINISHED).values_list(
-        "pk", flat=True
-    )
-    return sum(cancel_execution(execution_id=i, now=now, reason=reason, by=by) for i in list(ids))
-
-
-def cancel_execution(
-    *, execution_id: int, now: datetime, reason: str, by: Actor | None = None
-) -> bool:
-    """A person's or code's cancel of one unfinished execution (``attempts.cancel_execution``),
-    with its row of the trail (``cancelled``: the execution's status from and to, and the
-    reason; by ``by``, code when None) in the same transaction; False when it was not
-    unfinished. A Django task run (no job) has no trail.
-
-    The row is locked first, as ``attempts.cancel_execution`` locks it, so the status
-    recorded is the one it had when it was cancelled.
-    """
-    check_reason(reason)
-    with transaction.atomic():
-        found = engine().lock_execution(execution_id, statuses=EXECUTION_UNFINISHED)
-        if found is None:
-            return False
-        status, job_id = found.status, found.job_id
-        if not attempts.cancel_execution(execution_id=execution_id, now=now, reason=reason):
-            return False
-        _execution_changed(
-            job_id=job_id,
-            execution_id=execution_id,
-            action=JobChangeAction.CANCELLED,
-            before=status,
-            after=ExecutionStatus.CANCELLED.value,
-            by=by,
-            now=now,
-            reason=reason,
-        )
-    return True
-
-
-def _execution_changed(*, job_id: int | None, by: Actor | None, **values: Any) -> None:
-    """``audit.execution_changed`` for an execution of a job (none for a Django task run)."""
-    if job_id is None:
-        return
-    name = Job.objects.filter(pk=job_id).values_list("name", flat=True).first()
-    if name is not None:
-        audit.execution_changed(job_id=job_id, job_name=name, by=by or audit.CODE, **values)
-
-
-def retry_execution(*, execution_id: int, now: datetime, by: Actor | None = None) -> bool:
-    """Give a failed execution of a job one more attempt; False when it is not failed.
-
-    The row goes back to RETRY, due now, so the scheduler's next tick publishes it like any
-    retry; its attempts so far stay in its history and the next one is numbered after them.
-    The retry is a row of the job's trail (``retried``, by ``by``; code when None), written
-    in the same transaction.
-    """
-    with transaction.atomic():
-        changed = engine().retry_failed_execution(execution_id, now=now)
-        if changed:
-            _execution_changed(
-                job_id=Execution.objects.filter(pk=execution_id)
-                .values_list("job_id", flat=True)
-                .first(),
-                execution_id=execution_id,
-                action=JobChangeAction.RETRIED,
-                before=ExecutionStatus.FAILED.value,
-                after=ExecutionStatus.RETRY.value,
-                by=by,
-                now=now,
-            )
-    if changed:
-        logger.info("execution.retried execution=%s by=hand", execution_id)
-    return bool(changed)
-
-
-def retry_failed(
-    *, job: Job, now: datetime, since: datetime | None = None, by: Actor | None = None
-) -> int:
-    """``retry_execution`` for each failed execution of the job (due since ``since``)."""
-    rows = Execution.objects.filter(job=job, status=ExecutionStatus.FAILED)
-    if since is not None:
-        rows = rows.filter(scheduled_for__gte=since)
-    ids = list(rows.values_list("pk", flat=True))
-    return sum(retry_execution(execution_id=pk, now=now, by=by) for pk in ids)
+    if schedule.owner_id == owner_id:
+        engine().drop_unused_schedule(schedule.pk)
 
 
 def jobs_for_row(task_table: str, task_row_id: int, *, viewer: Any = None) -> list[JobInfo]:
@@ -832,18 +397,6 @@ def jobs_for_row(task_table: str, task_row_id: int, *, viewer: Any = None) -> li
     found = list(rows.order_by("pk"))
     titles = selectors.job_titles(found)
     return [JobInfo.of(job, title=titles[job.pk]) for job in found]
-
-
-def remove_jobs_for_row(task_table: str, task_row_id: int, *, by: Actor | None = None) -> int:
-    """Delete every job that runs the row (and, by cascade, their history), each removal a
-    row of its trail by ``by`` (code when None)."""
-    removed = 0
-    for job in Job.objects.select_related("schedule").filter(
-        task_table=task_table, task_row_id=task_row_id
-    ):
-        remove_job(job=job, by=by, row_gone=True)
-        removed += 1
-    return removed
 
 
 def executions(job_id: int, *, limit: int, status: str | None) -> list[ExecutionInfo]:

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling.models import Schedule
-from scheduling.stages import jobs
+from scheduling.stages import controls
 from tests.conftest import wait_for
 from tests.factories import create_job
 
@@ -41,7 +41,7 @@ def test_execution_history_is_read_only(page: Any, admin_user: Any) -> None:
         owner=admin_user, name="once", task="scheduling.diagnostics.noop", every="PT1H",
         now=timezone.now(),
     )  # fmt: skip
-    execution = jobs.run_job_now(job=job, now=timezone.now())
+    execution = controls.run_job_now(job=job, now=timezone.now())
     page.goto(f"{page.base}/admin/scheduling/execution/{execution.pk}/change/")
     page.wait_for_selector("#content")
     assert page.locator("input[name=_save]").count() == 0

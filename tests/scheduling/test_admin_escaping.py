@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils.html import escape
 
 from scheduling.models import Execution, ExecutionStatus, Job
-from scheduling.stages import jobs
+from scheduling.stages import controls
 from tests.scheduling.test_admin_jobs import form_data
 
 pytestmark = pytest.mark.django_db
@@ -43,7 +43,7 @@ def test_a_jobs_typed_fields_are_escaped_on_its_list_page_and_its_page(
     )
     job.schedule.name = ATTRIBUTE
     job.schedule.save(update_fields=["name"])
-    jobs.pause_job(job=job, now=now, reason=SCRIPT + ATTRIBUTE)
+    controls.pause_job(job=job, now=now, reason=SCRIPT + ATTRIBUTE)
 
     listing = page(admin_client, "/admin/scheduling/job/")
     assert_shown_escaped(listing, SCRIPT)  # the name, and the paused badge's reason

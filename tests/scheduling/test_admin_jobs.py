@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus, Schedule
-from scheduling.stages import attempts, jobs, selectors
+from scheduling.stages import attempts, controls, selectors
 from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db
@@ -265,7 +265,7 @@ def test_filters_find_failing_late_and_paused_jobs(
     late = new_job(admin_user, name="late")
     Job.objects.filter(pk=late.pk).update(next_due_at=timezone.now() - timedelta(minutes=5))
     paused = new_job(admin_user, name="paused")
-    jobs.pause_job(job=paused, now=timezone.now(), reason="maintenance")
+    controls.pause_job(job=paused, now=timezone.now(), reason="maintenance")
 
     def listed(health: str) -> set[str]:
         response = admin_client.get(JOBS, {"health": health})
@@ -282,7 +282,7 @@ def test_a_jobs_page_shows_its_recent_executions_with_attempts(
     admin_client: Client, admin_user: Any, new_job: Callable[..., Job]
 ) -> None:
     job = new_job(admin_user)
-    execution = jobs.run_job_now(job=job, now=timezone.now())
+    execution = controls.run_job_now(job=job, now=timezone.now())
     attempts.start_execution(execution_id=execution.pk, worker="w1", pid=1, now=timezone.now())
     attempts.fail_attempt(
         execution_id=execution.pk,
@@ -336,7 +336,7 @@ def test_a_jobs_page_offers_the_actions_that_apply_to_it_now(
     page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
     assert "job-action-run_now" in page and "job-action-pause_jobs" in page
     assert "job-action-resume_jobs" not in page
-    jobs.pause_job(job=job, now=timezone.now(), reason="r")
+    controls.pause_job(job=job, now=timezone.now(), reason="r")
     page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
     assert "job-action-resume_jobs" in page and "job-action-pause_jobs" not in page
 
@@ -377,8 +377,8 @@ def test_a_staff_user_sees_only_their_own_jobs_and_history(
 ) -> None:
     mine = new_job(alice, name="mine")
     theirs = new_job(bob, name="theirs")
-    jobs.run_job_now(job=mine, now=timezone.now())
-    other = jobs.run_job_now(job=theirs, now=timezone.now())
+    controls.run_job_now(job=mine, now=timezone.now())
+    other = controls.run_job_now(job=theirs, now=timezone.now())
 
     listed = as_alice.get(JOBS).context["cl"].result_list
     assert [job.name for job in listed] == ["mine"]
@@ -450,7 +450,7 @@ def test_a_staff_user_cannot_cancel_or_retry_another_owners_executions(
     as_alice: Client, bob: Any, new_job: Callable[..., Job]
 ) -> None:
     theirs = new_job(bob, name="theirs")
-    queued = jobs.run_job_now(job=theirs, now=timezone.now())
+    queued = controls.run_job_now(job=theirs, now=timezone.now())
     failed = finished(theirs, ExecutionStatus.FAILED, ago=timedelta(hours=1))
     for action, execution in (("cancel_executions", queued), ("retry_executions", failed)):
         as_alice.post(EXECUTIONS, {"action": action, "_selected_action": [execution.pk]})

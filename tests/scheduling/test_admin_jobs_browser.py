@@ -18,7 +18,7 @@ from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
-from scheduling.stages import jobs
+from scheduling.stages import controls
 from tests.conftest import (
     CHROMIUM,
     ROOT,
@@ -167,7 +167,7 @@ def some_history(owner: Any) -> None:
     failing = create_job(owner=owner, name="sync invoices", task=NOOP,
                               cron="*/15 * * * *", now=now)  # fmt: skip
     paused = create_job(owner=owner, name="cleanup", task=NOOP, every="P1D", now=now)
-    jobs.pause_job(job=paused, now=now, reason="disk migration")
+    controls.pause_job(job=paused, now=now, reason="disk migration")
     for job, status, retries, ago in (
         (hourly, ExecutionStatus.COMPLETED, 0, timedelta(hours=7)),
         (failing, ExecutionStatus.FAILED, 3, timedelta(minutes=14)),
@@ -189,7 +189,7 @@ def test_a_staff_user_cannot_reach_another_owners_job_by_any_url(
     now = timezone.now()
     mine = create_job(owner=alice, name="mine", task=NOOP, every="PT1H", now=now)
     theirs = create_job(owner=bob, name="theirs", task=NOOP, every="PT1H", now=now)
-    execution = jobs.run_job_now(job=theirs, now=now)
+    execution = controls.run_job_now(job=theirs, now=now)
     page = logged_in(browser, live_server.url, "alice", "alice-pw")
     base = f"{live_server.url}/admin/scheduling"
 

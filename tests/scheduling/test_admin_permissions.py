@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from scheduling import api
 from scheduling.models import Execution, ExecutionStatus, Job, JobStatus
-from scheduling.stages import jobs
+from scheduling.stages import controls
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data, form_of
 from tests.tasktable_app.models import Chore, ChoreBatch, TeamChore
@@ -284,8 +284,8 @@ def test_a_view_only_user_changes_nothing_by_any_action_or_form(
     as_vera = logged_in(vera)
     job = new_job(vera, name="hers")
     paused = new_job(vera, name="paused")
-    jobs.pause_job(job=paused, now=timezone.now(), reason="kept")
-    queued = jobs.run_job_now(job=job, now=timezone.now())
+    controls.pause_job(job=paused, now=timezone.now(), reason="kept")
+    queued = controls.run_job_now(job=job, now=timezone.now())
     failed = Execution.objects.create(
         job=job,
         task=NOOP,
@@ -332,7 +332,7 @@ def test_cancelling_and_retrying_executions_is_logged(
     as_alice: Client, alice: Any, new_job: Callable[..., Job]
 ) -> None:
     job = new_job(alice)
-    queued = jobs.run_job_now(job=job, now=timezone.now())
+    queued = controls.run_job_now(job=job, now=timezone.now())
     failed = Execution.objects.create(
         job=job,
         task=NOOP,

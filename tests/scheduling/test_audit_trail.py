@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from scheduling import api, checks, conf
 from scheduling.models import Execution, Job, JobChange, Schedule
-from scheduling.stages import attempts, audit, jobs, retention
+from scheduling.stages import attempts, audit, controls, retention
 from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db
@@ -501,7 +501,7 @@ def test_a_person_s_pause_and_the_failure_counter_s_say_who_paused_and_why(
     api.pause(job.pk, reason="card processor upgrade", by=admin_user)
     api.resume(job.pk, by=admin_user)
     later = timezone.now()
-    running = jobs.run_job_now(job=job, now=later)
+    running = controls.run_job_now(job=job, now=later)
     assert attempts.start_execution(execution_id=running.pk, worker="w", pid=1, now=later)
     attempts.fail_attempt(execution_id=running.pk, error="boom", outcome="failed", now=later)
     job.refresh_from_db()
@@ -728,7 +728,7 @@ def test_an_operator_reads_the_trail_on_the_jobs_page(page: Any, admin_user: Any
 def test_a_pause_with_no_reason_records_the_status_alone(admin_user: Any) -> None:
     now = timezone.now()
     job = create_job(owner=admin_user, name="quiet", task=NOOP, every="PT1H", now=now)
-    assert jobs.pause_job(job=job, now=now, reason="", by=audit.Actor.user(admin_user))
+    assert controls.pause_job(job=job, now=now, reason="", by=audit.Actor.user(admin_user))
     paused = JobChange.objects.get(job=job, action="paused")
     assert "pause_reason" not in paused.changes
     assert paused.changes["status"] == {"from": "active", "to": "paused"}

@@ -27,7 +27,15 @@ from scheduling.models import (
     Overlap,
     Schedule,
 )
-from scheduling.stages import attempts, claims, jobs, liveness, plain_claims, publishing, selectors
+from scheduling.stages import (
+    attempts,
+    claims,
+    controls,
+    liveness,
+    plain_claims,
+    publishing,
+    selectors,
+)
 from scheduling.timing import schedules
 from tests.tasktable_app.models import Chore
 
@@ -329,7 +337,7 @@ def test_job_whose_end_passed_while_the_scheduler_was_away_completes(
 
 def test_paused_job_never_fires(make_job: MakeJob, now: datetime) -> None:
     job = make_job(every="PT1M")
-    assert jobs.pause_job(job=job, now=now)
+    assert controls.pause_job(job=job, now=now)
     for later in (now, now + 5 * MINUTE, now + timedelta(days=2)):
         assert claim(later) == []
     assert history(job) == []
@@ -348,10 +356,10 @@ def test_resumed_job_follows_its_misfire_policy(
     make_job: MakeJob, now: datetime, misfire: str, pending: list[int], skipped: list[int]
 ) -> None:
     job = make_job(every="PT1M", misfire=misfire, overlap="allow")
-    jobs.pause_job(job=job, now=now)
+    controls.pause_job(job=job, now=now)
     back = now + 5 * MINUTE + 30 * SECOND
     assert claim(back) == []
-    assert jobs.resume_job(job=job, now=back)
+    assert controls.resume_job(job=job, now=back)
     assert fresh(job).status == JobStatus.ACTIVE
     assert len(claim(back)) == len(pending)
     assert history(job) == sorted(
@@ -365,9 +373,9 @@ def test_resume_of_an_active_job_and_pause_of_a_paused_one_change_nothing(
     make_job: MakeJob, now: datetime
 ) -> None:
     job = make_job(every="PT1M")
-    assert jobs.resume_job(job=job, now=now) is False
-    assert jobs.pause_job(job=job, now=now) is True
-    assert jobs.pause_job(job=job, now=now) is False
+    assert controls.resume_job(job=job, now=now) is False
+    assert controls.pause_job(job=job, now=now) is True
+    assert controls.pause_job(job=job, now=now) is False
     assert fresh(job).status == JobStatus.PAUSED
 
 
@@ -604,7 +612,7 @@ def test_a_manual_run_at_an_occurrence_instant_does_not_stop_the_claim(
 ) -> None:
     manual = make_job(every="PT1M")
     other = make_job(every="PT1M")
-    jobs.run_job_now(job=manual, now=now)
+    controls.run_job_now(job=manual, now=now)
     claim(now)
     assert history(other) == [(now, ExecutionStatus.PENDING)]
     assert Execution.objects.filter(job=manual, scheduled_for=now).count() == 1
@@ -632,7 +640,7 @@ def _off_grid(job: Job, now: datetime) -> None:
 
 
 def _run_by_hand(job: Job, now: datetime) -> None:
-    jobs.run_job_now(job=job, now=now)
+    controls.run_job_now(job=job, now=now)
 
 
 # case: (job options, claim this long after `now`, planned in SQL, change before the claim)

@@ -22,7 +22,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, ManagementUtility, call_command, get_commands
 
 from scheduling.models import AttemptOutcome, Execution, ExecutionStatus, Job, JobStatus, Schedule
-from scheduling.stages import attempts, claims, jobs, liveness
+from scheduling.stages import attempts, claims, controls, liveness
 from tests.conftest import ROOT, database_url
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
@@ -164,7 +164,7 @@ def test_jobs_add_for_a_task_table_row(owner: Any) -> None:
 def test_jobs_list_shows_every_job(make_job: MakeJob, django_user_model: Any) -> None:
     make_job(name="b-job", every="PT3H")
     paused = make_job(name="a-job", cron="0 9 * * *", tz="Europe/Berlin")
-    jobs.pause_job(job=paused, now=paused.created_at)
+    controls.pause_job(job=paused, now=paused.created_at)
     data = call_json("jobs", "list")
     assert [(j["name"], j["status"]) for j in data] == [("a-job", "paused"), ("b-job", "active")]
     text = call("jobs", "list").splitlines()

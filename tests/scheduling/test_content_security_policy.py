@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from scheduling.models import Job
 from scheduling.pages import csp
-from scheduling.stages import jobs
+from scheduling.stages import controls
 from tests.factories import create_job
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +34,7 @@ needs_django_6 = pytest.mark.skipif(django.VERSION < (6, 0), reason="Django 6's 
 def job(admin_user: Any) -> Job:
     job = create_job(owner=admin_user, name="nightly", task=NOOP, every="PT1H",
                           now=timezone.now())  # fmt: skip
-    jobs.run_job_now(job=job, now=timezone.now())
+    controls.run_job_now(job=job, now=timezone.now())
     return job
 
 

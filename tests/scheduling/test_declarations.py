@@ -24,7 +24,7 @@ from scheduling import api
 from scheduling.checks import check_declarations
 from scheduling.models import ChangeSource, DeclarationSet, DeclaredIn, Job, JobChange, JobStatus
 from scheduling.rules.registry import CELERY_TASK_RUNNER
-from scheduling.stages import declarations, jobs
+from scheduling.stages import declarations, jobs, reconciliation
 from scheduling.timing.beat_schedules import Unmappable, timing_of
 from tests.conftest import celery_settings
 from tests.factories import create_job
@@ -63,8 +63,8 @@ def a_solar(event: str, lat: float, lon: float) -> solar:
     return found
 
 
-def sync(**options: Any) -> declarations.Report:
-    return declarations.reconcile(now=options.pop("now", NOW), apply=True, **options)
+def sync(**options: Any) -> reconciliation.Report:
+    return reconciliation.reconcile(now=options.pop("now", NOW), apply=True, **options)
 
 
 # --- translation of each schedule kind -----------------------------------------------------
@@ -458,7 +458,7 @@ def test_manage_py_check_reports_every_entry_the_scheduler_refuses(
     beat({**REFUSED_BEAT, "ok": {"task": PLAIN_TASK, "schedule": 10, "args": ["x"]}})
     settings.SCHEDULING_JOBS = {**REFUSED_JOBS, "fine": {"task": NOOP, "every": "PT1M"}}
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"  # its visibility timeout bounds
-    refused = {c.key: c.line for c in declarations.reconcile(now=NOW, apply=False).refused}
+    refused = {c.key: c.line for c in reconciliation.reconcile(now=NOW, apply=False).refused}
     assert set(refused) == set(REFUSED_BEAT) | set(REFUSED_JOBS)
     found = check_declarations()
     assert {m.obj for m in found} == {
@@ -548,7 +548,7 @@ def test_a_scheduler_at_start_records_its_changes_as_the_code_and_its_account(
     settings: Any, beat: Any
 ) -> None:
     settings.SCHEDULING_JOBS = {"a": {"task": NOOP, "every": "PT1M"}}
-    declarations.sync_on_start(now=NOW)
+    reconciliation.sync_on_start(now=NOW)
     change = JobChange.objects.get(action="created")
     assert change.source == ChangeSource.CODE
     assert change.who.startswith("code (os: ") and change.who.endswith(")")

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from scheduling.messages.errors import format_error, headline
 from scheduling.models import Execution, Job
-from scheduling.stages import attempts, failures, jobs
+from scheduling.stages import attempts, controls, failures
 
 MESSAGE = "ValueError: the amount is negative"
 
@@ -114,7 +114,7 @@ def failed(admin_user: Any, make_job: Callable[..., Job]) -> Execution:
     """A run of ``invoices`` that failed with a traceback in the history's form."""
     job = make_job(name="invoices", owner=admin_user)
     now = timezone.now()
-    execution = jobs.run_job_now(job=job, now=now)
+    execution = controls.run_job_now(job=job, now=now)
     attempts.start_execution(execution_id=execution.pk, worker="w1", pid=1, now=now)
     attempts.fail_attempt(
         execution_id=execution.pk, now=now, error=history_form(), outcome="failed", permanent=True

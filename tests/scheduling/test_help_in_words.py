@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from scheduling.models import Job
-from scheduling.stages import jobs
+from scheduling.stages import controls
 
 #: A dotted path of code: ``scheduling.stages.failures``, ``RunContext.report_failures``,
 #: ``app.module`` in parentheses; a file name.
@@ -44,7 +44,7 @@ def test_a_jobs_schedules_and_runs_pages_explain_their_fields_in_words(
     client: Client, admin_user: Any, make_job: Callable[..., Job]
 ) -> None:
     job = make_job(name="invoices", owner=admin_user, cron="0 9 * * 1-5")
-    execution = jobs.run_job_now(job=job, now=timezone.now())
+    execution = controls.run_job_now(job=job, now=timezone.now())
     client.force_login(admin_user)
     for url in (
         f"/admin/scheduling/job/{job.pk}/change/",

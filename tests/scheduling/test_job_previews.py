@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from scheduling import api
 from scheduling.models import Job, JobStatus, Schedule
-from scheduling.stages import claims, jobs
+from scheduling.stages import claims, controls
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data
 
@@ -181,7 +181,7 @@ def test_a_schedule_that_ends_first_shows_fewer_and_says_so(owner: Any) -> None:
 
 def test_a_paused_job_is_previewed_and_said_to_be_paused(owner: Any) -> None:
     job = calendar_job(owner)
-    jobs.pause_job(job=job, now=timezone.now(), reason="audit")
+    controls.pause_job(job=job, now=timezone.now(), reason="audit")
     out, _ = call("jobs", "next", "month end", "--count", "2")
     assert "'month end' is paused" in out
     assert len([line for line in out.splitlines() if "09:00:00 +0" in line]) == 2
@@ -246,7 +246,7 @@ def test_a_paused_job_s_page_says_it_runs_them_only_if_resumed(
     admin_client: Client, owner: Any
 ) -> None:
     job = calendar_job(owner)
-    jobs.pause_job(job=job, now=timezone.now(), reason="audit")
+    controls.pause_job(job=job, now=timezone.now(), reason="audit")
     page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
     assert "The job is paused: it runs these only if it is resumed." in page
     assert preview_list(page).count('<time datetime="') == 10

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from scheduling import api
 from scheduling.models import Execution, Job
-from scheduling.stages import audit, jobs, selectors
+from scheduling.stages import audit, controls, selectors
 from tests.tasktable_app.models import Chore
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +71,7 @@ def test_the_command_line_and_the_admin_warn_by_the_same_rule(make_job: Any) -> 
     cancelled_five_times(job)
     read = selectors.with_health(Job.objects.filter(pk=job.pk), now=timezone.now()).get()
     assert selectors.job_warning(read) == selectors.job_warning(job) == WARNING
-    jobs.pause_job(job=job, now=timezone.now())
+    controls.pause_job(job=job, now=timezone.now())
     assert selectors.job_warning(Job.objects.get(pk=job.pk)) is None  # paused: no warning
     assert "none of its last" not in row_of(call("jobs", "list"), "stuck")
 

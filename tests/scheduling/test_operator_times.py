@@ -21,7 +21,7 @@ from django.test import Client
 from django.utils import timezone
 
 from scheduling.models import Execution, ExecutionStatus, Job, JobChange
-from scheduling.stages import audit, backfill, jobs, liveness, overlaps
+from scheduling.stages import audit, backfill, controls, edits, liveness, overlaps
 from scheduling.timing import readable
 from tests.factories import create_job
 from tests.scheduling.test_overlap_claims import claim, start
@@ -100,7 +100,7 @@ def test_a_cancel_other_claim_writes_its_reasons_without_microseconds(owner: Any
 
 def test_a_reaped_run_says_since_when_to_the_second(owner: Any) -> None:
     job = create_job(owner=owner, name="lost", task=NOOP, every="PT1H", now=PRECISE)
-    execution = jobs.run_job_now(job=job, now=PRECISE)
+    execution = controls.run_job_now(job=job, now=PRECISE)
     start(execution.pk, PRECISE)
     Execution.objects.filter(pk=execution.pk).update(last_heartbeat_at=PRECISE)
     later = PRECISE + timedelta(hours=1)
@@ -125,7 +125,7 @@ def test_jobs_history_reads_times_in_the_projects_zone_without_microseconds(
     owner: Any, new_york: None
 ) -> None:
     job = create_job(owner=owner, name="nightly", task=NOOP, cron="0 3 * * *", now=PRECISE)
-    jobs.edit_job(job=job, now=PRECISE, timing={"cron": "0 5 * * *"})
+    edits.edit_job(job=job, now=PRECISE, timing={"cron": "0 5 * * *"})
     JobChange.objects.filter(job=job, action="changed").update(at=PRECISE)
     out = StringIO()
     call_command("jobs", "history", "nightly", stdout=out)
@@ -138,7 +138,7 @@ def test_jobs_history_reads_times_in_the_projects_zone_without_microseconds(
 
 def test_the_job_pages_changes_read_times_by_the_rule(admin_client: Client, owner: Any) -> None:
     job = create_job(owner=owner, name="nightly", task=NOOP, cron="0 3 * * *", now=PRECISE)
-    jobs.edit_job(job=job, now=PRECISE, timing={"cron": "0 5 * * *"})
+    edits.edit_job(job=job, now=PRECISE, timing={"cron": "0 5 * * *"})
     page = admin_client.get(f"{JOBS}{job.pk}/change/").content.decode()
     trail = page[page.index('<table class="duecourse-changes">') :]
     trail = trail[: trail.index("</table>")]

@@ -33,7 +33,7 @@ from scheduling.models import (
     PauseKind,
     Schedule,
 )
-from scheduling.stages import attempts, claims, jobs, liveness
+from scheduling.stages import attempts, claims, controls, jobs, liveness
 from scheduling.stages.audit import Actor
 from scheduling.worker.taskbase import schedulable_task
 from tests.conftest import celery_worker_command, wait_for
@@ -47,7 +47,7 @@ SLOW = 90.0
 
 def occurrence(job: Job, at: datetime) -> int:
     """One started occurrence of ``job`` due at ``at``: its execution id."""
-    execution = jobs.run_job_now(job=job, now=at)
+    execution = controls.run_job_now(job=job, now=at)
     started = attempts.start_execution(execution_id=execution.pk, worker="w", pid=1, now=at)
     assert started is not None
     return int(execution.pk)
@@ -173,7 +173,7 @@ def test_resuming_starts_the_count_again_from_every_door(
 def test_a_job_paused_by_a_person_keeps_that_pause(make_job: Any, now: datetime) -> None:
     job = make_job(task=NOOP, max_retries=0, pause_after_failures=1)
     execution_id = occurrence(job, now)
-    jobs.pause_job(job=job, now=now, reason="database upgrade", by=Actor("ops", "admin"))
+    controls.pause_job(job=job, now=now, reason="database upgrade", by=Actor("ops", "admin"))
     attempts.fail_attempt(execution_id=execution_id, error="boom", outcome="failed", now=now)
     job.refresh_from_db()
     assert (job.status, job.pause_reason, job.pause_kind) == (

@@ -20,7 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from scheduling.models import ChangeSource, Job, JobChange, JobStatus
-from scheduling.stages import declarations, failures, jobs, pauses
+from scheduling.stages import controls, failures, pauses, reconciliation
 from scheduling.stages.audit import Actor
 from scheduling.timing import readable
 from tests.factories import create_job
@@ -55,7 +55,7 @@ def paused_a_day_ago(owner: Any, name: str = "report", **options: Any) -> Job:
     job = create_job(owner=owner, name=name, task=NOOP, every="PT1H", now=then, **options)
     who = Actor(who=owner.get_username(), source=ChangeSource.ADMIN)
     paused = then + timedelta(hours=2)
-    assert jobs.pause_job(job=job, now=paused, reason="supplier maintenance", by=who)
+    assert controls.pause_job(job=job, now=paused, reason="supplier maintenance", by=who)
     JobChange.objects.filter(job=job, action="paused").update(at=paused)
     job.refresh_from_db()
     assert job.next_due_at is not None and job.next_due_at < timezone.now()
@@ -66,7 +66,7 @@ def test_a_paused_job_is_not_due_and_says_so_instead_of_a_past_time(owner: Any) 
     job = paused_a_day_ago(owner)
     assert pauses.next_due(job) is None
     assert pauses.not_due_word(job) == "paused"
-    jobs.resume_job(job=job, now=timezone.now())
+    controls.resume_job(job=job, now=timezone.now())
     job.refresh_from_db()
     assert pauses.next_due(job) == job.next_due_at is not None
 
@@ -108,9 +108,9 @@ def test_the_list_says_a_job_whose_declaration_is_gone_was_removed_from_code(
 ) -> None:
     now = timezone.now()
     settings.SCHEDULING_JOBS = {"tidy": {"task": NOOP, "every": "PT1M"}}
-    declarations.reconcile(now=now, apply=True)
+    reconciliation.reconcile(now=now, apply=True)
     settings.SCHEDULING_JOBS = {}
-    declarations.reconcile(now=now, apply=True)
+    reconciliation.reconcile(now=now, apply=True)
     job = Job.objects.get(name="tidy")
     assert job.status == JobStatus.PAUSED
     assert pauses.paused_by(job) == "removed from code"
@@ -168,7 +168,7 @@ def test_the_dashboard_counts_a_paused_job_neither_due_nor_late(
         found = page[page.index(f'id="{panel}"') :]
         found = found[: found.index("</section>")]
         assert f"/admin/scheduling/job/{job.pk}/change/" not in found, panel
-    jobs.resume_job(job=job, now=timezone.now())  # resumed, its missed occurrence is late
+    controls.resume_job(job=job, now=timezone.now())  # resumed, its missed occurrence is late
     page = admin_client.get("/dashboard/").content.decode()
     late = page[page.index('id="panel-late"') :]
     assert f"/admin/scheduling/job/{job.pk}/change/" in late[: late.index("</section>")]

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from scheduling import api
 from scheduling.models import Job, Schedule, SchedulerState
-from scheduling.stages import jobs
+from scheduling.stages import edits, removals
 from scheduling.stages.jobs import SYSTEM_OWNER
 from tests.factories import create_job
 from tests.scheduling.test_admin_jobs import form_data, form_of
@@ -187,10 +187,10 @@ def test_retiming_a_job_on_a_schedule_it_does_not_own_gives_it_a_copy_of_its_own
     job = job_of(bob, "bob-report")
     theirs = Schedule.objects.create(owner=alice, interval="PT1H")
     Job.objects.filter(pk=job.pk).update(schedule=theirs)  # as a superuser may have done
-    jobs.edit_job(job=job, now=timezone.now(), timing={"interval": "PT2H"})
+    edits.edit_job(job=job, now=timezone.now(), timing={"interval": "PT2H"})
     job.refresh_from_db()
     assert job.schedule != theirs and job.schedule.owner == bob
-    jobs.remove_job(job=job)  # and leaving it, or being deleted, never deletes Alice's
+    removals.remove_job(job=job)  # and leaving it, or being deleted, never deletes Alice's
     assert (job.schedule.interval, Schedule.objects.get(pk=theirs.pk).interval) == ("PT2H", "PT1H")
 
 

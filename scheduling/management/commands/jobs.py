@@ -36,7 +36,17 @@ from scheduling.rules import permissions
 from scheduling.rules.validation import (
     storable,
 )
-from scheduling.stages import audit, declarations, jobs, pauses, previews, selectors
+from scheduling.stages import (
+    audit,
+    controls,
+    edits,
+    jobs,
+    pauses,
+    previews,
+    reconciliation,
+    removals,
+    selectors,
+)
 from scheduling.timing import readable
 from scheduling.timing.previews import DEFAULT_COUNT, MAX_COUNT
 
@@ -247,7 +257,7 @@ class Command(DuecourseCommand):
         if not changes and not timing:
             raise ValidationError({"input": "nothing to change; give at least one option"})
         self.refuse_internal(changes.get("task_table"))
-        job = jobs.edit_job(
+        job = edits.edit_job(
             job=job,
             now=timezone.now(),
             timing=timing,
@@ -390,7 +400,7 @@ class Command(DuecourseCommand):
 
     def do_pause(self, o: dict[str, Any]) -> None:
         job = self._job(o)
-        changed = jobs.pause_job(
+        changed = controls.pause_job(
             job=job, now=timezone.now(), reason=o["reason"], by=self.actor(o)
         )
         job = self._job(o)  # read afresh, who paused it included
@@ -403,7 +413,7 @@ class Command(DuecourseCommand):
     def do_resume(self, o: dict[str, Any]) -> None:
         zone = zone_option(o["tz"])
         job = self._job(o)
-        changed = jobs.resume_job(job=job, now=timezone.now(), by=self.actor(o))
+        changed = controls.resume_job(job=job, now=timezone.now(), by=self.actor(o))
         job = self._job(o)
         self.emit(
             selectors.job_summary(job),
@@ -427,22 +437,22 @@ class Command(DuecourseCommand):
     def do_remove(self, o: dict[str, Any]) -> None:
         job = self._job(o)
         data = selectors.job_summary(job)
-        jobs.remove_job(job=job, now=timezone.now(), by=self.actor(o))
+        removals.remove_job(job=job, now=timezone.now(), by=self.actor(o))
         self.emit(data, f"removed {data['name']!r}", as_json=o["json"])
 
     def do_sync(self, o: dict[str, Any]) -> None:
-        """``declarations.reconcile``: applied, or only compared (``--dry-run``, ``--check``).
+        """``reconciliation.reconcile``: applied, or only compared (``--dry-run``, ``--check``).
 
         A refused entry (one the engine cannot express) ends the command with status 1 after
         the rest is applied; ``--check`` ends so on any difference; a conflict with a job made
         by hand refuses everything, in one line, unless ``--adopt``.
         """
         apply = not (o["dry_run"] or o["check"])
-        report = declarations.reconcile(
+        report = reconciliation.reconcile(
             now=timezone.now(),
             apply=apply,
             adopt=o["adopt"],
-            by=declarations.code_actor(),
+            by=reconciliation.code_actor(),
         )
         drift = report.drift
         lines = [

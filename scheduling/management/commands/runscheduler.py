@@ -16,7 +16,7 @@ from django.utils import timezone
 from scheduling.celeryapp import celery_app
 from scheduling.management.base import DuecourseCommand, setting_option
 from scheduling.scheduler.loop import Dispatcher, freeze_startup_heap
-from scheduling.stages import declarations
+from scheduling.stages import reconciliation
 
 
 class Command(DuecourseCommand):
@@ -46,7 +46,7 @@ class Command(DuecourseCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         log_to_stderr_unless_configured(logging.getLogger("scheduling"), o["loglevel"])
-        declarations.sync_on_start(now=timezone.now(), app=celery_app())
+        reconciliation.sync_on_start(now=timezone.now(), app=celery_app())
         dispatcher = Dispatcher(celery_app(), batch_size=o["batch_size"], max_sleep=o["max_sleep"])
         freeze_startup_heap()
         stop = threading.Event()

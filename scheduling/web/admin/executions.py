@@ -16,7 +16,7 @@ from scheduling.messages import errors
 from scheduling.models import EXECUTION_UNFINISHED, Attempt, Execution, ExecutionStatus, Job
 from scheduling.pages.times import ReadableTimesAdmin, shown
 from scheduling.rules import permissions
-from scheduling.stages import audit, jobs, selectors
+from scheduling.stages import audit, controls, selectors
 from scheduling.timing import readable
 from scheduling.web.admin.base import LedgerAdmin, sees_everything
 from scheduling.web.admin.display import badge, breakable, say
@@ -155,7 +155,7 @@ class ExecutionAdmin(LedgerAdmin):
         reason = f"cancelled in the admin by {request.user.get_username()}"
         count = 0
         for execution in queryset.filter(status__in=EXECUTION_UNFINISHED):
-            if jobs.cancel_execution(
+            if controls.cancel_execution(
                 execution_id=execution.pk, now=now, reason=reason, by=audit.Actor.user(request.user)
             ):
                 self.log_change(request, execution, "Cancelled.")
@@ -171,7 +171,7 @@ class ExecutionAdmin(LedgerAdmin):
         now = timezone.now()
         count = 0
         for execution in queryset.filter(status=ExecutionStatus.FAILED):
-            if jobs.retry_execution(
+            if controls.retry_execution(
                 execution_id=execution.pk, now=now, by=audit.Actor.user(request.user)
             ):
                 self.log_change(request, execution, "Retried.")

@@ -24,7 +24,7 @@ from scheduling.pages.times import ZonedSplitDateTime
 from scheduling.rules import permissions, tasktables, validation
 from scheduling.rules.arguments import ArgumentsFormField
 from scheduling.rules.tasktables import TASK_ROW_TASK
-from scheduling.stages import jobs, selectors
+from scheduling.stages import edits, selectors
 from scheduling.timing.calendar_words import describe_calendar
 from scheduling.timing.calendars import MAX_TEXT as CALENDAR_MAX_TEXT
 from scheduling.timing.calendars import normalise as normalise_calendar
@@ -193,7 +193,7 @@ class JobForm(forms.ModelForm):
             self.initial["task"] = row_choice(job.task_table, job.task_row_id)
         if job.schedule_id:
             schedule = job.schedule
-            for name in jobs.TIMING_FIELDS:
+            for name in edits.TIMING_FIELDS:
                 self.initial[name] = getattr(schedule, name)
             if schedule.cron:
                 words = selectors.describe_cron(schedule.cron)
@@ -216,7 +216,7 @@ class JobForm(forms.ModelForm):
             self.instance.task_table = ""
             data["task_row_id"] = None
         existing = data.get("existing_schedule")
-        retimed = [name for name in jobs.TIMING_FIELDS if name in self.changed_data]
+        retimed = [name for name in edits.TIMING_FIELDS if name in self.changed_data]
         if existing is not None and retimed:
             self.add_error(
                 "existing_schedule",

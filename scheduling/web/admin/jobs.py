@@ -1,7 +1,7 @@
 """Jobs in the admin: their form, their list with its health, and their actions.
 
-Saves go through ``scheduling.stages.jobs`` (``create_job``, ``edit_job``), which plan the next
-occurrence. The list answers "is it healthy?" from one query (``selectors.with_health``).
+Saves go through ``scheduling.stages`` (``jobs.create_job``, ``edits.edit_job``), which plan the
+next occurrence. The list answers "is it healthy?" from one query (``selectors.with_health``).
 Actions call one service per row, report counts and write the admin log; every action that
 changes state needs the change permission on jobs.
 """
@@ -29,7 +29,7 @@ from scheduling.models import Execution, Job, JobStatus
 from scheduling.pages.csp import DATA_POLICY, with_csp
 from scheduling.pages.times import shown
 from scheduling.rules import permissions
-from scheduling.stages import audit, jobs, pauses, selectors
+from scheduling.stages import audit, controls, edits, jobs, pauses, removals, selectors
 from scheduling.stages import previews as stage_previews
 from scheduling.timing import readable
 from scheduling.timing.previews import DEFAULT_COUNT
@@ -124,7 +124,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """A job the code declares is removed from the code, never here
-        (``jobs.removal_refusal``)."""
+        (``removals.removal_refusal``)."""
         if obj is not None and obj.declared:
             return False
         return super().has_delete_permission(request, obj) and self._owns(request, obj)
@@ -257,14 +257,14 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         if obj.declared:
             return  # nothing of it is the admin's to change (``get_form``)
         data = form.cleaned_data
-        changes = {name: data[name] for name in form.changed_data if name in jobs.EDITABLE}
+        changes = {name: data[name] for name in form.changed_data if name in edits.EDITABLE}
         if {"task", "task_row_id"} & set(changes):
             changes.update(task=obj.task, task_table=obj.task_table, task_row_id=obj.task_row_id)
         existing = data.get("existing_schedule")
-        timing = {name: data[name] for name in jobs.TIMING_FIELDS if name in form.changed_data}
+        timing = {name: data[name] for name in edits.TIMING_FIELDS if name in form.changed_data}
         if not (data.get("cron") or data.get("rrule")):
             timing.pop("timezone", None)  # ignored without cron, as the form validated it
-        jobs.edit_job(
+        edits.edit_job(
             job=obj,
             now=now,
             schedule=existing,
@@ -300,16 +300,16 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         perms_needed.discard(Execution._meta.verbose_name)
         for job in objs:
             if job.declared:  # the delete page and the bulk action refuse, naming why
-                perms_needed.add(f"{job.name} ({jobs.removal_refusal(job)})")
+                perms_needed.add(f"{job.name} ({removals.removal_refusal(job)})")
         return to_delete, model_count, perms_needed, protected
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
-        jobs.remove_job(job=obj, now=timezone.now(), by=audit.Actor.user(request.user))
+        removals.remove_job(job=obj, now=timezone.now(), by=audit.Actor.user(request.user))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         now, by = timezone.now(), audit.Actor.user(request.user)
         for job in queryset.select_related("schedule"):
-            jobs.remove_job(job=job, now=now, by=by)
+            removals.remove_job(job=job, now=now, by=by)
 
     # --- columns
 
@@ -482,7 +482,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
             now = timezone.now()
             count = 0
             for job in queryset:
-                if jobs.pause_job(
+                if controls.pause_job(
                     job=job, now=now, reason=reason, by=audit.Actor.user(request.user)
                 ):
                     self.log_change(request, job, f"Paused: {reason}")
@@ -504,7 +504,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         now = timezone.now()
         count = 0
         for job in queryset:
-            if jobs.resume_job(job=job, now=now, by=audit.Actor.user(request.user)):
+            if controls.resume_job(job=job, now=now, by=audit.Actor.user(request.user)):
                 self.log_change(request, job, "Resumed.")
                 count += 1
         self._report(request, count, "%(count)d job resumed.", "%(count)d jobs resumed.")
@@ -516,7 +516,7 @@ class JobAdmin(OwnerChoiceAdmin, LedgerAdmin):
         now = timezone.now()
         count = 0
         for job in queryset:
-            retried = jobs.retry_failed(job=job, now=now, by=audit.Actor.user(request.user))
+            retried = controls.retry_failed(job=job, now=now, by=audit.Actor.user(request.user))
             if retried:
                 self.log_change(request, job, f"Retried {retried} failed execution(s).")
                 count += retried

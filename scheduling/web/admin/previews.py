@@ -21,7 +21,7 @@ from django.http import HttpRequest, JsonResponse
 from django.template.loader import render_to_string
 
 from scheduling.models import Job, JobStatus
-from scheduling.stages import jobs, previews
+from scheduling.stages import edits, previews
 from scheduling.timing import readable
 from scheduling.timing.previews import DEFAULT_COUNT, Preview
 from scheduling.web.admin.forms import JobForm, timing_schedule
@@ -35,7 +35,7 @@ class TimingForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        for name in jobs.TIMING_FIELDS:
+        for name in edits.TIMING_FIELDS:
             self.fields[name] = copy.deepcopy(JobForm.base_fields[name])
 
     def clean(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from scheduling.models import Schedule
-from scheduling.stages import audit, jobs, selectors
+from scheduling.stages import audit, edits, selectors
 from scheduling.web.admin.base import LedgerAdmin, sees_everything, usable_schedules
 from scheduling.web.admin.display import breakable
 from scheduling.web.admin.filters import InternalScheduleFilter
@@ -84,10 +84,10 @@ class ScheduleAdmin(OwnerChoiceAdmin, LedgerAdmin):
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         """A new schedule is saved as it is; an edited one moves every job on it, each job's
-        trail saying who changed which timing (``jobs.edit_schedule``)."""
+        trail saying who changed which timing (``edits.edit_schedule``)."""
         if not change:
             if not sees_everything(request):
                 obj.owner = request.user
             super().save_model(request, obj, form, change)
             return
-        jobs.edit_schedule(schedule=obj, now=timezone.now(), by=audit.Actor.user(request.user))
+        edits.edit_schedule(schedule=obj, now=timezone.now(), by=audit.Actor.user(request.user))

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import inspect
 import re
+import uuid
+from collections.abc import Callable
+from datetime import datetime
 
 import pytest
 from django.db import connection, connections
 
 from scheduling.ledger import engines, named
 from scheduling.ledger.engines import engine, orm, postgresql, postgresql_history
-from scheduling.models import EXECUTION_UNFINISHED
+from scheduling.models import EXECUTION_UNFINISHED, Execution, ExecutionStatus, Job, Schedule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.specification]
 
@@ -54,3 +57,23 @@ def test_a_dropped_period_keeps_every_unfinished_state_the_models_name() -> None
     text = postgresql_history.STATEMENTS["keep_current"].postgresql or ""
     kept = set(re.findall(r"e\.status = '([a-z]+)'", text))
     assert kept == {str(status) for status in EXECUTION_UNFINISHED}
+
+
+def test_a_schedule_is_dropped_only_while_no_job_uses_it(
+    make_job: Callable[..., Job], owner: object
+) -> None:
+    used = make_job(every="PT1H").schedule
+    unused = Schedule.objects.create(owner=owner, interval="PT2H")
+    assert not engine().drop_unused_schedule(used.pk)
+    assert engine().drop_unused_schedule(unused.pk)
+    assert list(Schedule.objects.values_list("pk", flat=True)) == [used.pk]
+
+
+def test_an_ad_hoc_call_is_recorded_once_by_its_message_id(now: datetime) -> None:
+    message = str(uuid.uuid4())
+    first = engine().record_adhoc_call(task="scheduling.diagnostics.noop", task_id=message, now=now)
+    again = engine().record_adhoc_call(task="scheduling.diagnostics.noop", task_id=message, now=now)
+    assert first == again
+    row = Execution.objects.get(task_id=message)
+    assert (row.pk, row.job_id, row.status) == (first, None, ExecutionStatus.QUEUED)
+    assert row.queued_at == row.scheduled_for == now

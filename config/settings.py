@@ -65,6 +65,9 @@ INSTALLED_APPS = [
     "scheduling",
     "emailer",
     "subscriptions",
+    # The test gateway (subscriptions.testgateway): the demo's default SUBSCRIPTIONS_GATEWAY,
+    # with its tables and admin pages. A production host leaves it out.
+    "subscriptions.testgateway",
 ]
 
 # Its tables hold the PeriodicTask rows that `manage.py import_beat` moves over: the
@@ -297,7 +300,9 @@ SUBSCRIPTIONS_MAX_RETRIES = env_str("SUBSCRIPTIONS_MAX_RETRIES", "3")
 SUBSCRIPTIONS_RETRY_DELAY = env_str("SUBSCRIPTIONS_RETRY_DELAY", "600")
 SUBSCRIPTIONS_TIMEOUT = env_int("SUBSCRIPTIONS_TIMEOUT", 120)
 SUBSCRIPTIONS_BATCH_SIZE = env_int("SUBSCRIPTIONS_BATCH_SIZE", 200)
-SUBSCRIPTIONS_GATEWAY = env_str("SUBSCRIPTIONS_GATEWAY", "subscriptions.payments.TestGateway")
+SUBSCRIPTIONS_GATEWAY = env_str(
+    "SUBSCRIPTIONS_GATEWAY", "subscriptions.testgateway.gateway.TestGateway"
+)
 # Test-only: a renewal stops after this step and waits to be killed (crash tests).
 
 LOGGING = {

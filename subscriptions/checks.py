@@ -11,6 +11,7 @@ subscriptions must not keep from their defaults (``manage.py check --deploy``).
 | subscriptions.E005 | error | ``SUBSCRIPTIONS_GATEWAY``: cannot be imported |
 | subscriptions.E006 | error | ``SUBSCRIPTIONS_GATEWAY``: not a class with charge, find_charge |
 | subscriptions.E007 | error | ``SUBSCRIPTIONS_CURRENCY_DECIMALS``: not a whole 0 to 4 |
+| subscriptions.E008 | error | ``SUBSCRIPTIONS_GATEWAY``: the test gateway, its app not installed |
 | subscriptions.W001 | warning, ``--deploy`` only | ``SUBSCRIPTIONS_GATEWAY`` is the test gateway |
 
 The rules are the accessors' own (``subscriptions.conf``, ``payments.gateway_class``): a value
@@ -37,6 +38,10 @@ READERS: tuple[tuple[str, Callable[[], Any]], ...] = (
     ("subscriptions.E007", conf.currency_decimals),  # SUBSCRIPTIONS_CURRENCY_DECIMALS
 )
 HINT = "See the SUBSCRIPTIONS_* settings in docs/install.md for each setting's range."
+TEST_GATEWAY_HINT = (
+    f'Add "{conf.TEST_GATEWAY_APP}" to INSTALLED_APPS, or set SUBSCRIPTIONS_GATEWAY to your '
+    "payment gateway; see docs/install.md."
+)
 
 
 @register("subscriptions")
@@ -54,9 +59,12 @@ def check_settings(**_: Any) -> list[CheckMessage]:
 @register("subscriptions")
 def check_gateway_class(**_: Any) -> list[CheckMessage]:
     """The gateway is imported when a renewal first charges: a path that names nothing, or
-    names something that cannot charge and answer for a key, would fail every renewal."""
+    names something that cannot charge and answer for a key, would fail every renewal. So
+    would the test gateway (the default) in a host that did not install its app."""
     try:
         payments.gateway_class()
+    except payments.TestGatewayNotInstalled as exc:
+        return [Error(str(exc), hint=TEST_GATEWAY_HINT, id="subscriptions.E008")]
     except payments.GatewayNotFound as exc:
         return [Error(str(exc), hint=HINT, id="subscriptions.E005")]
     except payments.NotAGateway as exc:
@@ -72,7 +80,7 @@ def check_gateway(**_: Any) -> list[CheckMessage]:
         path = conf.gateway_path()
     except ImproperlyConfigured:
         return []  # subscriptions.E005 says so
-    if path != conf.DEFAULT_GATEWAY:
+    if path not in conf.TEST_GATEWAYS:
         return []
     return [
         Warning(

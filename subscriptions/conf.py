@@ -25,7 +25,11 @@ from subscriptions.models import JobAction
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_DELAY = 600.0
 DEFAULT_TIMEOUT = 120
-DEFAULT_GATEWAY = "subscriptions.payments.TestGateway"
+#: The test gateway's app, and its class: the gateway when the setting names none.
+TEST_GATEWAY_APP = "subscriptions.testgateway"
+DEFAULT_GATEWAY = "subscriptions.testgateway.gateway.TestGateway"
+#: Every path that names the test gateway: its own, and the one from before it was an app.
+TEST_GATEWAYS = (DEFAULT_GATEWAY, "subscriptions.payments.TestGateway")
 DEFAULT_BATCH_SIZE = 200
 DEFAULT_CURRENCY_DECIMALS = 2
 

@@ -11,40 +11,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
-from django.db.models import Q
-
-from scheduling.api import ledger, load_statements, row_locks
-from subscriptions.models import (
-    DueBatch,
-    GatewayCharge,
-    GatewayScript,
-    Order,
-    OrderStatus,
-    SubscriptionJob,
-)
+from scheduling.api import ledger, load_statements
+from subscriptions.models import DueBatch, Order, OrderStatus, SubscriptionJob
 
 STATEMENTS = load_statements("subscriptions", "sql/postgresql.sql", form="postgresql")
 
 #: The job columns a renewal step writes, besides the counter and ``last_update``.
 STEP_COLUMNS = ("status", "retry_count", "parameter", "custom_decimal", "custom_text")
-
-
-@dataclass(frozen=True)
-class GatewayCharged:
-    """What the test gateway's one-statement charge found: the reference it inserted, or the
-    charge already made under the key (a replay), or the customer's scripted failures left."""
-
-    inserted: str | None
-    seen_reference: str | None
-    seen_customer: str | None
-    seen_amount: str | None  # as text: compared exactly with the amount asked for
-    errors_left: int | None
-    declines_left: int | None
 
 
 class OrmLedger:
@@ -104,30 +80,6 @@ class OrmLedger:
             ).update(status=OrderStatus.CONFIRMED, confirmed_at=now, charge_reference=reference):
                 done.add((subscription_id, start))
         return done
-
-    def test_gateway_charge(
-        self, *, key: str, customer: str, amount: Decimal, reference: str, now: datetime
-    ) -> GatewayCharged:
-        """The same reads and insert as the statement, one statement each."""
-        seen = GatewayCharge.objects.filter(idempotency_key=key).first()
-        if seen is not None:
-            return GatewayCharged(None, seen.reference, seen.customer, str(seen.amount), None, None)
-        script = (
-            GatewayScript.objects.select_for_update(**row_locks(no_key=True))
-            .filter(customer=customer)
-            .filter(Q(errors_left__gt=0) | Q(declines_left__gt=0))
-            .first()
-        )
-        if script is not None:
-            return GatewayCharged(None, None, None, None, script.errors_left, script.declines_left)
-        GatewayCharge.objects.create(
-            reference=reference,
-            idempotency_key=key,
-            customer=customer,
-            amount=amount,
-            created_at=now,
-        )
-        return GatewayCharged(reference, None, None, None, None, None)
 
 
 class PostgreSQLLedger(OrmLedger):
@@ -203,20 +155,3 @@ class PostgreSQLLedger(OrmLedger):
             using=self.using,
         )
         return {(int(order["subscription_id"]), order["period_start"]) for order in found}
-
-    def test_gateway_charge(
-        self, *, key: str, customer: str, amount: Decimal, reference: str, now: datetime
-    ) -> GatewayCharged:
-        found: GatewayCharged = ledger.row(
-            STATEMENTS["test_gateway_charge"],
-            {
-                "key": key,
-                "customer": customer,
-                "amount": amount,
-                "reference": reference,
-                "now": now,
-            },
-            into=GatewayCharged,
-            using=self.using,
-        )
-        return found

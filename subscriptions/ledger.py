@@ -5,7 +5,7 @@ Why it exists: a due batch writes the step columns of up to a few hundred jobs, 
 as many orders, at each step. The ORM's ``bulk_update`` spells that as one CASE per column per
 row, and building it cost more than everything else a renewal does; one ``UPDATE … FROM
 json_to_recordset`` per step is a single short statement. The per-renewal writes (a charge's
-record, the test gateway's charge) are one statement and one round trip each, with a commit
+record) are one statement and one round trip each, with a commit
 that does not wait for the log flush. This module and its engines are the one place in the
 app that holds such writes: every other module uses the ORM, and none opens a cursor or asks
 which database it is.
@@ -23,21 +23,21 @@ Functions:
 - ``record_charge``: one job's charge step, conditional on its counter, committed on its own;
 - ``rewind_charge``: one job back to ``create_order`` with no reference, likewise;
 - ``write_steps``: every job's step columns and counter, as they are on the objects;
-- ``confirm_orders``: the pending orders of (subscription, period start) paid by a charge;
-- ``test_gateway_charge``: the test gateway's charge in one round trip (``GatewayCharged``).
+- ``confirm_orders``: the pending orders of (subscription, period start) paid by a charge.
+
+The test gateway's charge, one round trip too, is its own app's (``subscriptions.testgateway``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from decimal import Decimal
 
 from scheduling.api import ledger
-from subscriptions.engines import STEP_COLUMNS, GatewayCharged, OrmLedger, PostgreSQLLedger
+from subscriptions.engines import STEP_COLUMNS, OrmLedger, PostgreSQLLedger
 from subscriptions.models import JobStep, SubscriptionJob, next_counter
 
-__all__ = ["STEP_COLUMNS", "GatewayCharged", "engine"]
+__all__ = ["STEP_COLUMNS", "engine"]
 
 #: Each database's engine, chosen once per connection.
 engine: ledger.Engines[OrmLedger] = ledger.Engines(
@@ -119,14 +119,3 @@ def confirm_orders(
     if not paid:
         return set()
     return engine().confirm_orders(paid, now=now)
-
-
-def test_gateway_charge(
-    *, key: str, customer: str, amount: Decimal, reference: str, now: datetime
-) -> GatewayCharged:
-    """What one charge of the test gateway found (in the caller's transaction): the charge
-    inserted unless the key was seen (a replay) or the customer's script says decline or
-    fail; the caller acts on the rare outcomes."""
-    return engine().test_gateway_charge(
-        key=key, customer=customer, amount=amount, reference=reference, now=now
-    )

@@ -1,4 +1,4 @@
-"""The payment gateway interface, and the test gateway shipped with the project.
+"""The payment gateway interface, and how ``SUBSCRIPTIONS_GATEWAY`` finds the class.
 
 A gateway takes money once per idempotency key: a second ``charge`` with a key it has seen
 returns the first charge's reference (``replayed=True``) and takes nothing, as Stripe's
@@ -10,37 +10,25 @@ reference, customer and amount), declined, or not charged. A renewal that resume
 charge step asks it rather than trusting its own record, so money follows the gateway: a step
 or a reference written behind the app's back confirms nothing the gateway did not take.
 
-The test gateway keeps its own tables (``GatewayCharge``: every accepted charge;
-``GatewayDecline``: every declined one; ``GatewayScript``: per customer, decline the next N
-charges or fail the next N calls) and commits on its own, outside the caller's transaction,
-as a remote service would.
+The test gateway, with its tables and admin pages, is an app of its own that a host installs
+only where it wants it (``subscriptions.testgateway``). ``subscriptions.payments.TestGateway``,
+its class's path before it moved, still names it: the name is looked up when asked for
+(``__getattr__``), so importing this module never needs that app.
 """
 
 from __future__ import annotations
 
 import enum
-import logging
-import uuid
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Protocol
+from typing import Any, Protocol
 
-from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import F
-from django.utils import timezone
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from subscriptions import conf, ledger
-from subscriptions.models import (
-    GatewayCharge,
-    GatewayDecline,
-    GatewayScript,
-    NeedsOperator,
-    one_line,
-)
-
-logger = logging.getLogger("subscriptions")
+from subscriptions import conf
+from subscriptions.models import NeedsOperator, one_line
 
 
 class PaymentDeclined(Exception):
@@ -118,14 +106,43 @@ class NotAGateway(ImproperlyConfigured):
     """``SUBSCRIPTIONS_GATEWAY`` names something that is not a gateway class."""
 
 
+class TestGatewayNotInstalled(ImproperlyConfigured):
+    """``SUBSCRIPTIONS_GATEWAY`` names the test gateway, whose app is not installed."""
+
+    __test__ = False  # not a pytest test class
+
+
+def has_test_gateway() -> bool:
+    """Whether the host installed the test gateway's app (``subscriptions.testgateway``)."""
+    return apps.is_installed(conf.TEST_GATEWAY_APP)
+
+
+def require_test_gateway(what: str) -> None:
+    """Refuse ``what``, which needs the test gateway, with what to change when its app is not
+    installed (rather than with the app registry's error about its models)."""
+    if not has_test_gateway():
+        raise TestGatewayNotInstalled(
+            f"{what}, but its app {conf.TEST_GATEWAY_APP!r} is not in INSTALLED_APPS: add it "
+            "where the test gateway is wanted (a demo, tests), or set SUBSCRIPTIONS_GATEWAY to "
+            "your payment gateway (docs/install.md)"
+        )
+
+
 def gateway_class() -> type[Gateway]:
     """The class ``SUBSCRIPTIONS_GATEWAY`` names, provided it is a gateway: a class with a
     ``charge`` and a ``find_charge`` method. ``manage.py check`` asks this too."""
     try:
         path = conf.gateway_path()
-        found = import_string(path)
     except ImproperlyConfigured as exc:
         raise GatewayNotFound(str(exc)) from None
+    if path == conf.DEFAULT_GATEWAY:
+        require_test_gateway(f"SUBSCRIPTIONS_GATEWAY is the test gateway ({path}, the default)")
+    elif path in conf.TEST_GATEWAYS:
+        require_test_gateway(
+            f"SUBSCRIPTIONS_GATEWAY names the test gateway ({path}, now {conf.DEFAULT_GATEWAY})"
+        )
+    try:
+        found = import_string(path)
     except Exception as exc:  # ImportError, or whatever the module raised while importing
         reason = one_line(f"{type(exc).__name__}: {exc}", limit=200)
         raise GatewayNotFound(
@@ -151,129 +168,15 @@ def gateway() -> Gateway:
     return gateway_class()()
 
 
-class TestGateway:
-    """A gateway backed by its own tables, scriptable per customer (see the module docstring)."""
-
-    __test__ = False  # not a pytest test class
-
-    def charge(self, *, customer: str, amount: Decimal, idempotency_key: str) -> ChargeResult:
-        try:
-            return self._charge(customer=customer, amount=amount, key=idempotency_key)
-        except IntegrityError:
-            # The same key raced in from another process and won: replay its charge.
-            return self._charge(customer=customer, amount=amount, key=idempotency_key)
-
-    def find_charge(self, *, idempotency_key: str) -> ChargeLookup:
-        """From its own records: the accepted charge of the key, else its latest decline."""
-        charge = GatewayCharge.objects.filter(idempotency_key=idempotency_key).first()
-        if charge is not None:
-            return ChargeLookup(
-                ChargeState.CHARGED,
-                reference=charge.reference,
-                customer=charge.customer,
-                amount=charge.amount,
-            )
-        declined = (
-            GatewayDecline.objects.filter(idempotency_key=idempotency_key)
-            .order_by("-created_at", "-pk")
-            .first()
+def __getattr__(name: str) -> Any:
+    """``TestGateway`` and ``script_customer``, from the test gateway's app, where they lived
+    before it was one: ``subscriptions.payments.TestGateway`` in a setting still works."""
+    if name in ("TestGateway", "script_customer"):
+        require_test_gateway(
+            f"subscriptions.payments.{name} is the test gateway's, now "
+            f"subscriptions.testgateway.gateway.{name}"
         )
-        if declined is not None:
-            return ChargeLookup(
-                ChargeState.DECLINED,
-                customer=declined.customer,
-                amount=declined.amount,
-                reason=declined.reason,
-            )
-        return ChargeLookup(ChargeState.NOT_CHARGED)
+        from subscriptions.testgateway import gateway as test_gateway
 
-    def _charge(self, *, customer: str, amount: Decimal, key: str) -> ChargeResult:
-        outcome = ""
-        with transaction.atomic(durable=True):
-            found = ledger.test_gateway_charge(
-                key=key,
-                customer=customer,
-                amount=amount,
-                reference=_reference(),
-                now=timezone.now(),
-            )
-            if found.inserted is not None:
-                return ChargeResult(found.inserted)
-            if found.seen_reference is not None:
-                return _replayed(
-                    key,
-                    found.seen_reference,
-                    str(found.seen_customer),
-                    Decimal(str(found.seen_amount)),
-                    customer,
-                    amount,
-                )
-            if found.errors_left or found.declines_left:
-                outcome = "error" if found.errors_left else "declined"
-                field = "errors_left" if found.errors_left else "declines_left"
-                GatewayScript.objects.filter(customer=customer).update(
-                    **{field: F(field) - 1}, updated_at=timezone.now()
-                )
-                if outcome == "declined":
-                    _record_decline(customer=customer, amount=amount, key=key)
-        if not outcome:
-            raise IntegrityError(f"idempotency key {key!r} was inserted meanwhile")
-        raise _failure(outcome, customer)
-
-
-def _record_decline(*, customer: str, amount: Decimal, key: str) -> None:
-    GatewayDecline.objects.create(
-        idempotency_key=key,
-        customer=customer,
-        amount=amount,
-        reason=str(_failure("declined", customer))[:255],
-    )
-
-
-def _reference() -> str:
-    return f"ch_{uuid.uuid4().hex[:24]}"
-
-
-def _replayed(
-    key: str,
-    reference: str,
-    seen_customer: str,
-    seen_amount: Decimal,
-    customer: str,
-    amount: Decimal,
-) -> ChargeResult:
-    """The first charge of ``key`` again, provided it was for the same amount and customer."""
-    if seen_amount != amount or seen_customer != customer:
-        raise GatewayError(
-            f"idempotency key {key!r} was used for {seen_amount} from "
-            f"{seen_customer}; refused for {amount} from {customer}"
-        )
-    logger.info("gateway.replayed key=%s reference=%s", key, reference)
-    return ChargeResult(reference, replayed=True)
-
-
-def _failure(outcome: str, customer: str) -> Exception:
-    """The exception that reports a scripted failure."""
-    if outcome == "error":
-        return GatewayError(f"test gateway: scripted error for customer {customer}")
-    return PaymentDeclined(f"test gateway: card of customer {customer} declined")
-
-
-def script_customer(*, customer: str, declines: int = 0, errors: int = 0) -> GatewayScript:
-    """Make the test gateway decline the customer's next ``declines`` charges, or fail its
-    next ``errors`` calls (replacing any earlier script)."""
-    if not (customer or "").strip():
-        raise ValidationError({"customer": "is required"})
-    wanted = GatewayScript(customer=customer, declines_left=declines, errors_left=errors)
-    try:
-        # The model's rules (the admin's too); the row is then written by its customer.
-        wanted.full_clean(validate_unique=False, validate_constraints=False)
-    except ValidationError as exc:
-        names = {"declines_left": "decline", "errors_left": "error"}
-        raise ValidationError(
-            {names.get(field, field): messages for field, messages in exc.error_dict.items()}
-        ) from None
-    script, _ = GatewayScript.objects.update_or_create(
-        customer=customer, defaults={"declines_left": declines, "errors_left": errors}
-    )
-    return script
+        return getattr(test_gateway, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

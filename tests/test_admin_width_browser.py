@@ -53,9 +53,9 @@ EVERY_LIST = (
     "subscriptions.SubscriptionJob",
     "subscriptions.Order",
     "subscriptions.DueBatch",
-    "subscriptions.GatewayCharge",
-    "subscriptions.GatewayDecline",
-    "subscriptions.GatewayScript",
+    "subscriptions_testgateway.GatewayCharge",
+    "subscriptions_testgateway.GatewayDecline",
+    "subscriptions_testgateway.GatewayScript",
 )
 #: A host project's task, by the dotted name such projects give theirs.
 HOST_TASK = "hostproject.billing.tasks.reconcile_overdue_invoices_for_every_customer"
@@ -220,9 +220,9 @@ NAME_COLUMNS = {
     "emailer.Delivery": ("email", "task"),
     "subscriptions.Subscription": ("customer",),
     "subscriptions.SubscriptionJob": ("customer",),
-    "subscriptions.GatewayCharge": ("customer",),
-    "subscriptions.GatewayDecline": ("customer",),
-    "subscriptions.GatewayScript": ("customer",),
+    "subscriptions_testgateway.GatewayCharge": ("customer",),
+    "subscriptions_testgateway.GatewayDecline": ("customer",),
+    "subscriptions_testgateway.GatewayScript": ("customer",),
 }
 
 #: What one changelist measures in the browser: the table against its box and the page

@@ -1,5 +1,5 @@
-"""Subscriptions, their orders, their scheduled jobs (seed 002's SUBSCRSCHJOBS) and the test
-gateway's own tables.
+"""Subscriptions, their orders and their scheduled jobs (seed 002's SUBSCRSCHJOBS). The test
+gateway's tables are its own app's (``subscriptions.testgateway.models``).
 
 Every rule a row must satisfy lives in these modules (``clean`` and database constraints), so
 the admin, the command line and the services refuse the same input with the same message.
@@ -8,8 +8,7 @@ One module per thing a row is, so each stays readable on its own:
 - ``validation``: the field rules every model shares (plain text, aware instants);
 - ``subscription``: ``Subscription``, its ``SubscriptionItem`` lines and their statuses;
 - ``orders``: ``Order``, ``OrderLine`` and ``SkippedPeriods``;
-- ``jobs``: ``SubscriptionJob``, its actions, steps, statuses and counter, and ``DueBatch``;
-- ``gateway``: the test gateway's ``GatewayCharge``, ``GatewayDecline`` and ``GatewayScript``.
+- ``jobs``: ``SubscriptionJob``, its actions, steps, statuses and counter, and ``DueBatch``.
 
 Every name is imported here, so ``from subscriptions.models import X`` is where the rest of the
 app, the migrations and the tests find it.
@@ -17,7 +16,6 @@ app, the migrations and the tests find it.
 
 from __future__ import annotations
 
-from subscriptions.models.gateway import MAX_SCRIPTED, GatewayCharge, GatewayDecline, GatewayScript
 from subscriptions.models.jobs import (
     JOB_PENDING,
     JOB_RUNNABLE,
@@ -59,15 +57,11 @@ __all__ = [
     "MAX_PERIOD_AMOUNT",
     "MAX_PERIOD_NUMBER",
     "MAX_QUANTITY",
-    "MAX_SCRIPTED",
     "OPERATOR_FIELDS",
     "OPT_COUNTER_MAX",
     "RENEWABLE",
     "RENEWAL_STEPS",
     "DueBatch",
-    "GatewayCharge",
-    "GatewayDecline",
-    "GatewayScript",
     "JobAction",
     "JobStep",
     "NeedsOperator",

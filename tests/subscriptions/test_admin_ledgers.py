@@ -22,14 +22,13 @@ from django.urls import reverse
 
 from subscriptions import payments, services
 from subscriptions.models import (
-    GatewayCharge,
-    GatewayDecline,
     JobStep,
     Order,
     Subscription,
     SubscriptionJob,
     SubscriptionJobStatus,
 )
+from subscriptions.testgateway.models import GatewayCharge, GatewayDecline
 from tests.subscriptions.conftest import pending_job, run_inline
 
 pytestmark = pytest.mark.django_db
@@ -58,16 +57,20 @@ def ledger(make_subscription: Any, now: Any) -> dict[str, Any]:
     return {
         "subscription": subscription,
         "order": Order.objects.get(subscription=subscription, period_number=0),
-        "gatewaycharge": GatewayCharge.objects.get(),
-        "gatewaydecline": GatewayDecline.objects.get(),
+        "testgateway_gatewaycharge": GatewayCharge.objects.get(),
+        "testgateway_gatewaydecline": GatewayDecline.objects.get(),
     }
 
 
 def url(name: str, view: str, *args: Any) -> str:
+    """An admin page of the subscriptions apps: ``name`` is ``order``, or the test gateway's
+    ``testgateway_gatewaycharge`` (its app's label is ``subscriptions_testgateway``)."""
     return reverse(f"admin:subscriptions_{name}_{view}", args=args)
 
 
-@pytest.mark.parametrize("name", ["order", "gatewaycharge", "gatewaydecline"])
+@pytest.mark.parametrize(
+    "name", ["order", "testgateway_gatewaycharge", "testgateway_gatewaydecline"]
+)
 def test_ledger_rows_are_read_by_everyone_and_written_by_no_one(
     operator: Client, ledger: dict[str, Any], name: str
 ) -> None:

@@ -24,8 +24,6 @@ from django.test import override_settings
 
 from subscriptions import payments, services
 from subscriptions.models import (
-    GatewayCharge,
-    GatewayDecline,
     JobStep,
     Order,
     OrderStatus,
@@ -34,6 +32,7 @@ from subscriptions.models import (
     SubscriptionJobStatus,
     SubscriptionStatus,
 )
+from subscriptions.testgateway.models import GatewayCharge, GatewayDecline
 from tests.subscriptions.conftest import pending_job, run_inline
 
 pytestmark = pytest.mark.django_db

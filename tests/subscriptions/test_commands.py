@@ -17,13 +17,12 @@ from django.core.management import CommandError, call_command
 
 from scheduling.models import Job
 from subscriptions.models import (
-    GatewayCharge,
-    GatewayScript,
     Order,
     Subscription,
     SubscriptionItem,
     SubscriptionJob,
 )
+from subscriptions.testgateway.models import GatewayCharge, GatewayScript
 from tests.conftest import ROOT, database_url
 from tests.subscriptions.conftest import pending_job, run_inline
 

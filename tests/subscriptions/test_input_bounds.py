@@ -30,7 +30,6 @@ from subscriptions import services
 from subscriptions.models import (
     MAX_ITEMS,
     MAX_PERIOD_NUMBER,
-    GatewayScript,
     Order,
     Subscription,
     SubscriptionItem,
@@ -38,6 +37,7 @@ from subscriptions.models import (
     SubscriptionJobStatus,
     SubscriptionStatus,
 )
+from subscriptions.testgateway.models import GatewayScript
 from tests.conftest import ROOT, database_url
 from tests.subscriptions.conftest import pending_job, run_inline
 
@@ -50,9 +50,14 @@ VALID = ("--price", "9.90", "--every", "P1M", "--start", "2030-01-31T09:00:00Z")
 
 @pytest.fixture
 def clerk(django_user_model: Any) -> Client:
-    """A staff user who may do everything in the subscriptions app, logged in."""
+    """A staff user who may do everything in the subscriptions app and its test gateway's,
+    logged in."""
     user = django_user_model.objects.create_user("clerk", password="pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label="subscriptions"))
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label__in=("subscriptions", "subscriptions_testgateway")
+        )
+    )
     client = Client(raise_request_exception=False)
     client.force_login(user)
     return client
@@ -332,7 +337,7 @@ def test_a_date_drill_down_out_of_range_shows_the_list_unfiltered(clerk: Client)
     [
         ("subscription", "cancel_now"),
         ("subscriptionjob", "retry_now"),
-        ("gatewayscript", "delete_selected"),
+        ("testgateway_gatewayscript", "delete_selected"),
     ],
 )
 def test_a_list_action_on_a_selection_that_is_not_ids_changes_nothing(

@@ -20,13 +20,13 @@ from subscriptions import batches, placing, services
 from subscriptions.models import (
     OPT_COUNTER_MAX,
     DueBatch,
-    GatewayCharge,
     Order,
     StaleJob,
     SubscriptionJob,
     SubscriptionJobStatus,
     next_counter,
 )
+from subscriptions.testgateway.models import GatewayCharge
 from tests.conftest import wait_for
 from tests.subscriptions.conftest import pending_job, run_inline
 

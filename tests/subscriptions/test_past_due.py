@@ -24,13 +24,13 @@ from django.urls import reverse
 
 from subscriptions import payments, services
 from subscriptions.models import (
-    GatewayCharge,
     JobAction,
     Order,
     SkippedPeriods,
     Subscription,
     SubscriptionStatus,
 )
+from subscriptions.testgateway.models import GatewayCharge
 from tests.subscriptions.conftest import pending_job, run_inline
 
 pytestmark = pytest.mark.django_db

@@ -19,12 +19,12 @@ from django.urls import reverse
 
 from subscriptions import services
 from subscriptions.models import (
-    GatewayCharge,
     Order,
     OrderStatus,
     SubscriptionItem,
     SubscriptionJobStatus,
 )
+from subscriptions.testgateway.models import GatewayCharge
 from tests.subscriptions.conftest import pending_job, run_inline
 
 pytestmark = pytest.mark.django_db

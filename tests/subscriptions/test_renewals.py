@@ -18,7 +18,6 @@ from scheduling.api import RunContext, jobs_for_row
 from subscriptions import batches, conf, payments, placing, renewals, services, steps
 from subscriptions.models import (
     DueBatch,
-    GatewayCharge,
     JobAction,
     Order,
     OrderStatus,
@@ -28,6 +27,7 @@ from subscriptions.models import (
     SubscriptionStatus,
 )
 from subscriptions.scheduled import run_subscription_job
+from subscriptions.testgateway.models import GatewayCharge
 from tests.subscriptions.conftest import pending_job, run_inline
 
 pytestmark = [pytest.mark.django_db, pytest.mark.specification]

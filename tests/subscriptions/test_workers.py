@@ -22,7 +22,6 @@ from scheduling.rules.registry import EXECUTION_HEADER
 from subscriptions import payments, pricing, services
 from subscriptions.models import (
     DueBatch,
-    GatewayCharge,
     Order,
     OrderStatus,
     SkippedPeriods,
@@ -31,6 +30,7 @@ from subscriptions.models import (
     SubscriptionJobStatus,
     SubscriptionStatus,
 )
+from subscriptions.testgateway.models import GatewayCharge
 from tests.conftest import SHORT_LEASE, scheduler_command, wait_for
 from tests.polling import logged
 from tests.scheduling.test_worker_lifecycle import log_lines, send_message, start_worker

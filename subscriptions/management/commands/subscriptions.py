@@ -55,6 +55,14 @@ OPTIONS = {
 MOST_LISTED = 100_000
 
 
+def need_test_gateway(what: str) -> None:
+    """Stop with one line when ``what`` needs the test gateway and its app is not installed."""
+    try:
+        payments.require_test_gateway(what)
+    except payments.TestGatewayNotInstalled as exc:
+        raise CommandError(str(exc)) from None
+
+
 def parse_int(raw: str | None, *, field: str) -> int | None:
     if raw is None:
         return None
@@ -268,9 +276,8 @@ class Command(OneLineCommand):
         subscription_id = None
         if o["subscription"] is not None:
             subscription_id = services.get_subscription(o["subscription"]).pk
-        data = [
-            selectors.charge_summary(c) for c in selectors.charges(subscription_id=subscription_id)
-        ]
+        need_test_gateway("subscriptions charges lists the test gateway's charges")
+        data = selectors.test_gateway_charges(subscription_id=subscription_id)
         table = text_table(
             ("REFERENCE", "AMOUNT", "CUSTOMER", "IDEMPOTENCY KEY"),
             [
@@ -283,7 +290,10 @@ class Command(OneLineCommand):
     def do_gateway(self, o: dict[str, Any]) -> tuple[Any, str]:
         declines = parse_int(o["decline"], field="decline") or 0
         errors = parse_int(o["error"], field="error") or 0
-        script = payments.script_customer(customer=o["customer"], declines=declines, errors=errors)
+        need_test_gateway("subscriptions gateway script scripts the test gateway")
+        from subscriptions.testgateway.gateway import script_customer
+
+        script = script_customer(customer=o["customer"], declines=declines, errors=errors)
         data = {
             "customer": script.customer,
             "declines_left": script.declines_left,

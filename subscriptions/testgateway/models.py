@@ -1,5 +1,8 @@
 """The test gateway's own tables: the charges it accepted, the ones it declined, and what
 it was told to do to a customer's next calls.
+
+Each keeps the table name it had in the ``subscriptions`` app (``db_table``), so moving the
+models here moved no rows (``migrations/0001_initial``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ class GatewayCharge(models.Model):
     amount = models.DecimalField(max_digits=20, decimal_places=5)
     created_at = models.DateTimeField(default=timezone.now)
 
+    class Meta:
+        db_table = "subscriptions_gatewaycharge"
+
     def __str__(self) -> str:
         return f"charge {self.reference} {self.amount} ({self.customer})"
 
@@ -37,6 +43,7 @@ class GatewayDecline(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        db_table = "subscriptions_gatewaydecline"
         indexes = [
             # find_charge: the latest decline of a key that has no accepted charge.
             models.Index(fields=["idempotency_key", "-created_at"], name="gatewaydecline_key"),
@@ -59,6 +66,7 @@ class GatewayScript(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        db_table = "subscriptions_gatewayscript"
         constraints = [
             models.CheckConstraint(
                 condition=Q(declines_left__gte=0) & Q(errors_left__gte=0),

@@ -1,5 +1,7 @@
-"""The test gateway's tables: its charges and declines (read-only ledgers) and its script
-of what to do to a customer's next calls (editable: that is how a demo declines a renewal).
+"""The test gateway's pages: its charges and declines (read-only ledgers) and its script of
+what to do to a customer's next calls (editable: that is how a demo declines a renewal).
+
+Here, not in ``subscriptions.admin``, so a host that leaves this app out has none of them.
 """
 
 from __future__ import annotations
@@ -7,7 +9,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from subscriptions.admin.common import ModelAdmin, ReadOnlyAdmin, amount
-from subscriptions.models import GatewayCharge, GatewayDecline, GatewayScript
+from subscriptions.testgateway.models import GatewayCharge, GatewayDecline, GatewayScript
 
 
 @admin.register(GatewayCharge)

@@ -140,6 +140,16 @@ def test_the_wheel_holds_only_the_apps_with_their_templates_and_migrations(built
     assert "Project-URL: Changelog" in metadata
 
 
+def test_the_wheel_ships_the_test_gateway_as_an_app_a_host_adds(built: Built) -> None:
+    """``subscriptions.testgateway`` is in the wheel, its migrations and statements with it,
+    for the hosts that list it; ``subscriptions`` alone has none of its models or pages."""
+    names = zipfile.ZipFile(built.wheel).namelist()
+    for path in ("apps.py", "migrations/0001_initial.py", "sql/postgresql.sql", "admin.py"):
+        assert f"subscriptions/testgateway/{path}" in names
+    assert "subscriptions/models/gateway.py" not in names
+    assert "subscriptions/admin/gateway.py" not in names
+
+
 def test_the_sdist_holds_the_apps_and_their_documents_only(built: Built) -> None:
     with tarfile.open(built.sdist) as archive:
         paths = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
@@ -343,11 +353,16 @@ def test_a_host_project_runs_its_own_task_on_a_schedule_from_the_wheel(
     assert pages["/ops/metrics"][0] == 200 and "duecourse_" in pages["/ops/metrics"][1]
 
 
+#: What a host lists for each domain app: the subscriptions' default gateway is the test
+#: gateway, an app of its own that a host without a payment gateway of its own adds.
+DOMAIN_APPS = {"emailer": "emailer", "subscriptions": "subscriptions,subscriptions.testgateway"}
+
+
 @pytest.mark.parametrize("app", ["emailer", "subscriptions"])
 def test_each_domain_app_installs_on_its_own_beside_the_engine(
     built: Built, tmp_path: Path, app: str
 ) -> None:
-    project = Host(built, tmp_path / "host", extra_apps=app)
+    project = Host(built, tmp_path / "host", extra_apps=DOMAIN_APPS[app])
     try:
         assert "no issues" in project.manage("check")
         project.manage("migrate", "--noinput", "-v0")

@@ -115,7 +115,7 @@ def subscription_detail(subscription: Subscription) -> dict[str, Any]:
             order_summary(o) for o in subscription.orders.prefetch_related("lines").order_by("pk")
         ],
         "jobs": [job_summary(j) for j in subscription.jobs.order_by("scheduled_id")],
-        "charges": test_gateway_charges(subscription_id=subscription.pk),
+        "charges": gateway_charges(subscription_id=subscription.pk),
         "skipped": [
             skipped_summary(s) for s in subscription.skipped_periods.order_by("first_period")
         ],
@@ -165,7 +165,7 @@ def export_orders(
         yield [order_summary(order) for order in page]
 
 
-def test_gateway_charges(*, subscription_id: int | None = None) -> list[dict[str, Any]]:
+def gateway_charges(*, subscription_id: int | None = None) -> list[dict[str, Any]]:
     """The test gateway's accepted charges (of one subscription), where the host installed it:
     another gateway keeps its charges on its own side, and there is none to show here."""
     if not payments.has_test_gateway():

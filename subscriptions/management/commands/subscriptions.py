@@ -277,7 +277,7 @@ class Command(OneLineCommand):
         if o["subscription"] is not None:
             subscription_id = services.get_subscription(o["subscription"]).pk
         need_test_gateway("subscriptions charges lists the test gateway's charges")
-        data = selectors.test_gateway_charges(subscription_id=subscription_id)
+        data = selectors.gateway_charges(subscription_id=subscription_id)
         table = text_table(
             ("REFERENCE", "AMOUNT", "CUSTOMER", "IDEMPOTENCY KEY"),
             [

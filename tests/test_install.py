@@ -32,7 +32,9 @@ from django.db import connection
 
 from tests.conftest import ROOT, Processes, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.stack, pytest.mark.postgres]
+#: ``stack`` on every test but the domain apps' own installs, which prove the wheel's shape
+#: (which apps import which) and so run on the full stacks only (noxfile.py).
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 HOST_TEMPLATE = ROOT / "tests" / "host_project"
 SHIPPED = {"scheduling", "emailer", "subscriptions"}
@@ -114,6 +116,7 @@ def installer() -> str | None:
     return str(beside) if beside.exists() else shutil.which("uv")
 
 
+@pytest.mark.stack
 def test_the_wheel_holds_only_the_apps_with_their_templates_and_migrations(built: Built) -> None:
     names = zipfile.ZipFile(built.wheel).namelist()
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
@@ -140,6 +143,7 @@ def test_the_wheel_holds_only_the_apps_with_their_templates_and_migrations(built
     assert "Project-URL: Changelog" in metadata
 
 
+@pytest.mark.stack
 def test_the_wheel_ships_the_test_gateway_as_an_app_a_host_adds(built: Built) -> None:
     """``subscriptions.testgateway`` is in the wheel, its migrations and statements with it,
     for the hosts that list it; ``subscriptions`` alone has none of its models or pages."""
@@ -150,6 +154,7 @@ def test_the_wheel_ships_the_test_gateway_as_an_app_a_host_adds(built: Built) ->
     assert "subscriptions/admin/gateway.py" not in names
 
 
+@pytest.mark.stack
 def test_the_sdist_holds_the_apps_and_their_documents_only(built: Built) -> None:
     with tarfile.open(built.sdist) as archive:
         paths = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
@@ -269,6 +274,7 @@ def admin_pages(host: Host, *urls: str) -> dict[str, tuple[int, str]]:
     return {url: (status, body) for url, (status, body) in answers.items()}
 
 
+@pytest.mark.stack
 def test_a_host_project_runs_its_own_task_on_a_schedule_from_the_wheel(
     host: Host, processes: Processes
 ) -> None:
@@ -392,6 +398,7 @@ def verbatim(label: str) -> str:
     return text[start : text.index("\n```", start)] + "\n"
 
 
+@pytest.mark.stack
 def test_the_django_tasks_examples_run_as_written_on_this_stack(
     built: Built, tmp_path: Path, processes: Processes
 ) -> None:

@@ -30,7 +30,7 @@ from scheduling.timing.schedules import (
     timing_from,
 )
 
-pytestmark = pytest.mark.specification
+pytestmark = [pytest.mark.specification, pytest.mark.pure]
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")

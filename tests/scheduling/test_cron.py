@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from scheduling.timing.cron import CronError, CronExpression
 
+pytestmark = pytest.mark.pure
+
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
 LORD_HOWE = ZoneInfo("Australia/Lord_Howe")

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from scheduling.timing.previews import DEFAULT_COUNT, MAX_COUNT, check_count, preview
 from scheduling.timing.schedules import ScheduleError, timing_from
 
-pytestmark = pytest.mark.specification
+pytestmark = [pytest.mark.specification, pytest.mark.pure]
 
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham", "UTC"]
 ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)

@@ -30,6 +30,8 @@ from scheduling.timing.schedules import (
     retry_delay,
 )
 
+pytestmark = pytest.mark.pure
+
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
 T0 = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)

@@ -45,7 +45,9 @@ def _processes_under(folder: str) -> list[str]:
         if not proc.name.isdigit():
             continue
         try:
-            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            # Any process on the machine may carry bytes that are not UTF-8 in its arguments
+            # (another test passes such bytes to a command line on purpose).
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if folder in command:

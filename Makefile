@@ -55,10 +55,12 @@ test: $(VENV)/.installed
 	if [ "$(SQLITE)" = 1 ]; then $(MAKE) --no-print-directory test-sqlite; fi
 	if [ "$(MARIADB)" = 1 ]; then $(MAKE) --no-print-directory test-mariadb; fi
 
-# The specification on SQLite (a file under var/, made afresh by the run).
+# The specification on SQLite (a file under var/ for each pytest-xdist process, made afresh by
+# the run): in-process tests, CPU-bound, so one process per core.
 test-sqlite: $(VENV)/.installed
 	DATABASE_URL=sqlite:///$(CURDIR)/var/test-embedded.sqlite3 \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=10 tests
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --no-loadscope-reorder \
+	  --durations=10 tests
 
 # The specification on MariaDB/MySQL: the `mysql` extra (mysqlclient, built against the
 # client headers that scripts/test-services.sh installs), a test database of the run's own.

@@ -17,10 +17,9 @@ in ``engines.ENGINES``.
 
 The verbs every database takes in the same ORM words (``finish_attempt``, ``release_job``,
 ``cancel_runs``, ``lock_execution``, and a job's own: ``lock_job``, ``plan_job``,
-``change_job``, ``remove_job``, ``mark_declared``, ...) are written once, in
+``change_job``, ``remove_job``, ``insert_job``, ``mark_declared``, ...) are written once, in
 ``ledger.shared``, and inherited; the abstract ones here each engine answers. No stage
-writes or locks a job, a schedule, an execution or an attempt but through them (a new
-job's insert aside, ``stages.jobs`` says why).
+writes or locks a job, a schedule, an execution or an attempt but through them.
 """
 
 from __future__ import annotations

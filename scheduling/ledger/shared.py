@@ -447,6 +447,11 @@ class SharedVerbs:
 
     # -- a job's plan, definition and declaration ----------------------------------------------
 
+    def insert_job(self, job: Job) -> None:
+        """Write a new, validated job (its schedule saved first); its plan follows, once the
+        row has the id its jitter is drawn from (``plan_job``)."""
+        job.save(force_insert=True)
+
     def plan_job(self, job: Job) -> None:
         """Write the plan the stage made for a job it holds (locked, or made in this
         transaction): its status, next due time and next occurrence, as set on the object."""

@@ -9,12 +9,11 @@ plain values (``JobInfo``, ``ExecutionInfo``). What is done to a job afterwards 
 module: ``edits`` (change, re-plan, a schedule's new timing), ``controls`` (pause, resume,
 run now, cancel, retry) and ``removals``.
 
-A new job, and a new schedule made for it, are written by the models' own ``full_clean()``
-and ``save()``: an insert is the model's rule (every field it validated, a row no other
-process can hold yet, so no lock and no compare-and-set to make), and these inserts are the
-only writes of a job left outside the ledger's engine. Its plan, once the row has the id its
-jitter is drawn from, is the engine's (``Engine.plan_job``), as every later change of its
-state is.
+A new job, and a new schedule made for it, are validated by the models' own
+``full_clean()`` and written by the engine (``Engine.save_schedule``, ``Engine.insert_job``):
+a row no other process can hold yet, so no lock and no compare-and-set to make. Its plan,
+once the row has the id its jitter is drawn from, is the engine's too (``Engine.plan_job``),
+as every later change of its state is.
 
 ``create_job``, like every verb on a job in those modules, takes ``by`` (an ``audit.Actor``:
 who, and through which door) and writes its row of the audit trail in the transaction of its
@@ -293,9 +292,9 @@ def create_job(
         return job
     with transaction.atomic():
         if schedule.pk is None:
-            schedule.save()
+            engine().save_schedule(schedule)
         job.schedule = schedule
-        job.save()
+        engine().insert_job(job)
         plan_from(job, schedule.timing(), now=now, first=True)
         engine().plan_job(job)
         audit.created(job=job, by=by or audit.CODE, now=now)

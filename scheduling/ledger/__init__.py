@@ -9,8 +9,8 @@ say, or text instead of driver-decoded values is the difference the benchmarks m
 This module is the runner: cursors are opened here and nowhere else, rows come back decoded by
 column name, as dictionaries or as the dataclass a caller names (``rows(..., into=Planned)``),
 and a family of engines (``Engines``) asks which database a connection is (``dialect``) once
-per connection. ``on_postgresql``/``on_sqlite`` remain as questions for a test to ask; no
-code branches on them: a difference between databases is a verb of an engine.
+per connection. No code branches on the answer: a difference between databases is a verb of
+an engine.
 """
 
 from __future__ import annotations
@@ -83,14 +83,6 @@ class Engines(Generic[T]):
             found = self.makers[vendor](wrapper.alias)
             wrapper.__dict__[self._cached] = found
         return found
-
-
-def on_postgresql(using: str | Any = DEFAULT_DB_ALIAS) -> bool:
-    return dialect(using) == POSTGRESQL
-
-
-def on_sqlite(using: str | Any = DEFAULT_DB_ALIAS) -> bool:
-    return dialect(using) == SQLITE
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,12 @@ def test_named_parameters_reach_the_statement_on_every_database() -> None:
 def test_the_database_is_decided_once_per_connection() -> None:
     assert ledger.dialect() == connection.vendor
     assert ledger.dialect(connection) == connection.vendor
-    assert ledger.on_postgresql() is (connection.vendor == "postgresql")
-    assert ledger.on_sqlite() is (connection.vendor == "sqlite")
 
 
 def test_a_statement_without_a_form_for_this_database_says_so() -> None:
     only_other = (
         Statement(postgresql="SELECT 1", sqlite=None)
-        if ledger.on_sqlite()
+        if ledger.dialect() == "sqlite"
         else Statement(postgresql=None, sqlite="SELECT 1")  # type: ignore[arg-type]
     )
     with pytest.raises(NoForm, match=f"no form for {connection.vendor}"):

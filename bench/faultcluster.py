@@ -30,7 +30,9 @@ from faultnet import SCHEDULERS, WORKERS, Network, run
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 PG_BIN = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
-FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+#: libfaketime from Debian's ``faketime`` (scripts/test-services.sh installs it), wherever the
+#: machine's architecture puts it; None where it is missing (``skew_unavailable`` says so).
+FAKETIME_LIB = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
 DATABASE = "duecourse"
 PG_INNER_PORT = 5433
 #: SCHEDULING_STALE_AFTER and SCHEDULING_HEARTBEAT_INTERVAL for the run: a lease of 6 s, so
@@ -248,7 +250,9 @@ class Cluster:
             "FAULT_SKEW": f"{skew:g}",
         }
         if skew:
-            env["LD_PRELOAD"] = FAKETIME_LIB
+            if FAKETIME_LIB is None:
+                raise RuntimeError(skew_unavailable())
+            env["LD_PRELOAD"] = str(FAKETIME_LIB)
             env["FAKETIME"] = f"{skew:+g}s"
         return env
 
@@ -389,3 +393,29 @@ class Cluster:
         for pid in self.net.pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def skew_unavailable() -> str | None:
+    """Why a worker's clock cannot be skewed here, or None.
+
+    The checker takes a body's time as its host's clock less the skew the nemesis gave it: a
+    skew that did not take (no library, an offset it did not apply) would move every body of
+    that host by the skew in the checker's eyes, and report runs early or overlapping that
+    were not. So the offset is tried on a child process before the campaign counts on it.
+    """
+    if FAKETIME_LIB is None:
+        return "clock_skew needs libfaketime (Debian's faketime: apt-get install faketime)"
+    probe = "import time; print(time.time())"
+    env = {**os.environ, "LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": "+2.5s"}
+    before = time.time()
+    shown = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False
+    )
+    after = time.time()
+    try:
+        seen = float(shown.stdout.strip())
+    except ValueError:
+        return f"libfaketime at {FAKETIME_LIB} did not run: {shown.stderr.strip()[:200]}"
+    if not before + 2.3 <= seen <= after + 2.7:
+        return f"libfaketime at {FAKETIME_LIB} did not move the child's clock by +2.5s"
+    return None

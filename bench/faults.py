@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from faultcheck import check
-from faultcluster import PG_INNER_PORT, Cluster, wait_for
+from faultcluster import PG_INNER_PORT, Cluster, skew_unavailable, wait_for
 from faultload import job_specs
 from faultnemesis import KINDS, Nemesis
 from faultnet import SCHEDULERS, WORKERS, Network, unavailable
@@ -192,6 +192,8 @@ class Campaign:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     reason = unavailable()
+    if not reason and "clock_skew" in args.kinds:
+        reason = skew_unavailable()
     if reason:
         print(f"cannot run the fault campaign here: {reason}", file=sys.stderr)
         return 2

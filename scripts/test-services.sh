@@ -4,6 +4,7 @@
 #   PostgreSQL 127.0.0.1:5432 and Redis 127.0.0.1:6379: the suite's database and broker
 #   RabbitMQ 127.0.0.1:5672: the portable-broker dispatch test
 #   Debian's chromium: the admin pages' browser tests
+#   Debian's faketime (libfaketime): the fault campaign's skewed worker clocks
 #   with MARIADB=1, MariaDB 127.0.0.1:3306 (root, no password) and the client headers that
 #   mysqlclient builds against: the specification's MariaDB pass (make test-mariadb)
 set -euo pipefail
@@ -69,3 +70,8 @@ if ! command -v chromium >/dev/null; then
   apt_install chromium
 fi
 command -v chromium >/dev/null || { echo "FATAL: chromium is not installed"; exit 1; }
+
+if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] && ! command -v faketime >/dev/null; then
+  echo "installing Debian's faketime for the fault campaign's clock skew"
+  apt_install faketime
+fi

@@ -22,6 +22,7 @@ from scheduling.djangotasks.framework import (
     TaskResult,
     TaskResultStatus,
 )
+from scheduling.ledger.values import Started
 from scheduling.models import ExecutionStatus
 
 STATUS = {
@@ -97,3 +98,34 @@ def result_of(run: RunView, *, task: Task, alias: str) -> TaskResult:
     if status == TaskResultStatus.SUCCESSFUL:
         object.__setattr__(result, "_return_value", stored.get("value"))
     return result
+
+
+def started_result(
+    started: Started,
+    *,
+    task: Task,
+    alias: str,
+    result_id: str,
+    worker: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+) -> TaskResult:
+    """The RUNNING result of the attempt that ``started`` began, as ``result_of`` reads it
+    back from the ledger, built from what the start returned and the message: no read before
+    the body. ``args`` and ``kwargs`` are the message's, kept for a job's occurrence (whose
+    call is None): the arguments the body is given."""
+    call = started.call or {}
+    return TaskResult(
+        task=task_as_enqueued(task, call),
+        id=result_id,
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=started.created_at,
+        started_at=started.first_started_at or started.started_at,
+        finished_at=None,
+        last_attempted_at=started.started_at,
+        args=list(call.get("args", args)),
+        kwargs=dict(call.get("kwargs", kwargs)),
+        backend=call.get("backend") or alias,
+        errors=[TaskError(**error) for error in started.errors],
+        worker_ids=[*started.earlier_workers, worker],
+    )

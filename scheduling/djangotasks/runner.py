@@ -34,7 +34,7 @@ from scheduling.djangotasks.framework import (
     task_finished,
     task_started,
 )
-from scheduling.djangotasks.results import result_of
+from scheduling.djangotasks.results import result_of, started_result
 from scheduling.models import ExecutionStatus
 from scheduling.rules import arguments
 from scheduling.rules.registry import PermanentError
@@ -101,9 +101,22 @@ def parameters_of(task: Any) -> inspect.Signature | None:
 
 def _running_result(task: Any, runner: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """The run as the framework's result, as a task that takes its context sees it and the
-    signals carry it: read from the ledger (``scheduling.djangotasks.results``), so it is the
-    result ``get_result`` gives, with the task as enqueued. Where the ledger cannot say (no row,
-    the database away for a moment) it is made from the message alone."""
+    signals carry it: the result ``get_result`` gives, with the task as enqueued. Built from
+    what the attempt's start returned (``results.started_result``), so nothing is read between
+    the start and the body. Without a start of its own (a call run eagerly, or outside the
+    ledger) it is read from the ledger; where the ledger cannot say (no row, the database away
+    for a moment), made from the message alone."""
+    started = getattr(runner.request, "duecourse_started", None)
+    if started is not None and started.created_at is not None:
+        return started_result(
+            started,
+            task=task,
+            alias=task.backend,
+            result_id=str(runner.request.id),
+            worker=runner.request.hostname or "",
+            args=args,
+            kwargs=kwargs,
+        )
     try:
         run = runs.find_run(str(runner.request.id))
     except DatabaseError:

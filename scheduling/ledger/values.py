@@ -22,6 +22,16 @@ class Started:
     scheduled_for: datetime
     #: The worker's clock at the start: with ``attempt``, what ``restore_start`` writes again.
     started_at: datetime
+    #: With the message, what a Django task's RUNNING result needs, so that the worker builds
+    #: it without reading the run back before the body (``djangotasks.results.started_result``):
+    #: when the run was written, the call it was enqueued with (arguments and the options of
+    #: ``.using()``; None for a job's occurrence), the errors of its earlier attempts, and their
+    #: workers and first start, oldest first. None where the engine did not say.
+    created_at: datetime | None = None
+    call: dict[str, Any] | None = None
+    errors: tuple[dict[str, Any], ...] = ()
+    earlier_workers: tuple[str, ...] = ()
+    first_started_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -192,10 +192,15 @@ class OrmEngine(Engine):
             )
             if not changed:
                 return None
-            found = Execution.objects.values("job_id", "checkpoint", "scheduled_for").get(
-                pk=execution_id
+            found = Execution.objects.values(
+                "job_id", "checkpoint", "scheduled_for", "created_at", "call", "result"
+            ).get(pk=execution_id)
+            earlier = list(
+                Attempt.objects.filter(execution_id=execution_id)
+                .order_by("number")
+                .values_list("worker", "started_at")
             )
-            number = Attempt.objects.filter(execution_id=execution_id).count() + 1
+            number = len(earlier) + 1
             Attempt.objects.create(
                 execution_id=execution_id,
                 scheduled_for=found["scheduled_for"],
@@ -205,7 +210,17 @@ class OrmEngine(Engine):
                 started_at=now,
             )
         return Started(
-            execution_id, found["job_id"], number, found["checkpoint"], found["scheduled_for"], now
+            execution_id,
+            found["job_id"],
+            number,
+            found["checkpoint"],
+            found["scheduled_for"],
+            now,
+            created_at=found["created_at"],
+            call=found["call"],
+            errors=tuple((found["result"] or {}).get("errors") or ()),
+            earlier_workers=tuple(worker for worker, _ in earlier),
+            first_started_at=earlier[0][1] if earlier else None,
         )
 
     def complete_attempt(

@@ -177,16 +177,18 @@ class PostgreSQLEngine(PostgreSQLHistoryMove, PostgreSQLHistory, Engine):
         )
         if found is None:
             return None
-        checkpoint = found["checkpoint"]
-        if isinstance(checkpoint, str):
-            checkpoint = json.loads(checkpoint)
         return Started(
             execution_id,
             found["job_id"],
             found["attempt"],
-            checkpoint,
+            _json(found["checkpoint"]),
             found["scheduled_for"],
             now,
+            created_at=found["created_at"],
+            call=_json(found["call"]),
+            errors=tuple(_json(found["errors"]) or ()),
+            earlier_workers=tuple(found["earlier_workers"] or ()),
+            first_started_at=found["first_started_at"],
         )
 
     def held_after_crash(self, execution_id: int, *, lease: float) -> float | None:
@@ -410,3 +412,8 @@ class PostgreSQLEngine(PostgreSQLHistoryMove, PostgreSQLHistory, Engine):
     def lock_declarations(self) -> None:
         """An advisory lock: claims and edits never wait on it."""
         self._value("lock_declarations")
+
+
+def _json(value: Any) -> Any:
+    """A JSON column as Python: a prepared statement decodes it, Django's cursor gives text."""
+    return json.loads(value) if isinstance(value, str) else value

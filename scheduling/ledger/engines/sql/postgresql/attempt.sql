@@ -2,7 +2,9 @@
 
 -- name: start_attempt
 -- Start one attempt at an execution (compare-and-set) and write its attempt row.
--- columns: job_id, checkpoint, attempt, scheduled_for, commit_mode
+-- columns: job_id, checkpoint, attempt, scheduled_for, created_at, call, errors, earlier_workers, first_started_at, commit_mode
+-- The run's creation, call, earlier errors and earlier attempts come back with it: what a
+-- Django task's running result needs (the new attempt row is not visible to the last SELECT).
 WITH started AS (
     UPDATE scheduling_execution
        SET status = %(running)s, started_at = %(now)s, finished_at = NULL,
@@ -30,7 +32,7 @@ WITH started AS (
                                                    a.stats_reset), '-infinity')
                                FROM pg_stat_wal w, pg_stat_bgwriter b, pg_stat_archiver a)
                             + %(lease)s * interval '1 second')
- RETURNING id, job_id, checkpoint, scheduled_for
+ RETURNING id, job_id, checkpoint, scheduled_for, created_at, call, result -> 'errors' AS errors
 ), attempt AS (
     INSERT INTO scheduling_attempt
            (execution_id, scheduled_for, number, worker, pid, started_at, outcome, error)
@@ -43,8 +45,15 @@ WITH started AS (
 )
 SELECT s.job_id AS job_id, s.checkpoint AS checkpoint,
        (SELECT number FROM attempt) AS attempt, s.scheduled_for AS scheduled_for,
+       s.created_at AS created_at, s.call AS call, s.errors AS errors,
+       e.workers AS earlier_workers, e.first_started_at AS first_started_at,
        set_config('synchronous_commit', 'off', true) AS commit_mode
   FROM started s
+ CROSS JOIN LATERAL (
+       SELECT array_agg(a.worker ORDER BY a.number) AS workers,
+              (array_agg(a.started_at ORDER BY a.number))[1] AS first_started_at
+         FROM scheduling_attempt a
+        WHERE a.execution_id = s.id AND a.scheduled_for = s.scheduled_for) e
 
 -- name: held_after_crash
 -- Seconds until an execution made before the last crash recovery may start (no row: not held).

@@ -33,11 +33,14 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-sqlite test-mariadb lint bench install print-specification screenshots
 
+# pip fetches uv alone; uv installs the rest from its cache (about a fifth of pip's time).
+UV_PIP := $(VENV)/bin/uv pip install --quiet --python $(PY)
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test]'
-	$(VENV)/bin/pip install --quiet -e ".[$$($(PY) scripts/stack.py extras $$($(PY) -m django --version))]"
+	$(VENV)/bin/pip install --quiet 'uv>=0.5'
+	$(UV_PIP) -e '.[test]'
+	$(UV_PIP) -e ".[$$($(PY) scripts/stack.py extras $$($(PY) -m django --version))]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -66,7 +69,7 @@ test-sqlite: $(VENV)/.installed
 # client headers that scripts/test-services.sh installs), a test database of the run's own.
 $(VENV)/.mysql: $(VENV)/.installed
 	MARIADB=1 scripts/test-services.sh
-	$(VENV)/bin/pip install --quiet -e '.[mysql]'
+	$(UV_PIP) -e '.[mysql]'
 	touch $@
 
 test-mariadb: $(VENV)/.mysql

@@ -158,6 +158,20 @@ class Dispatcher:
                 stale_before=now - timedelta(seconds=conf.get("STALE_AFTER")),
             )
         self._notice_database_back()
+        # The release before the claim: a run waiting for its job's turn or a running slot (a
+        # backfilled one, one held by a limit) is older than anything due now, and goes first;
+        # claimed first, a job already due again when its run ended would take the turn on
+        # every tick and its waiting runs would wait until it caught up.
+        released: list[Doorbell] = []
+        if probe.waiting:
+            with self.timer("release"):
+                released = publishing.doorbells_for(
+                    execution_ids=limits.release_waiting(now=now, limit=self.batch_size)
+                )
+            published = self._publish(released, self.publisher)
+            self.stats["published"] += published
+            if published < len(released):
+                return None
         if probe.due and not self._claim_and_publish(now):
             return None
         again: list[Doorbell] = []
@@ -170,16 +184,6 @@ class Dispatcher:
             published = self._publish(again, self.publisher)
             self.stats["published"] += published
             if published < len(again):
-                return None
-        released: list[Doorbell] = []
-        if probe.waiting:
-            with self.timer("release"):
-                released = publishing.doorbells_for(
-                    execution_ids=limits.release_waiting(now=now, limit=self.batch_size)
-                )
-            published = self._publish(released, self.publisher)
-            self.stats["published"] += published
-            if published < len(released):
                 return None
         reaped: list[int] = []
         if probe.stale and self._may_reap():

@@ -1,15 +1,12 @@
 """A backfilled occurrence of a job that is behind its schedule, and the tick's order.
 
-Found by the fault campaign (docs/reliability.md, *Found: backfilled runs wait while their job
-is behind*): a backfilled row of a job under any overlap but ``allow`` is released only while
-nothing else of its job is unfinished, and each tick claims before it releases
-(``Dispatcher._tick``). When the job's run ends after its next occurrence fell due, the next
-tick's claim takes the job's turn, so a job that stays behind never lets its backfill run,
-although docs/commands.md says they run oldest first.
-
-The test runs the tick's two steps in the tick's order and states what the documentation
-promises; it is expected to fail until the release comes first (``strict``: once it passes,
-the marker must go).
+Found by the fault campaign (docs/reliability.md, *Found and fixed: backfilled runs waited
+while their job was behind*): a backfilled row of a job under any overlap but ``allow`` is
+released only while nothing else of its job is unfinished. When each tick claimed before it
+released, a job whose run ended after its next occurrence fell due had that occurrence claimed
+first, on every tick while it stayed behind, and its backfill never ran, although
+docs/commands.md says backfilled runs run oldest first. The tick releases first now
+(``Dispatcher._tick``).
 """
 
 from __future__ import annotations
@@ -20,21 +17,19 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from config.celery import app
 from scheduling import api
-from scheduling.models import Execution, ExecutionStatus
-from scheduling.stages import attempts, claims, limits
+from scheduling.models import Execution, ExecutionStatus, Job
+from scheduling.scheduler.loop import Dispatcher
+from scheduling.stages import attempts, claims
 from tests.factories import create_job
 
 HOUR = timedelta(hours=1)
 
 
-@pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="each tick claims before it releases: a job already due again takes the turn",
-)
+@pytest.mark.django_db(transaction=True)  # the tick runs as a scheduler runs it
 def test_a_job_due_again_when_its_run_ends_lets_its_oldest_backfilled_run_go_first(
-    owner: Any,
+    owner: Any, publish_under_prefix: str
 ) -> None:
     now = timezone.now()
     start = now.replace(minute=0, second=0, microsecond=0) - 10 * HOUR
@@ -52,6 +47,19 @@ def test_a_job_due_again_when_its_run_ends_lets_its_oldest_backfilled_run_go_fir
     late = due + HOUR + timedelta(seconds=1)
     attempts.complete_execution(execution_id=own.pk, now=late)
 
-    claims.claim_due_jobs(now=late, limit=10)  # the tick's order: the claim first,
-    released = limits.release_waiting(now=late, limit=100)  # then the release
-    assert released == [oldest.pk], "the oldest backfilled run takes the job's turn"
+    dispatcher = Dispatcher(app, max_sleep=0)
+    try:
+        dispatcher.tick(late)
+    finally:
+        dispatcher.close()
+    oldest.refresh_from_db()
+    assert oldest.status in (ExecutionStatus.PENDING, ExecutionStatus.QUEUED), (
+        "the oldest backfilled run takes the turn"
+    )
+    assert Job.objects.get(pk=job.pk).current_execution_id == oldest.pk
+    # The job's own occurrence waits for it, as for any run of a forbid job: not claimed yet,
+    # not lost either (still due).
+    assert not Execution.objects.filter(job=job, scheduled_for__gt=own.scheduled_for).exclude(
+        status=ExecutionStatus.WAITING
+    ).exclude(pk=oldest.pk).exists()
+    assert Job.objects.get(pk=job.pk).next_due_at <= late

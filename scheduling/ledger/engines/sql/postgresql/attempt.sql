@@ -3,8 +3,6 @@
 -- name: start_attempt
 -- Start one attempt at an execution (compare-and-set) and write its attempt row.
 -- columns: job_id, checkpoint, attempt, scheduled_for, created_at, call, errors, earlier_workers, first_started_at, commit_mode
--- The run's creation, call, earlier errors and earlier attempts come back with it: what a
--- Django task's running result needs (the new attempt row is not visible to the last SELECT).
 WITH started AS (
     UPDATE scheduling_execution
        SET status = %(running)s, started_at = %(now)s, finished_at = NULL,
@@ -49,6 +47,8 @@ SELECT s.job_id AS job_id, s.checkpoint AS checkpoint,
        e.workers AS earlier_workers, e.first_started_at AS first_started_at,
        set_config('synchronous_commit', 'off', true) AS commit_mode
   FROM started s
+ -- The run's creation, call, earlier errors and earlier attempts come back with it: what a
+ -- Django task's running result needs (the new attempt row is not visible here).
  CROSS JOIN LATERAL (
        SELECT array_agg(a.worker ORDER BY a.number) AS workers,
               (array_agg(a.started_at ORDER BY a.number))[1] AS first_started_at

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,13 @@ PG_BIN = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
 #: machine's architecture puts it; None where it is missing (``skew_unavailable`` says so).
 FAKETIME_LIB = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
 DATABASE = "duecourse"
+#: The two PostgreSQL servers' ports on the database host: the primary starts on the first;
+#: with ``db_failover`` among the faults a synchronous standby runs on the other, and the two
+#: swap roles (and ports) at each failover. Clients reach whichever is primary through the
+#: relay on port 5432, as through a virtual address that a failover moves.
 PG_INNER_PORT = 5433
+PG_OTHER_PORT = 5434
+STANDBY_NAME = "standby"
 #: SCHEDULING_STALE_AFTER and SCHEDULING_HEARTBEAT_INTERVAL for the run: a lease of 6 s, so
 #: a freeze or a cut of a few seconds outlasts it.
 LEASE = 6
@@ -112,6 +119,11 @@ class Cluster:
             os.chmod(folder, 0o777)
         self.processes = Processes(self.logs)
         self.postgres: subprocess.Popen[bytes] | None = None
+        #: The primary's port; the standby (when ``replicated``) runs on the other one.
+        self.port = PG_INNER_PORT
+        self.replicated = False
+        self.standby: subprocess.Popen[bytes] | None = None
+        self.failovers = 0
         self.relay: subprocess.Popen[bytes] | None = None
         self.redis: subprocess.Popen[bytes] | None = None
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
@@ -121,31 +133,120 @@ class Cluster:
 
     # --- PostgreSQL --------------------------------------------------------------------------
 
+    def data(self, port: int) -> Path:
+        return self.root / f"pg-{port}"
+
+    @property
+    def other_port(self) -> int:
+        return PG_OTHER_PORT if self.port == PG_INNER_PORT else PG_INNER_PORT
+
     def init_postgres(self) -> None:
         account = pwd.getpwnam("postgres")
         os.chown(self.root, account.pw_uid, account.pw_gid)
         subprocess.run(
             ["runuser", "-u", "postgres", "--", str(PG_BIN / "initdb"), "-D",
-             str(self.root / "pg"), "-A", "trust", "-U", "postgres", "-E", "UTF8"],
+             str(self.data(self.port)), "-A", "trust", "-U", "postgres", "-E", "UTF8"],
             check=True, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=120,
         )  # fmt: skip
         self.start_relay()
 
-    def start_postgres(self) -> None:
+    def _server(self, port: int, name: str) -> subprocess.Popen[bytes]:
         # Server keepalives and a user timeout end the session of a client cut off
-        # mid-transaction within seconds, so its row locks do not outlive the cut.
+        # mid-transaction within seconds, so its row locks do not outlive the cut. A standby
+        # asks for the primary again every half second after losing it.
         server = [
             "ip", "netns", "exec", self.net.ns("db"), "runuser", "-u", "postgres", "--",
-            str(PG_BIN / "postgres"), "-D", str(self.root / "pg"), "-p", str(PG_INNER_PORT),
+            str(PG_BIN / "postgres"), "-D", str(self.data(port)), "-p", str(port),
             "-k", str(self.root), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
             "-c", "max_connections=300", "-c", "tcp_keepalives_idle=1",
             "-c", "tcp_keepalives_interval=1", "-c", "tcp_keepalives_count=2",
             "-c", "tcp_user_timeout=2000", "-c", "shared_buffers=64MB",
+            "-c", "wal_retrieve_retry_interval=500ms",
         ]  # fmt: skip
-        self.postgres = self.processes.start(
-            server, env={**os.environ, "LC_ALL": "C"}, name="postgres"
-        )
+        return self.processes.start(server, env={**os.environ, "LC_ALL": "C"}, name=name)
+
+    def start_postgres(self) -> None:
+        self.postgres = self._server(self.port, "postgres")
         wait_for(self.accepts, timeout=60, message="PostgreSQL accepts connections")
+
+    # --- the synchronous standby and the failover (``db_failover``) ----------------------
+
+    def start_standby(self) -> None:
+        """A standby made from a base backup of the primary, streaming, then named the
+        primary's synchronous standby: from then on a commit that waits for its flush (every
+        commit but the start's, which Duecourse sends with ``synchronous_commit`` off) returns
+        only once the standby has it."""
+        for tries_left in (1, 0):
+            self.standby = self._make_standby()
+            try:
+                wait_for(lambda: self._standby_state() != "", timeout=30,
+                         message="the standby streams")  # fmt: skip
+                break
+            except TimeoutError:
+                log = self.processes.log_of(self.standby)[-2000:]
+                self.processes.kill(self.standby)
+                self.standby = None
+                if not tries_left:
+                    message = f"the standby does not stream; its log ends:\n{log}"
+                    raise RuntimeError(message) from None
+                print(f"the standby does not stream; made again. Its log ends:\n{log}")
+        with self.connect("postgres") as conn:
+            conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
+            conn.execute("SELECT pg_reload_conf()")
+        wait_for(lambda: self._standby_state() == "sync", timeout=60,
+                 message="the standby is synchronous")  # fmt: skip
+
+    def _make_standby(self) -> subprocess.Popen[bytes]:
+        port = self.other_port
+        shutil.rmtree(self.data(port), ignore_errors=True)
+        conninfo = (
+            f"host={self.root} port={self.port} user=postgres application_name={STANDBY_NAME}"
+        )
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(PG_BIN / "pg_basebackup"), "-d", conninfo,
+             "-D", str(self.data(port)), "-R", "-X", "stream", "-c", "fast"],
+            check=True, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=300,
+        )  # fmt: skip
+        return self._server(port, "standby")
+
+    def _standby_state(self) -> str:
+        """The standby's ``sync_state`` on the primary while it streams, else ""."""
+        try:
+            with self.connect("postgres") as conn:
+                found = conn.execute(
+                    "SELECT sync_state FROM pg_stat_replication"
+                    " WHERE application_name = %s AND state = 'streaming'",
+                    (STANDBY_NAME,),
+                ).fetchone()
+        except psycopg.OperationalError:
+            return ""
+        return str(found[0]) if found else ""
+
+    def failover(self) -> None:
+        """The primary SIGKILLed (what it had not sent is lost with it), the standby promoted,
+        and the relay pointed at it: clients reconnect to the same address and find the new
+        primary, with no standby until ``start_standby`` makes one again."""
+        if self.standby is None:
+            raise RuntimeError("no standby to fail over to")
+        if self.postgres is not None:
+            self.processes.kill(self.postgres)
+        port = self.other_port
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(PG_BIN / "pg_ctl"), "promote", "-w",
+             "-D", str(self.data(port))],
+            check=True, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=120,
+        )  # fmt: skip
+        self.postgres, self.standby, self.port = self.standby, None, port
+        self.failovers += 1
+        wait_for(self.accepts, timeout=60, message="the promoted standby accepts connections")
+        # Alone now: commits must not wait for a standby that is not there (the base backup
+        # carried the old primary's setting), as a failover manager would see to.
+        with self.connect("postgres") as conn:
+            conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            conn.execute("SELECT pg_reload_conf()")
+        (self.root / "relay.target").write_text(str(port))
+        if self.relay is not None:
+            Processes.signal(self.relay, signal.SIGHUP)
 
     def stop_postgres(self) -> None:
         """Fast shutdown (SIGINT): every session is cut, nothing is left half-written."""
@@ -160,10 +261,12 @@ class Cluster:
     def start_relay(self) -> None:
         control = self.root / "relay.delay"
         control.write_text("0")
+        target = self.root / "relay.target"
+        target.write_text(str(self.port))
         command = [
             "ip", "netns", "exec", self.net.ns("db"), sys.executable,
             str(BENCH / "faultproxy.py"), self.net.address("db"), "5432", "127.0.0.1",
-            str(PG_INNER_PORT), str(control),
+            str(self.port), str(control), str(target),
         ]  # fmt: skip
         self.relay = self.processes.start(command, env=dict(os.environ), name="relay")
 
@@ -185,7 +288,7 @@ class Cluster:
 
     def connect(self, name: str = DATABASE) -> psycopg.Connection[Any]:
         return psycopg.connect(
-            host=str(self.root), port=PG_INNER_PORT, user="postgres", dbname=name,
+            host=str(self.root), port=self.port, user="postgres", dbname=name,
             autocommit=True, connect_timeout=5,
         )  # fmt: skip
 
@@ -379,6 +482,8 @@ class Cluster:
         made = self.script("jobs", str(specs_file))
         if made.returncode:
             raise RuntimeError(f"the jobs were not made: {made.stderr[-3000:]}")
+        if self.replicated:
+            self.start_standby()
         for host in WORKERS:
             self.start_worker(host)
         for host in WORKERS:

@@ -4,9 +4,11 @@ Kinds (``KINDS``): a worker SIGKILLed whole and restarted, one of its pool proce
 SIGKILLed (the worker replaces it), a worker frozen (SIGSTOP, then SIGCONT after up to twice
 the lease), a scheduler SIGKILLed and restarted, a worker host cut off from the database or
 from the broker, the broker restarted (Redis without persistence: its queues are lost), the
-database restarted (fast shutdown), a worker SIGKILLed and started again under libfaketime with its
-clock a few seconds off (and again with the true clock at the fault's end), and the database made
-slow (every chunk on its link held for tens to hundreds of milliseconds).
+database restarted (fast shutdown), the database failed over to its synchronous standby (the
+primary SIGKILLed, the standby promoted, the database's address moved to it, and a new
+standby made at the fault's end), a worker SIGKILLed and started again under libfaketime with
+its clock a few seconds off (and again with the true clock at the fault's end), and the
+database made slow (every chunk on its link held for tens to hundreds of milliseconds).
 
 A target (a worker host, a scheduler host, the database, the broker) carries at most one
 fault at a time; faults on different targets overlap freely. Every fault is written at its
@@ -37,6 +39,7 @@ KINDS = (
     "partition_broker",
     "broker_restart",
     "db_restart",
+    "db_failover",
     "clock_skew",
     "slow_db",
 )
@@ -93,7 +96,7 @@ class Nemesis:
             pool = list(SCHEDULERS)
         elif kind in ("broker_restart",):
             pool = ["mq"]
-        elif kind in ("db_restart", "slow_db"):
+        elif kind in ("db_restart", "db_failover", "slow_db"):
             pool = ["db"]
         else:
             pool = list(WORKERS)
@@ -185,6 +188,13 @@ class Nemesis:
         c = self.cluster
         c.stop_postgres()
         return c.start_postgres, self.rng.uniform(0.5, 6), {}
+
+    def _db_failover(self, _: str) -> tuple[Callable[[], None], float, dict[str, Any]]:
+        """The primary SIGKILLed and its synchronous standby promoted; a new standby is made
+        from the new primary at the fault's end (until then it runs alone)."""
+        c = self.cluster
+        c.failover()
+        return c.start_standby, self.rng.uniform(1, 5), {"primary": c.port}
 
     def _clock_skew(self, host: str) -> tuple[Callable[[], None], float, dict[str, Any]]:
         """The worker is SIGKILLed and started again under libfaketime, its clock ``skew``

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from faultcheck import check
-from faultcluster import PG_INNER_PORT, Cluster, skew_unavailable, wait_for
+from faultcluster import Cluster, skew_unavailable, wait_for
 from faultload import job_specs
 from faultnemesis import KINDS, Nemesis
 from faultnet import SCHEDULERS, WORKERS, Network, unavailable
@@ -70,6 +70,7 @@ class Campaign:
         self.net = net
         self.root = root
         self.cluster = Cluster(net, root)
+        self.cluster.replicated = "db_failover" in args.kinds
         self.specs = job_specs(args.seed, args.jobs)
         self.rng = random.Random(args.seed * 7919)
         self.backfilled: list[dict[str, Any]] = []
@@ -211,7 +212,7 @@ def main(argv: list[str]) -> int:
             "jobs": len(campaign.specs), "rate": args.rate,
         }  # fmt: skip
         (root / "run.json").write_text(json.dumps(meta))
-        summary, explained = check(root, str(root), PG_INNER_PORT, "duecourse", stopped)
+        summary, explained = check(root, str(root), campaign.cluster.port, "duecourse", stopped)
         summary.update(run=meta, backfills=campaign.backfilled, exits=campaign.exits)
         print(json.dumps(summary, indent=2))
         if explained:

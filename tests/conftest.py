@@ -216,16 +216,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> Iterator[None]:
-    """Outside PostgreSQL, run the specification alone (``engine_rule``).
-
-    Under pytest-xdist, before the other plugins see the items: each module's tests are one
-    unit of work (``distribution.group_by_module``); after them, the long units come first
-    (``distribution.longest_first``).
-    """
+    """Outside PostgreSQL, run the specification alone (``engine_rule``); after the other
+    plugins, the long units first (``distribution.longest_first``), the order in which
+    pytest-xdist hands the units out."""
     engine_rule(config, items)
-    distribution.group_by_module(items)
     yield
     items[:] = distribution.longest_first(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup``, a module's tests are one unit of work, a ``spread``
+    module's each test (``distribution.ModuleScheduling``); other modes are xdist's own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return distribution.ModuleScheduling(config, log)
 
 
 def database_engine() -> str:

@@ -12,9 +12,10 @@ are handed out in the order of the collected items, to whichever process is free
   independent real-process tests that share nothing module-wide (test_exactly_once.py's four
   scenarios take 20 s to two minutes each): as one unit, such a module kept one process busy
   long after the others had run out of work.
-- The long units are handed out first (``longest_first``): the tests of ``spread`` modules,
-  then the modules that start real processes (``slow``), then the in-process rest, which fills
-  the processes up at the end. xdist's own order (the most tests first) did the opposite: the
+- The long units are handed out first (``longest_first``): the fault campaign's run, the
+  tests of ``spread`` modules, then the modules that start real processes (``slow``, those
+  with the most such tests first), then the in-process rest, which fills the processes up at
+  the end. xdist's own order (the most tests first) did the opposite: the
   modules of one to four long tests came last, and the run waited for the last of them.
 
 Why a scheduler of its own rather than ``xdist_group`` marks: xdist groups by a suffix it
@@ -28,6 +29,7 @@ the items: it reads the unit from the node id and, for ``spread``, the module's 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -73,13 +75,21 @@ class ModuleScheduling(LoadScopeScheduling):
 
 
 def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` with the tests of ``spread`` modules first, then the modules with a ``slow``
-    test, then the rest; each module's tests keep their order."""
-    slow_modules = {_module(item) for item in items if item.get_closest_marker("slow")}
+    """``items`` with the fault campaign's run first (one test of three to four minutes: begun
+    late, the whole run waits for it), then the tests of ``spread`` modules, then the modules
+    with a ``slow`` test, those with the most such tests first (a module is one unit: its real-
+    process tests are what make it long), then the rest; each module's tests keep their order.
+    """
+    slow_tests = Counter(_module(item) for item in items if item.get_closest_marker("slow"))
 
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        if item.get_closest_marker("campaign"):
+            return (0, 0)
         if spread(item):
-            return 0
-        return 1 if _module(item) in slow_modules else 2
+            return (1, 0)
+        module = _module(item)
+        if module in slow_tests:
+            return (2, -slow_tests[module])
+        return (3, 0)
 
     return sorted(items, key=rank)

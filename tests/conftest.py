@@ -138,6 +138,11 @@ class Processes:
                 os.killpg(child.pid, sig)
 
     def stop_all(self) -> None:
+        # Descendants that made sessions of their own (``runstack``'s worker, scheduler and
+        # web server) are outside their leader's group: noted now, while they are still its
+        # descendants, so that none outlives the test if the leader is killed before it
+        # stops them.
+        own_sessions = [pid for child, _ in self.children for pid in descendants(child.pid)]
         for child, _ in self.children:
             self.kill(child, signal.SIGTERM)
         deadline = time.monotonic() + 10
@@ -152,6 +157,35 @@ class Processes:
         for child, _ in self.children:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signal.SIGKILL)
+        for pid in own_sessions:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` that lead a process group of their own (from /proc)."""
+    parents: dict[int, int] = {}
+    groups: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The fields after the command's closing parenthesis: state, ppid, pgrp, ...
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        groups[int(entry.name)] = int(fields[2])
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent:
+                frontier.append(child)
+                if groups.get(child) == child:
+                    found.append(child)
+    return found
 
 
 @pytest.fixture

@@ -37,8 +37,6 @@ from scheduling.stages.publishing import hand_to_scheduler
 logger = logging.getLogger("scheduling")
 
 BATCH = 500
-#: Seconds the thread waits for more messages before it publishes what it has.
-LINGER = 0.005
 EXIT_FLUSH = 5.0
 
 
@@ -91,15 +89,13 @@ class Outbox:
         made_for: tuple[str, str] | None = None
         while True:
             batch = [self._queue.get()]
-            # A moment for a burst to gather: one pipeline for many messages costs the
-            # enqueuing threads far less than one each, for LINGER of latency at most.
-            deadline = time.monotonic() + LINGER
+            # What has gathered goes in one pipeline, with no wait for more: a burst gathers
+            # on its own while the previous batch is being published, and a lone message
+            # goes at once (a wait of a few milliseconds here was most of a run's latency
+            # from its commit to its start on an idle machine).
             while len(batch) < BATCH:
-                left = deadline - time.monotonic()
                 try:
-                    batch.append(
-                        self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
-                    )
+                    batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
             try:

@@ -31,14 +31,22 @@ WITH started AS (
                                FROM pg_stat_wal w, pg_stat_bgwriter b, pg_stat_archiver a)
                             + %(lease)s * interval '1 second')
  RETURNING id, job_id, checkpoint, scheduled_for, created_at, call, result -> 'errors' AS errors
+), earlier AS (
+    -- The run's earlier attempts, read once: the new one's number, and with the run's
+    -- creation, call and errors what a Django task's running result needs.
+    SELECT count(*) AS attempts,
+           array_agg(a.worker ORDER BY a.number) AS workers,
+           (array_agg(a.started_at ORDER BY a.number))[1] AS first_started_at
+      FROM started s
+      JOIN scheduling_attempt a
+        ON a.execution_id = s.id AND a.scheduled_for = s.scheduled_for
 ), attempt AS (
     INSERT INTO scheduling_attempt
            (execution_id, scheduled_for, number, worker, pid, started_at, outcome, error)
-    SELECT s.id, s.scheduled_for,
-           1 + (SELECT count(*) FROM scheduling_attempt a
-                 WHERE a.execution_id = s.id AND a.scheduled_for = s.scheduled_for),
+    SELECT s.id, s.scheduled_for, 1 + e.attempts,
            %(worker)s, %(pid)s, %(now)s, %(attempt_running)s, ''
       FROM started s
+     CROSS JOIN earlier e
  RETURNING number
 )
 SELECT s.job_id AS job_id, s.checkpoint AS checkpoint,
@@ -47,13 +55,7 @@ SELECT s.job_id AS job_id, s.checkpoint AS checkpoint,
        e.workers AS earlier_workers, e.first_started_at AS first_started_at,
        set_config('synchronous_commit', 'off', true) AS commit_mode
   FROM started s
- -- The run's creation, call, earlier errors and earlier attempts come back with it: what a
- -- Django task's running result needs (the new attempt row is not visible here).
- CROSS JOIN LATERAL (
-       SELECT array_agg(a.worker ORDER BY a.number) AS workers,
-              (array_agg(a.started_at ORDER BY a.number))[1] AS first_started_at
-         FROM scheduling_attempt a
-        WHERE a.execution_id = s.id AND a.scheduled_for = s.scheduled_for) e
+ CROSS JOIN earlier e
 
 -- name: held_after_crash
 -- Seconds until an execution made before the last crash recovery may start (no row: not held).
